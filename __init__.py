@@ -1,0 +1,19 @@
+"""Neural IK: full-body inverse kinematics learned from the rig's own animations.
+
+Blender-specific code lives in operators/, panels/, properties.py and rig_io.py; the math lives in
+neural_network/ (pure NumPy) and never imports bpy.
+"""
+
+from . import operators, panels, properties
+
+
+def register():
+    properties.register()
+    operators.register()
+    panels.register()
+
+
+def unregister():
+    panels.unregister()
+    operators.unregister()
+    properties.unregister()

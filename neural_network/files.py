@@ -1,0 +1,84 @@
+"""Safe files: atomic writes, .npz arrays without pickle, JSON metadata checked before arrays are trusted.
+
+Every file the project writes is a .npz whose entry "meta" is a JSON string (a 0-d unicode array, which needs no
+pickle). A writer produces the whole file under a temporary name in the same folder and renames it over the target,
+so a crash or Cancel leaves either the old file or the new one, never half of one.
+"""
+
+import json
+import os
+import tempfile
+import zipfile
+
+import numpy as np
+
+
+class FileRefused(ValueError):
+    """A file that cannot be used, with a message meant for the user."""
+
+
+def atomic_write_bytes(path, write):
+    """Call write(file_object) on a temporary file beside path, then rename it over path."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise FileRefused(f"{path} is a folder, not a file")
+    if not os.path.isdir(folder):
+        raise FileRefused(f"folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path)[-16:], dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def save_npz(path, arrays, meta):
+    """Write arrays and a JSON-able meta dict to path atomically."""
+    payload = {name: np.asarray(value) for name, value in arrays.items()}
+    for name, value in payload.items():
+        if value.dtype == object:
+            raise TypeError(f"array {name} has dtype object, which would need pickle")
+    payload["meta"] = np.array(json.dumps(meta))
+    atomic_write_bytes(path, lambda handle: np.savez(handle, **payload))
+
+
+def load_npz(path, kind, required=()):
+    """Open an .npz written by save_npz: (meta dict, {name: array}). Raises FileRefused with a plain reason."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileRefused(f"{path} does not exist")
+    if os.path.isdir(path):
+        raise FileRefused(f"{path} is a folder, not a file")
+    if os.path.getsize(path) == 0:
+        raise FileRefused(f"{path} is empty (0 bytes)")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as exc:
+        raise FileRefused(f"{os.path.basename(path)} is not a readable .npz file (truncated or corrupt): {exc}") from None
+    if "meta" not in arrays:
+        raise FileRefused(f"{os.path.basename(path)} has no Neural IK metadata")
+    try:
+        meta = json.loads(str(arrays.pop("meta")))
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise FileRefused(f"{os.path.basename(path)} has unreadable metadata: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("kind") != kind:
+        found = meta.get("kind") if isinstance(meta, dict) else type(meta).__name__
+        raise FileRefused(f"{os.path.basename(path)} is a {found!r} file, expected {kind!r}")
+    missing = [name for name in required if name not in arrays]
+    if missing:
+        raise FileRefused(f"{os.path.basename(path)} lacks the arrays {', '.join(missing)}")
+    return meta, arrays
+
+
+def save_json(path, data):
+    text = json.dumps(data, indent=2)
+    atomic_write_bytes(path, lambda handle: handle.write(text.encode()))

@@ -1,0 +1,145 @@
+"""Batched rotation conversions in NumPy: axis-angle <-> matrix (with the exact derivative), quaternions, Euler.
+
+Conventions follow Blender: matrices act on column vectors, quaternions are (w, x, y, z), and an Euler order
+"XYZ" means X is applied first (R = Rz @ Ry @ Rx).
+"""
+
+import numpy as np
+
+_SMALL = 1e-8
+
+
+def skew(v):
+    """(..., 3) -> (..., 3, 3) cross-product matrices."""
+    x, y, z = v[..., 0], v[..., 1], v[..., 2]
+    o = np.zeros_like(x)
+    return np.stack([np.stack([o, -z, y], -1), np.stack([z, o, -x], -1), np.stack([-y, x, o], -1)], -2)
+
+
+def axis_angle_to_matrix(v):
+    """Rodrigues' formula, (..., 3) -> (..., 3, 3); exact near zero through Taylor terms."""
+    v = np.asarray(v)
+    theta2 = np.sum(v * v, axis=-1)[..., None, None]
+    theta = np.sqrt(theta2)
+    small = theta2 < 1e-12
+    safe = np.where(small, 1.0, theta)
+    a = np.where(small, 1.0 - theta2 / 6.0, np.sin(safe) / safe)
+    b = np.where(small, 0.5 - theta2 / 24.0, (1.0 - np.cos(safe)) / (safe * safe))
+    k = skew(v)
+    eye = np.broadcast_to(np.eye(3, dtype=v.dtype), k.shape)
+    return eye + a * k + b * (k @ k)
+
+
+def axis_angle_vjp(v, grad_matrix):
+    """Gradient with respect to v of sum(grad_matrix * axis_angle_to_matrix(v)).
+
+    Uses dR/dv_i = (v_i [v]x + [v x (I - R) e_i]x) R / |v|^2 (Gallego and Yezzi 2015), and [e_i]x at zero.
+    """
+    v = np.asarray(v)
+    R = axis_angle_to_matrix(v)
+    theta2 = np.sum(v * v, axis=-1)
+    small = theta2 < 1e-12
+    safe2 = np.where(small, 1.0, theta2)
+    eye = np.eye(3, dtype=v.dtype)
+    kv = skew(v)
+    out = np.empty(v.shape, dtype=np.result_type(v, grad_matrix))
+    i_minus_r = eye - R
+    for i in range(3):
+        col = i_minus_r[..., :, i]                      # (I - R) e_i
+        term = v[..., i, None, None] * kv + skew(np.cross(v, col))
+        d_general = (term @ R) / safe2[..., None, None]
+        d_small = np.broadcast_to(skew(eye[i]), R.shape)
+        d = np.where(small[..., None, None], d_small, d_general)
+        out[..., i] = np.sum(grad_matrix * d, axis=(-2, -1))
+    return out
+
+
+def matrix_to_axis_angle(R):
+    """(..., 3, 3) -> (..., 3), the angle in [0, pi]; stable near 0 and near pi. Computed in float64."""
+    R = np.asarray(R, dtype=np.float64)
+    return quaternion_to_axis_angle(matrix_to_quaternion(R))
+
+
+def matrix_to_quaternion(R):
+    """(..., 3, 3) -> (..., 4) unit quaternions (w, x, y, z) with w >= 0 (Shepperd's method)."""
+    R = np.asarray(R, dtype=np.float64)
+    m00, m11, m22 = R[..., 0, 0], R[..., 1, 1], R[..., 2, 2]
+    trace = m00 + m11 + m22
+    cands = np.stack([
+        np.stack([1 + trace, R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], -1),
+        np.stack([R[..., 2, 1] - R[..., 1, 2], 1 + m00 - m11 - m22, R[..., 0, 1] + R[..., 1, 0], R[..., 0, 2] + R[..., 2, 0]], -1),
+        np.stack([R[..., 0, 2] - R[..., 2, 0], R[..., 0, 1] + R[..., 1, 0], 1 - m00 + m11 - m22, R[..., 1, 2] + R[..., 2, 1]], -1),
+        np.stack([R[..., 1, 0] - R[..., 0, 1], R[..., 0, 2] + R[..., 2, 0], R[..., 1, 2] + R[..., 2, 1], 1 - m00 - m11 + m22], -1),
+    ], -2)
+    pick = np.argmax(np.stack([trace, m00, m11, m22], -1), axis=-1)
+    q = np.take_along_axis(cands, pick[..., None, None], axis=-2)[..., 0, :]
+    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    return np.where(q[..., :1] < 0, -q, q)
+
+
+def quaternion_to_matrix(q):
+    """(..., 4) (w, x, y, z), normalised first -> (..., 3, 3)."""
+    q = np.asarray(q)
+    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    return np.stack([
+        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
+        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
+        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
+    ], -2)
+
+
+def quaternion_to_axis_angle(q):
+    """(..., 4) -> (..., 3) with the angle in [0, pi], using atan2 so small angles keep full precision."""
+    q = np.asarray(q, dtype=np.float64)
+    q = np.where(q[..., :1] < 0, -q, q)
+    xyz = q[..., 1:]
+    s = np.linalg.norm(xyz, axis=-1)
+    angle = 2.0 * np.arctan2(s, q[..., 0])
+    scale = np.where(s < _SMALL, 2.0 / np.maximum(q[..., 0], _SMALL), angle / np.maximum(s, _SMALL))
+    return xyz * scale[..., None]
+
+
+def axis_angle_to_quaternion(v):
+    v = np.asarray(v, dtype=np.float64)
+    angle = np.linalg.norm(v, axis=-1, keepdims=True)
+    half = 0.5 * angle
+    scale = np.where(angle < _SMALL, 0.5 - angle * angle / 48.0, np.sin(half) / np.maximum(angle, _SMALL))
+    return np.concatenate([np.cos(half), v * scale], axis=-1)
+
+
+def euler_to_matrix(angles, order="XYZ"):
+    """(..., 3) Euler angles in radians, as Blender stores them (x, y, z), -> (..., 3, 3)."""
+    angles = np.asarray(angles)
+    c, s = np.cos(angles), np.sin(angles)
+    one, zero = np.ones_like(c[..., 0]), np.zeros_like(c[..., 0])
+    basic = {
+        "X": np.stack([np.stack([one, zero, zero], -1), np.stack([zero, c[..., 0], -s[..., 0]], -1),
+                       np.stack([zero, s[..., 0], c[..., 0]], -1)], -2),
+        "Y": np.stack([np.stack([c[..., 1], zero, s[..., 1]], -1), np.stack([zero, one, zero], -1),
+                       np.stack([-s[..., 1], zero, c[..., 1]], -1)], -2),
+        "Z": np.stack([np.stack([c[..., 2], -s[..., 2], zero], -1), np.stack([s[..., 2], c[..., 2], zero], -1),
+                       np.stack([zero, zero, one], -1)], -2),
+    }
+    first, second, third = order
+    return basic[third] @ basic[second] @ basic[first]
+
+
+def angle_between(Ra, Rb):
+    """Geodesic angle in radians between rotation matrices, float64 and atan2-based (no arccos floor)."""
+    rel = np.swapaxes(np.asarray(Ra, np.float64), -1, -2) @ np.asarray(Rb, np.float64)
+    return np.linalg.norm(matrix_to_axis_angle(rel), axis=-1)
+
+
+def orthonormalize(R):
+    """Nearest rotation matrix (SVD), for averaged or float32-drifted matrices."""
+    u, _, vt = np.linalg.svd(R)
+    d = np.sign(np.linalg.det(u @ vt))
+    u = u.copy()
+    u[..., :, -1] *= d[..., None]
+    return u @ vt
+
+
+def chordal_mean(R, axis=0):
+    """Rotation closest to the arithmetic mean of rotation matrices (the chordal L2 mean)."""
+    return orthonormalize(np.mean(np.asarray(R, np.float64), axis=axis))

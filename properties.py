@@ -1,0 +1,100 @@
+"""Settings stored in the .blend: per scene (data, training), per armature object (bone map, model, live IK)
+and per action (task override). Runtime state that must not be saved (training progress, live ticks) lives in
+state.py instead.
+"""
+
+import bpy
+from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProperty, IntProperty,
+                       PointerProperty, StringProperty)
+
+from .neural_network.roles import ROLES, TASKS
+
+TASK_ITEMS = [(t.upper(), t.capitalize(), f"Motion task: {t}") for t in TASKS]
+
+
+def _is_armature(_self, obj):
+    return obj.type == "ARMATURE"
+
+
+def _is_empty(_self, obj):
+    return obj.type == "EMPTY"
+
+
+class NIK_BoneMapItem(bpy.types.PropertyGroup):
+    role: StringProperty(name="Role", description="Network role this entry maps")
+    bone: StringProperty(name="Bone", description="Bone of this armature that plays the role (empty: the rig lacks it)")
+
+
+class NIK_ObjectSettings(bpy.types.PropertyGroup):
+    bone_map: CollectionProperty(type=NIK_BoneMapItem)
+    bone_map_index: IntProperty(name="Active Role", default=0)
+    preset: StringProperty(name="Preset", description="Bone-map preset detected or chosen for this rig")
+    model_path: StringProperty(name="Model", subtype="FILE_PATH",
+                               description="Checkpoint (.npz) or ONNX model that drives this armature")
+    target_root: PointerProperty(name="Root Target", type=bpy.types.Object, poll=_is_empty)
+    target_left_hand: PointerProperty(name="Left Hand Target", type=bpy.types.Object, poll=_is_empty)
+    target_right_hand: PointerProperty(name="Right Hand Target", type=bpy.types.Object, poll=_is_empty)
+    target_left_foot: PointerProperty(name="Left Foot Target", type=bpy.types.Object, poll=_is_empty)
+    target_right_foot: PointerProperty(name="Right Foot Target", type=bpy.types.Object, poll=_is_empty)
+    target_head: PointerProperty(name="Head Target", type=bpy.types.Object, poll=_is_empty)
+    ground_left: FloatProperty(name="Left Ground", unit="LENGTH", default=0.0,
+                               description="Ground height under the left foot")
+    ground_right: FloatProperty(name="Right Ground", unit="LENGTH", default=0.0,
+                                description="Ground height under the right foot")
+    contact_left: BoolProperty(name="Left Contact", default=True, description="The left foot should stay planted")
+    contact_right: BoolProperty(name="Right Contact", default=True, description="The right foot should stay planted")
+    task: EnumProperty(name="Task", items=TASK_ITEMS, default="IDLE", description="Motion task the pose should suit")
+    phase: FloatProperty(name="Phase", min=0.0, max=1.0, default=0.0, subtype="FACTOR",
+                         description="Phase of the motion cycle")
+    phase_follows_time: BoolProperty(name="Phase Follows Time", default=False,
+                                     description="Advance the phase with the scene frame")
+    refine_iterations: IntProperty(name="Refinement", min=0, max=50, default=2,
+                                   description="Damped least-squares iterations that make effectors land exactly")
+
+
+class NIK_SceneSettings(bpy.types.PropertyGroup):
+    armature: PointerProperty(name="Armature", type=bpy.types.Object, poll=_is_armature,
+                              description="Armature that Neural IK maps, trains and drives")
+    bvh_directory: StringProperty(name="BVH Folder", subtype="DIR_PATH")
+    dataset_path: StringProperty(name="Dataset", subtype="FILE_PATH", description="Extracted training set (.npz)")
+    output_directory: StringProperty(name="Output", subtype="DIR_PATH",
+                                     description="Folder for checkpoints, metrics and plots (empty: the extension's user folder)")
+    epochs: IntProperty(name="Epochs", min=1, max=100000, default=60)
+    batch_size: IntProperty(name="Batch", min=8, max=8192, default=256)
+    learning_rate: FloatProperty(name="Learning Rate", min=1e-6, max=1.0, default=2e-3, precision=5)
+    time_limit: FloatProperty(name="Time Limit", min=0.0, default=0.0, unit="TIME_ABSOLUTE",
+                              description="Stop training after this many seconds (0: no limit)")
+    weight_fk: FloatProperty(name="FK", min=0.0, default=1.0)
+    weight_pose: FloatProperty(name="Pose", min=0.0, default=0.3)
+    weight_contact: FloatProperty(name="Contact", min=0.0, default=0.5)
+    weight_limit: FloatProperty(name="Joint Limits", min=0.0, default=0.1)
+    weight_slip: FloatProperty(name="Foot Slip", min=0.0, default=0.2)
+    show_loss_weights: BoolProperty(name="Loss Weights", default=False)
+    live_rate: FloatProperty(name="Rate", min=1.0, max=240.0, default=60.0, description="Live ticks per second")
+    bake_source_action: StringProperty(name="Source Action",
+                                       description="Action whose effectors are re-solved (empty: the target empties)")
+    bake_frame_start: IntProperty(name="Start", default=1)
+    bake_frame_end: IntProperty(name="End", default=100)
+
+
+classes = (NIK_BoneMapItem, NIK_ObjectSettings, NIK_SceneSettings)
+
+
+def register():
+    for cls in classes:
+        bpy.utils.register_class(cls)
+    bpy.types.Scene.neural_ik = PointerProperty(type=NIK_SceneSettings)
+    bpy.types.Object.neural_ik = PointerProperty(type=NIK_ObjectSettings)
+    bpy.types.Action.neural_ik_task = EnumProperty(
+        name="Neural IK Task", items=[("AUTO", "From Name", "Take the task from the action's name")] + TASK_ITEMS,
+        default="AUTO", description="Motion task of this action for Neural IK training")
+
+
+def unregister():
+    del bpy.types.Action.neural_ik_task
+    del bpy.types.Object.neural_ik
+    del bpy.types.Scene.neural_ik
+    for cls in reversed(classes):
+        bpy.utils.unregister_class(cls)
+
+

@@ -1,0 +1,43 @@
+"""Load this checkout as the `neural_ik` add-on package inside Blender or the bpy module (scripts and tests).
+
+Blender installs extensions as `bl_ext.<repo>.neural_ik`; here the checkout itself is the package, under the
+name `neural_ik`, so the add-on's relative imports work the same way.
+"""
+
+import importlib.util
+import os
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = "neural_ik"
+
+
+def isolate_user_resources():
+    """Point Blender's config and extension cache at a temporary folder (call before `import bpy`)."""
+    if "BLENDER_USER_RESOURCES" not in os.environ:
+        os.environ["BLENDER_USER_RESOURCES"] = tempfile.mkdtemp(prefix="neural_ik_blender_")
+
+
+def load_package():
+    """Import the checkout as the package `neural_ik` (without registering it)."""
+    if PACKAGE in sys.modules:
+        return sys.modules[PACKAGE]
+    spec = importlib.util.spec_from_file_location(
+        PACKAGE, os.path.join(REPO, "__init__.py"), submodule_search_locations=[REPO])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[PACKAGE] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_addon():
+    """Import and register the add-on once per process; returns the package."""
+    isolate_user_resources()
+    import bpy  # noqa: F401  (Blender must be loaded before the package registers)
+
+    package = load_package()
+    if not getattr(package, "_registered_by_loader", False):
+        package.register()
+        package._registered_by_loader = True
+    return package

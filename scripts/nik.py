@@ -1,0 +1,116 @@
+"""Neural IK on the command line, inside Blender or with the bpy wheel.
+
+    blender -b file.blend --python scripts/nik.py -- <command> [options]
+    python scripts/nik.py <command> [options]          (with `pip install bpy==5.0.1`)
+
+Every command prints one line of reason and exits non-zero on failure. `python scripts/nik.py --help` lists them.
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from addon_loader import isolate_user_resources, load_addon  # noqa: E402
+
+COMMANDS = {}
+
+
+def command(name, help_text):
+    """Register a sub-command: the decorated function takes (parser) to add options and returns a runner."""
+    def wrap(setup):
+        COMMANDS[name] = (help_text, setup)
+        return setup
+    return wrap
+
+
+class CommandError(Exception):
+    """A failure with a message for the user (printed as one line)."""
+
+
+def run_operator(op, **kwargs):
+    """Call a bpy.ops operator; turn its error report into a CommandError with Blender's message."""
+    try:
+        result = op(**kwargs)
+    except RuntimeError as exc:
+        message = str(exc).strip().splitlines()
+        raise CommandError(message[-1] if message else "operator failed") from None
+    if "FINISHED" not in result:
+        raise CommandError(f"{op.idname_py()} did not finish ({', '.join(sorted(result))})")
+    return result
+
+
+def open_blend(path):
+    import bpy
+
+    if path:
+        if not os.path.isfile(path):
+            raise CommandError(f"{path} does not exist")
+        bpy.ops.wm.open_mainfile(filepath=os.path.abspath(path))
+
+
+def active_armature(name=None):
+    """Make the named (or the only / the scene's chosen) armature active and return it."""
+    import bpy
+
+    if name:
+        obj = bpy.data.objects.get(name)
+        if obj is None or obj.type != "ARMATURE":
+            raise CommandError(f"no armature called {name!r} in this file")
+    else:
+        chosen = bpy.context.scene.neural_ik.armature
+        armatures = [o for o in bpy.context.scene.objects if o.type == "ARMATURE"]
+        obj = chosen or (armatures[0] if len(armatures) == 1 else None)
+        if obj is None:
+            raise CommandError("no armature chosen: pass --armature NAME" if armatures else "this file has no armature")
+    for other in bpy.context.view_layer.objects:
+        other.select_set(False)
+    bpy.context.view_layer.objects.active = obj
+    obj.select_set(True)
+    bpy.context.scene.neural_ik.armature = obj
+    return obj
+
+
+def save_blend(path):
+    import bpy
+
+    if path:
+        bpy.ops.wm.save_as_mainfile(filepath=os.path.abspath(path), check_existing=False)
+
+
+# ---- commands are added below, one block each -----------------------------------------------------------------
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(prog="nik", description="Neural IK: learned full-body IK for Blender rigs")
+    sub = parser.add_subparsers(dest="command", metavar="command")
+    runners = {}
+    for name, (help_text, setup) in COMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        runners[name] = setup(sub_parser)
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    isolate_user_resources()
+    try:
+        load_addon()
+        runners[args.command](args)
+    except CommandError as exc:
+        print(f"nik {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _argv():
+    if "--" in sys.argv:
+        return sys.argv[sys.argv.index("--") + 1:]
+    return sys.argv[1:]
+
+
+if __name__ == "__main__":
+    code = main(_argv())
+    sys.stdout.flush()
+    if code:
+        sys.exit(code)

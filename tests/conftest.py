@@ -1,0 +1,41 @@
+"""Tests run against real Blender: the bpy wheel (bpy==5.0.1), with Blender's user folders in a temporary place."""
+
+import os
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+
+from addon_loader import isolate_user_resources, load_package  # noqa: E402
+
+isolate_user_resources()
+MOCAP = os.path.normpath(os.path.join(REPO, "..", "shared", "mocap"))
+BANDAI = os.path.join(MOCAP, "bandai")
+CMU = os.path.join(MOCAP, "cmu")
+
+load_package()   # makes `neural_ik` importable; registering needs bpy and happens in the `addon` fixture
+
+
+def need_mocap(folder=MOCAP):
+    if not os.path.isdir(folder):
+        pytest.skip(f"real motion capture not found at {folder}")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def addon():
+    """The add-on, registered once in this process."""
+    from addon_loader import load_addon
+
+    return load_addon()
+
+
+@pytest.fixture
+def empty_scene(addon):
+    """An empty scene with the add-on registered (Blender's own factory state, not a mock)."""
+    import bpy
+
+    bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
+    return bpy.context.scene

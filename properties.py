@@ -4,8 +4,15 @@ state.py instead.
 """
 
 import bpy
-from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProperty, IntProperty,
-                       PointerProperty, StringProperty)
+from bpy.props import (
+    BoolProperty,
+    CollectionProperty,
+    EnumProperty,
+    FloatProperty,
+    IntProperty,
+    PointerProperty,
+    StringProperty,
+)
 
 from .neural_network.roles import ROLES, TASKS
 
@@ -98,3 +105,19 @@ def unregister():
         bpy.utils.unregister_class(cls)
 
 
+
+
+def get_bone_map(obj):
+    """{role: bone name} of an armature object ("" where the role is unmapped); every role present."""
+    stored = {item.role: item.bone for item in obj.neural_ik.bone_map}
+    return {role: stored.get(role, "") for role in ROLES}
+
+
+def set_bone_map(obj, mapping):
+    """Store {role: bone} on the armature object, one entry per role in network order."""
+    items = obj.neural_ik.bone_map
+    items.clear()
+    for role in ROLES:
+        item = items.add()
+        item.role = role
+        item.bone = mapping.get(role, "") or ""

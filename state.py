@@ -1,0 +1,36 @@
+"""Runtime state that is never saved in the .blend: the training run and the live IK sessions.
+
+Training state crosses the thread wall through one small object: the worker thread writes numbers and reads the
+cancel flag; a timer on the main thread reads the numbers and redraws the panel. No bpy data is touched from the
+worker.
+"""
+
+import threading
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TrainingProgress:
+    running: bool = False
+    epoch: int = 0
+    epochs: int = 0
+    train_loss: float = float("nan")
+    val_error_cm: float = float("nan")
+    seconds_left: float = float("nan")
+    message: str = ""
+    history: list = field(default_factory=list)      # [{"epoch", "train_loss", "val_loss", ...}]
+    best_metrics: dict = field(default_factory=dict)
+    checkpoint_path: str = ""
+    plot_path: str = ""
+    cancel: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread = None
+
+    @property
+    def fraction(self):
+        return self.epoch / self.epochs if self.epochs else 0.0
+
+
+training = TrainingProgress()
+
+# Live IK sessions by armature object name, managed by operators/live.py.
+live_sessions = {}

@@ -1,0 +1,496 @@
+"""Training loop: split by action, mini-batches of frame pairs, Adam, validation in cm, early stop, checkpoints.
+
+The trainer reads a dataset (neural_network.dataset.Dataset, or any object with the same arrays: inputs, rotations,
+positions, hips_rotation, hips_position, contacts, ground, action, frame, optional bridges/offsets, skeleton,
+feature_spec) and writes into an output folder:
+
+    model.npz            the best model so far (by validation error), rewritten atomically on each improvement
+    training_state.npz   the last weights and optimiser state, so an interrupted run can resume
+    metrics.json         settings, best validation metrics and the history (written at the end)
+    loss.png             the loss curve (written at every epoch, so a panel can show it)
+
+It never touches bpy: a caller in a background thread passes a progress object (state.TrainingProgress or anything
+with the same attributes) that the trainer writes numbers into and whose `cancel` event it checks at every step, so
+Cancel takes effect within milliseconds and the best model stays on disk.
+"""
+
+import math
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from . import checkpoint, kinematics, losses, network
+from .features import NUM_INPUTS
+from .files import FileRefused, load_npz, save_json, save_npz
+from .model import Model
+from .plot_png import loss_curve_png
+from .roles import EFFECTOR_ROLES, FOOT_ROLES, INNER_ROLES, NUM_ROLES
+from .rotations import angle_between, axis_angle_to_matrix, chordal_mean, matrix_to_axis_angle
+
+MODEL_FILE = "model.npz"
+STATE_FILE = "training_state.npz"
+METRICS_FILE = "metrics.json"
+PLOT_FILE = "loss.png"
+STATE_KIND = "neural_ik.training_state"
+
+
+@dataclass
+class TrainConfig:
+    hidden: tuple = network.DEFAULT_HIDDEN
+    epochs: int = 60
+    batch_size: int = 256               # rows per step: half frames, half their previous frames
+    learning_rate: float = 2e-3
+    final_lr_fraction: float = 0.05     # cosine decay to this fraction of the rate by the end (epochs or time)
+    grad_clip: float = 1.0
+    input_noise: float = 0.01           # Gaussian noise on the normalised inputs
+    val_fraction: float = 0.1           # share of actions held out whole
+    seed: int = 0
+    patience: int = 20                  # epochs without improvement before stopping early (0: never)
+    time_limit: float = 0.0             # seconds, 0 for none
+    limit_margin: float = 0.15          # radians added to the data's delta range for the joint limits
+    std_floor: float = 0.05             # floor of the input standard deviation
+    position_unit: float = 0.0          # loss unit of length; 0: a tenth of the rig's height
+    loss_weights: losses.LossWeights = field(default_factory=losses.LossWeights)
+    role_weights: tuple = None          # 23 FK weights; None: losses.default_role_weights()
+
+    def to_json(self):
+        out = asdict(self)
+        out["hidden"] = list(self.hidden)
+        out["loss_weights"] = self.loss_weights.to_json()
+        out["role_weights"] = None if self.role_weights is None else [float(w) for w in self.role_weights]
+        return out
+
+    @classmethod
+    def from_json(cls, data):
+        data = dict(data)
+        data["hidden"] = tuple(data.get("hidden", network.DEFAULT_HIDDEN))
+        data["loss_weights"] = losses.LossWeights.from_json(data.get("loss_weights", {}))
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+class Progress:
+    """What the trainer reports; state.TrainingProgress has the same attributes and is used in Blender."""
+
+    def __init__(self):
+        self.running = False
+        self.epoch = self.epochs = 0
+        self.train_loss = self.val_error_cm = self.val_inner_cm = self.seconds_left = float("nan")
+        self.elapsed = 0.0
+        self.message = ""
+        self.history = []
+        self.best_metrics = {}
+        self.checkpoint_path = self.plot_path = ""
+        self.cancel = threading.Event()
+
+
+@dataclass
+class TrainResult:
+    model: Model
+    metrics: dict                 # best validation metrics
+    history: list
+    stopped: str                  # "epochs", "early stop", "time limit", "cancelled"
+    seconds: float
+    paths: dict
+
+
+# ---- data ------------------------------------------------------------------------------------------------------
+
+
+def split_by_action(action, val_fraction, seed):
+    """(train rows, validation rows): whole actions held out, chosen by a seeded shuffle; never empty on either side
+    when there are two or more actions."""
+    actions = np.unique(action)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(actions)
+    n_val = int(round(len(actions) * val_fraction))
+    n_val = min(max(n_val, 1), len(actions) - 1) if len(actions) > 1 else 0
+    val_actions = np.sort(order[:n_val])
+    is_val = np.isin(action, val_actions)
+    return np.where(~is_val)[0], np.where(is_val)[0]
+
+
+def previous_rows(action, frame):
+    """Row of each row's previous frame in the same action (the row itself where there is none)."""
+    n = len(action)
+    prev = np.arange(n) - 1
+    ok = np.zeros(n, bool)
+    ok[1:] = (action[1:] == action[:-1]) & (frame[1:] > frame[:-1])
+    prev[~ok] = np.arange(n)[~ok]
+    return prev, ok
+
+
+def _optional(dataset, name):
+    value = getattr(dataset, name, None)
+    return None if value is None or np.size(value) == 0 else np.asarray(value, np.float32)
+
+
+class TrainingArrays:
+    """The dataset's rows as float32 arrays the loss reads, with targets precomputed once (local and global
+    rotation matrices, unmapped positions zeroed)."""
+
+    def __init__(self, dataset, rows):
+        skeleton = dataset.skeleton
+        rows = np.asarray(rows)
+        self.rows = rows
+        self.skeleton = skeleton
+        mask = skeleton.role_mask
+        self.inputs = np.asarray(dataset.inputs, np.float32)[rows]
+        positions = np.asarray(dataset.positions, np.float32)[rows].copy()
+        positions[:, ~mask] = 0.0
+        self.positions = np.nan_to_num(positions)
+        self.local_rotations = axis_angle_to_matrix(np.asarray(dataset.rotations, np.float32)[rows])
+        self.local_rotations[:, ~mask] = np.eye(3, dtype=np.float32)
+        self.hips_rotation = np.asarray(dataset.hips_rotation, np.float32)[rows]
+        self.hips_position = np.asarray(dataset.hips_position, np.float32)[rows]
+        self.contacts = np.asarray(dataset.contacts, np.float32)[rows]
+        self.ground = np.asarray(dataset.ground, np.float32)[rows]
+        bridges, offsets = _optional(dataset, "bridges"), _optional(dataset, "offsets")
+        self.bridges = None if bridges is None else bridges[rows]
+        self.offsets = None if offsets is None else offsets[rows]
+        action = np.asarray(dataset.action)[rows]
+        frame = np.asarray(dataset.frame)[rows]
+        self.action = action
+        self.prev, self.has_prev = previous_rows(action, frame)
+        self.global_rotations = np.empty_like(self.local_rotations)
+        for start in range(0, len(rows), 4096):
+            part = slice(start, start + 4096)
+            pose = kinematics.forward(skeleton, self.local_rotations[part], self.hips_rotation[part],
+                                      self.hips_position[part], self._per_sample("bridges", part),
+                                      self._per_sample("offsets", part))
+            self.global_rotations[part] = pose.rotations
+
+    def __len__(self):
+        return len(self.rows)
+
+    def _per_sample(self, name, part):
+        value = getattr(self, name)
+        return None if value is None else value[part]
+
+    def attach_mean_pose(self, mean_pose):
+        """Targets relative to the mean pose M, the form losses.evaluate reads: M^T L* and bridges @ M."""
+        M = np.asarray(mean_pose, np.float32)
+        self.pose_targets = np.swapaxes(M, -1, -2)[None] @ self.local_rotations
+        self.fk_bridges = None if self.bridges is None else self.bridges @ M[None]
+
+    def batch(self, rows):
+        out = {name: getattr(self, name)[rows] for name in (
+            "positions", "pose_targets", "global_rotations", "hips_rotation", "hips_position", "contacts", "ground")}
+        if self.fk_bridges is not None:
+            out["bridges"] = self.fk_bridges[rows]
+        if self.offsets is not None:
+            out["offsets"] = self.offsets[rows]
+        return out
+
+
+def data_statistics(train, config):
+    """Input normalisation, mean pose, joint limits and planted-ankle height from the training rows only."""
+    mask = train.skeleton.role_mask
+    input_mean = train.inputs.mean(axis=0, dtype=np.float64)
+    input_std = np.maximum(train.inputs.std(axis=0, dtype=np.float64), config.std_floor)
+    mean_pose = np.tile(np.eye(3), (NUM_ROLES, 1, 1))
+    step = max(1, len(train) // 20000)
+    for j in np.where(mask)[0]:
+        mean_pose[j] = chordal_mean(train.local_rotations[::step, j])
+    mean_pose[0] = np.eye(3)
+    deltas = np.zeros((len(train), NUM_ROLES, 3))
+    deltas[:, mask] = matrix_to_axis_angle(np.swapaxes(mean_pose[mask], -1, -2)[None] @ train.local_rotations[:, mask])
+    limit_low = np.where(mask[:, None], deltas.min(axis=0) - config.limit_margin, 0.0)
+    limit_high = np.where(mask[:, None], deltas.max(axis=0) + config.limit_margin, 0.0)
+    limit_low[0] = limit_high[0] = 0.0
+    contact_height = np.zeros(2)
+    for k, f in enumerate(FOOT_ROLES):
+        planted = train.contacts[:, k] > 0.5
+        if planted.any():
+            contact_height[k] = float(np.median(train.positions[planted, f, 2] - train.ground[planted, k]))
+    return dict(input_mean=input_mean.astype(np.float32), input_std=input_std.astype(np.float32),
+                mean_pose=mean_pose.astype(np.float32), limit_low=limit_low.astype(np.float32),
+                limit_high=limit_high.astype(np.float32), contact_height=contact_height.astype(np.float32))
+
+
+# ---- metrics ---------------------------------------------------------------------------------------------------
+
+
+def validation_metrics(model, data, units_to_cm=100.0, chunk=8192):
+    """The network alone (clamped to its joint limits) on held-out rows, in cm and degrees."""
+    mask = model.skeleton.role_mask
+    eff = [e for e in EFFECTOR_ROLES if mask[e]]
+    inner = [j for j in INNER_ROLES if mask[j]]
+    mapped = [j for j in range(1, NUM_ROLES) if mask[j]]
+    eff_err, joint_err, rot_err, contact_err = [], [], [], []
+    for start in range(0, len(data), chunk):
+        part = slice(start, start + chunk)
+        local = model.solve_local(data.inputs[part])
+        pose = kinematics.forward(model.skeleton, local, data.hips_rotation[part], data.hips_position[part],
+                                  data._per_sample("bridges", part), data._per_sample("offsets", part))
+        dist = np.linalg.norm(pose.positions.astype(np.float64) - data.positions[part], axis=-1) * units_to_cm
+        eff_err.append(dist[:, eff])
+        joint_err.append(dist)
+        rot_err.append(np.degrees(angle_between(pose.rotations[:, eff], data.global_rotations[part][:, eff])))
+        planted = data.contacts[part] > 0.5
+        feet = list(FOOT_ROLES)
+        dz = np.abs(pose.positions[:, feet, 2].astype(np.float64) - data.positions[part][:, feet, 2]) * units_to_cm
+        contact_err.append(dz[planted])
+    eff_err = np.concatenate(eff_err).reshape(-1)
+    joint_err = np.concatenate(joint_err)
+    rot_err = np.concatenate(rot_err).reshape(-1)
+    contact_err = np.concatenate(contact_err)
+    return {
+        "effector_cm_mean": float(eff_err.mean()),
+        "effector_cm_p95": float(np.percentile(eff_err, 95)),
+        "mpjpe_cm": float(joint_err[:, mapped].mean()),
+        "inner_mpjpe_cm": float(joint_err[:, inner].mean()) if inner else 0.0,
+        "effector_rotation_deg": float(rot_err.mean()),
+        "contact_height_cm": float(contact_err.mean()) if len(contact_err) else 0.0,
+        "frames": int(len(data)),
+    }
+
+
+def score(metrics):
+    """One number for early stopping and the best checkpoint: effector and inner-joint error together (cm)."""
+    return metrics["effector_cm_mean"] + metrics["inner_mpjpe_cm"]
+
+
+def _json_rng_state(rng):
+    """The generator's state with its 128-bit integers as strings (JSON numbers would lose them)."""
+    state = dict(rng.bit_generator.state)
+    state["state"] = {k: str(v) for k, v in state["state"].items()}
+    return state
+
+
+# ---- the loop --------------------------------------------------------------------------------------------------
+
+
+class Trainer:
+    """One training run. Build it on the caller's thread (data preparation), then call run() on any thread."""
+
+    def __init__(self, dataset, config, out_dir, progress=None, resume=False):
+        self.config = config
+        self.out_dir = os.fspath(out_dir)
+        if not os.path.isdir(self.out_dir):
+            raise FileRefused(f"output folder {self.out_dir} does not exist")
+        self.progress = progress if progress is not None else Progress()
+        self.dataset = dataset
+        skeleton = dataset.skeleton
+        inputs = np.asarray(dataset.inputs)
+        if inputs.ndim != 2 or inputs.shape[1] != NUM_INPUTS or len(inputs) < 4:
+            raise ValueError(f"the dataset needs at least 4 rows of {NUM_INPUTS} inputs, it has shape {inputs.shape}")
+        if not np.all(np.isfinite(inputs)):
+            raise ValueError("the dataset's inputs hold NaN or infinite numbers")
+        train_rows, val_rows = split_by_action(np.asarray(dataset.action), config.val_fraction, config.seed)
+        if len(val_rows) == 0:        # a single action: hold out its last tenth rather than nothing
+            cut = int(len(train_rows) * (1 - max(config.val_fraction, 0.1)))
+            train_rows, val_rows = train_rows[:cut], train_rows[cut:]
+        self.train = TrainingArrays(dataset, train_rows)
+        self.val = TrainingArrays(dataset, val_rows)
+        self.stats = data_statistics(self.train, config)
+        self.train.attach_mean_pose(self.stats["mean_pose"])
+        unit = config.position_unit or skeleton.height / 10.0
+        self.loss_context = losses.LossContext(
+            skeleton, self.stats["mean_pose"], self.stats["limit_low"], self.stats["limit_high"],
+            self.stats["contact_height"], unit,
+            **({} if config.role_weights is None else {"role_weights": np.asarray(config.role_weights)}))
+        self.train_inputs = ((self.train.inputs - self.stats["input_mean"]) / self.stats["input_std"]).astype(np.float32)
+        self.rng = np.random.default_rng(config.seed)
+        sizes = [NUM_INPUTS, *config.hidden, NUM_ROLES * 3]
+        self.weights = network.xavier_init(sizes, self.rng)
+        self.optimizer = network.Adam(self.weights, lr=config.learning_rate)
+        self.history = []
+        self.start_epoch = 0
+        self.best_score = math.inf
+        self.best_metrics = {}
+        self.elapsed_before = 0.0
+        self.paths = {"model": os.path.join(self.out_dir, MODEL_FILE), "state": os.path.join(self.out_dir, STATE_FILE),
+                      "metrics": os.path.join(self.out_dir, METRICS_FILE), "plot": os.path.join(self.out_dir, PLOT_FILE)}
+        if resume and os.path.exists(self.paths["state"]):
+            self._load_state()
+
+    # -- model assembly
+
+    def model(self, weights=None, metrics=None):
+        meta = {"training": self.config.to_json(), "metrics": metrics or {}, "history": self.history,
+                "losses": self.config.loss_weights.to_json(), "validation_actions": self._val_action_names(),
+                "train_frames": int(len(self.train)), "validation_frames": int(len(self.val))}
+        return Model(skeleton=self.dataset.skeleton, feature_spec=self.dataset.feature_spec,
+                     weights=[w.copy() for w in (weights or self.weights)],
+                     input_mean=self.stats["input_mean"], input_std=self.stats["input_std"],
+                     mean_pose=self.stats["mean_pose"], limit_low=self.stats["limit_low"],
+                     limit_high=self.stats["limit_high"], meta=meta)
+
+    def _val_action_names(self):
+        names = getattr(self.dataset, "action_names", None)
+        ids = np.unique(self.val.action)
+        if names is None or len(names) == 0:
+            return [int(i) for i in ids]
+        return [str(names[i]) for i in ids]
+
+    # -- resumable state
+
+    def _save_state(self, epoch):
+        arrays = {f"w{i}": w for i, w in enumerate(self.weights)}
+        arrays.update(self.optimizer.state_arrays())
+        meta = {"kind": STATE_KIND, "layout_version": 1, "epoch": epoch, "adam_step": self.optimizer.step_count,
+                "config": self.config.to_json(), "history": self.history, "best_score": self.best_score,
+                "best_metrics": self.best_metrics, "elapsed": self._elapsed(),
+                "rig_fingerprint": self.dataset.skeleton.fingerprint(),
+                "rng": _json_rng_state(self.rng)}
+        save_npz(self.paths["state"], arrays, meta)
+
+    def _load_state(self):
+        meta, arrays = load_npz(self.paths["state"], STATE_KIND)
+        if meta.get("rig_fingerprint") != self.dataset.skeleton.fingerprint():
+            raise FileRefused("the saved training state belongs to another rig: use another output folder")
+        if list(meta["config"].get("hidden", [])) != list(self.config.hidden):
+            raise FileRefused("the saved training state has other layer sizes: use another output folder")
+        for i, w in enumerate(self.weights):
+            saved = arrays[f"w{i}"]
+            if saved.shape != w.shape:
+                raise FileRefused("the saved training state does not match the network")
+            w[...] = saved
+        self.optimizer.load_state(arrays, meta["adam_step"])
+        self.start_epoch = int(meta["epoch"])
+        self.history = list(meta["history"])
+        self.best_score = float(meta["best_score"])
+        self.best_metrics = dict(meta["best_metrics"])
+        self.elapsed_before = float(meta.get("elapsed", 0.0))
+        state = dict(meta["rng"])
+        state["state"] = {k: int(v) for k, v in state["state"].items()}
+        self.rng.bit_generator.state = state
+
+    def _elapsed(self):
+        return self.elapsed_before + (time.perf_counter() - self._t0 if hasattr(self, "_t0") else 0.0)
+
+    # -- steps
+
+    def train_step(self, rows, lr):
+        """One Adam step on a batch of frame pairs; returns the LossResult (unweighted parts, weighted total)."""
+        cur = rows
+        prev = self.train.prev[cur]
+        both = np.concatenate([cur, prev])
+        batch = self.train.batch(both)
+        batch["pair_valid"] = self.train.has_prev[cur].astype(np.float32)
+        x = self.train_inputs[both]
+        if self.config.input_noise:
+            x = x + self.rng.normal(0.0, self.config.input_noise, x.shape).astype(np.float32)
+        out, cache = network.forward(self.weights, x)
+        result = losses.evaluate(self.loss_context, self.config.loss_weights, out, batch)
+        grads = network.backward(self.weights, cache, result.grad)
+        network.clip_by_global_norm(grads, self.config.grad_clip)
+        self.optimizer.step(self.weights, grads, lr)
+        return result
+
+    def _lr(self, fraction):
+        c = self.config
+        cosine = 0.5 * (1.0 + math.cos(math.pi * min(max(fraction, 0.0), 1.0)))
+        return c.learning_rate * (c.final_lr_fraction + (1.0 - c.final_lr_fraction) * cosine)
+
+    def _fraction(self, epoch_float):
+        c = self.config
+        f = epoch_float / max(c.epochs, 1)
+        if c.time_limit:
+            f = max(f, self._elapsed() / c.time_limit)
+        return f
+
+    def _validate_and_keep_best(self):
+        model = self.model()
+        metrics = validation_metrics(model, self.val)
+        s = score(metrics)
+        if s < self.best_score:
+            self.best_score, self.best_metrics = s, metrics
+            model.meta["metrics"] = metrics
+            checkpoint.save_model(self.paths["model"], model)
+        return metrics
+
+    def _report(self, **values):
+        for key, value in values.items():
+            setattr(self.progress, key, value)
+
+    def run(self):
+        c = self.config
+        p = self.progress
+        self._t0 = time.perf_counter()
+        half = max(c.batch_size // 2, 1)
+        candidates = np.arange(len(self.train))
+        steps = max(len(self.train) // (2 * half), 1)
+        self._report(running=True, epochs=c.epochs, message="training", checkpoint_path="", plot_path="")
+        stopped = "epochs"
+        epoch = self.start_epoch
+        since_best = 0
+        while epoch < c.epochs:
+            order = self.rng.permutation(candidates)
+            total, parts_sum, done = 0.0, {}, 0
+            for step in range(steps):
+                if p.cancel.is_set():
+                    stopped = "cancelled"
+                    break
+                if c.time_limit and self._elapsed() >= c.time_limit:
+                    stopped = "time limit"
+                    break
+                lr = self._lr(self._fraction(epoch + step / steps))
+                result = self.train_step(order[step * half:(step + 1) * half], lr)
+                if not math.isfinite(result.total):
+                    raise FloatingPointError("training diverged (the loss is not finite): lower the learning rate")
+                total += result.total
+                for k, v in result.parts.items():
+                    parts_sum[k] = parts_sum.get(k, 0.0) + v
+                done += 1
+            if done == 0 and stopped != "epochs":
+                break
+            epoch += 1 if stopped == "epochs" else 0
+            metrics = self._validate_and_keep_best()
+            improved = metrics is self.best_metrics
+            since_best = 0 if improved else since_best + 1
+            entry = {"epoch": epoch if stopped == "epochs" else epoch + done / steps,
+                     "train_loss": total / max(done, 1), "lr": lr, "seconds": round(self._elapsed(), 2),
+                     **{f"train_{k}": v / max(done, 1) for k, v in parts_sum.items()},
+                     **{f"val_{k}": v for k, v in metrics.items() if k != "frames"}}
+            self.history.append(entry)
+            self._save_state(epoch)
+            self._write_plot()
+            elapsed = self._elapsed()
+            per_epoch = elapsed / max(len(self.history), 1)
+            left = per_epoch * (c.epochs - epoch)
+            if c.time_limit:
+                left = min(left, max(c.time_limit - elapsed, 0.0))
+            self._report(epoch=epoch, train_loss=entry["train_loss"], val_error_cm=metrics["effector_cm_mean"],
+                         val_inner_cm=metrics["inner_mpjpe_cm"], seconds_left=left, elapsed=elapsed,
+                         history=list(self.history), best_metrics=dict(self.best_metrics),
+                         checkpoint_path=self.paths["model"], plot_path=self.paths["plot"],
+                         message=f"epoch {epoch}/{c.epochs}: effector {metrics['effector_cm_mean']:.2f} cm, "
+                                 f"inner {metrics['inner_mpjpe_cm']:.2f} cm")
+            if stopped != "epochs":
+                break
+            if c.patience and since_best >= c.patience:
+                stopped = "early stop"
+                break
+        seconds = self._elapsed()
+        if not os.path.exists(self.paths["model"]):      # nothing validated yet (cancelled at once): keep what we have
+            self._validate_and_keep_best()
+        best = checkpoint.load_model(self.paths["model"])
+        summary = {"stopped": stopped, "seconds": round(seconds, 2), "best": self.best_metrics,
+                   "settings": c.to_json(), "history": self.history, "train_frames": int(len(self.train)),
+                   "validation_frames": int(len(self.val)), "validation_actions": self._val_action_names(),
+                   "rig_fingerprint": self.dataset.skeleton.fingerprint()}
+        save_json(self.paths["metrics"], summary)
+        self._write_plot()
+        self._report(running=False, message=f"finished ({stopped}): best effector "
+                                            f"{self.best_metrics.get('effector_cm_mean', float('nan')):.2f} cm, inner "
+                                            f"{self.best_metrics.get('inner_mpjpe_cm', float('nan')):.2f} cm",
+                     best_metrics=dict(self.best_metrics), checkpoint_path=self.paths["model"])
+        return TrainResult(best, dict(self.best_metrics), list(self.history), stopped, seconds, dict(self.paths))
+
+    def _write_plot(self):
+        if not self.history:
+            return
+        x = [h["epoch"] for h in self.history]
+        series = {"train loss": [h["train_loss"] for h in self.history],
+                  "val effector cm": [h["val_effector_cm_mean"] for h in self.history],
+                  "val inner cm": [h["val_inner_mpjpe_cm"] for h in self.history]}
+        loss_curve_png(self.paths["plot"], x, series, log_y=True)
+
+
+def train(dataset, config=None, out_dir=".", progress=None, resume=False):
+    """Train a model on a dataset; returns TrainResult. See Trainer."""
+    return Trainer(dataset, config or TrainConfig(), out_dir, progress, resume).run()

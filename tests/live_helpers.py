@@ -1,0 +1,120 @@
+"""Shared by the live-IK tests: a small humanoid Skeleton, models on it, and poses with their targets.
+
+The models here are real Models (the class the trainer produces): either random weights, or a linear layer fitted by
+least squares to poses of the skeleton, which is a weak but honest network whose errors refinement must fix.
+"""
+
+import numpy as np
+
+from neural_ik.neural_network import kinematics
+from neural_ik.neural_network.features import FeatureSpec, build_inputs, references_from_data
+from neural_ik.neural_network.model import Model
+from neural_ik.neural_network.roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLE_PARENTS, ROLES
+from neural_ik.neural_network.rotations import axis_angle_to_matrix, matrix_to_axis_angle
+from neural_ik.neural_network.skeleton import Skeleton
+
+OFFSETS = {
+    "Spine": (0, 0, 0.10), "Spine1": (0, 0, 0.12), "Spine2": (0, 0, 0.12), "NeckLower": (0, 0, 0.18),
+    "NeckUpper": (0, 0, 0.05), "Head": (0, 0, 0.06),
+    "LeftShoulder": (0.03, 0, 0.15), "LeftArm": (0.15, 0, 0), "LeftForeArm": (0.28, 0, 0), "LeftHand": (0.25, 0, 0),
+    "RightShoulder": (-0.03, 0, 0.15), "RightArm": (-0.15, 0, 0), "RightForeArm": (-0.28, 0, 0),
+    "RightHand": (-0.25, 0, 0),
+    "LeftThigh": (0.1, 0, -0.05), "LeftShin": (0, 0, -0.42), "LeftFoot": (0, 0, -0.42), "LeftToeBase": (0, -0.14, -0.07),
+    "RightThigh": (-0.1, 0, -0.05), "RightShin": (0, 0, -0.42), "RightFoot": (0, 0, -0.42),
+    "RightToeBase": (0, -0.14, -0.07),
+}
+HIPS_HEIGHT = 1.0
+
+
+def humanoid_skeleton(drop=(), twist=0.0):
+    """A T-posed humanoid in character space; `drop` leaves roles unmapped, `twist` turns every bridge (radians)."""
+    names = ["" if role in drop else f"bone_{role}" for role in ROLES]
+    offsets = np.array([[0, 0, 0]] + [OFFSETS[r] for r in ROLES[1:]], np.float64)
+    for j, role in enumerate(ROLES):   # an unmapped role's offset folds into its children
+        if role in drop:
+            for c in range(NUM_ROLES):
+                if ROLE_PARENTS[c] == j:
+                    offsets[c] = offsets[c] + offsets[j]
+    bridges = np.broadcast_to(axis_angle_to_matrix(np.array([0.0, twist, 0.0])), (NUM_ROLES, 3, 3)).copy()
+    bridges[0] = np.eye(3)
+    skel = Skeleton(names, offsets, bridges, np.broadcast_to(np.eye(3), (NUM_ROLES, 3, 3)), np.zeros((NUM_ROLES, 3)),
+                    name="test humanoid")
+    pose = kinematics.forward(skel, np.broadcast_to(np.eye(3), (1, NUM_ROLES, 3, 3)).copy(), np.eye(3)[None],
+                              np.array([[0, 0, HIPS_HEIGHT]]))
+    skel.rest_positions = np.where(skel.role_mask[:, None], pose.positions[0], 0.0)
+    skel.rest_rotations = pose.rotations[0]
+    return skel
+
+
+def mean_pose(seed=0):
+    rng = np.random.default_rng(seed)
+    return axis_angle_to_matrix(rng.normal(0, 0.15, (NUM_ROLES, 3)))
+
+
+def limits(width=1.2):
+    low = np.full((NUM_ROLES, 3), -width)
+    return low, -low
+
+
+def random_poses(skeleton, n, seed=1, spread=0.35, mean=None):
+    """n poses: local rotations near `mean`, a random hips transform; returns (local, hips_R, hips_p, FK pose)."""
+    rng = np.random.default_rng(seed)
+    mean = mean_pose() if mean is None else mean
+    deltas = rng.normal(0, spread, (n, NUM_ROLES, 3))
+    local = mean[None] @ axis_angle_to_matrix(deltas)
+    local[:, ~skeleton.role_mask] = np.eye(3)
+    hips_R = axis_angle_to_matrix(rng.normal(0, 0.3, (n, 3)) + np.array([0, 0, 1]) * rng.uniform(-3, 3, (n, 1)))
+    hips_p = rng.normal(0, 0.5, (n, 3)) + np.array([0, 0, HIPS_HEIGHT])
+    pose = kinematics.forward(skeleton, local, hips_R, hips_p)
+    return local, hips_R, hips_p, pose
+
+
+def targets_of(pose, hips_R, hips_p):
+    """(n, 6, 4, 4) target matrices in character space (root, then the five effectors) from an FK pose."""
+    n = len(hips_R)
+    out = np.broadcast_to(np.eye(4), (n, 6, 4, 4)).copy()
+    out[:, 0, :3, :3], out[:, 0, :3, 3] = hips_R, hips_p
+    out[:, 1:, :3, :3] = pose.rotations[:, list(EFFECTOR_ROLES)]
+    out[:, 1:, :3, 3] = pose.positions[:, list(EFFECTOR_ROLES)]
+    return out
+
+
+def inputs_of(spec, pose, hips_R, task=0, phase=0.0, ground=0.0):
+    n = len(hips_R)
+    return build_inputs(spec, pose.positions, pose.rotations, hips_R, np.full((n, 2), ground), np.zeros((n, 2)),
+                        np.ones((n, 2)), np.full(n, phase), np.full(n, task))
+
+
+def random_model(skeleton, hidden=(32, 24), seed=2, spec=None):
+    rng = np.random.default_rng(seed)
+    sizes = [50, *hidden, NUM_ROLES * 3]
+    weights = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        weights += [rng.normal(0, 1 / np.sqrt(a), (a, b)).astype(np.float32), rng.normal(0, 0.1, b).astype(np.float32)]
+    spec = spec or FeatureSpec(np.broadcast_to(np.eye(3), (5, 3, 3)).copy(), np.eye(3))
+    low, high = limits()
+    return Model(skeleton, spec, weights, rng.normal(0, 0.3, 50).astype(np.float32),
+                 rng.uniform(0.5, 2.0, 50).astype(np.float32), mean_pose(), low, high, meta={"metrics": {"test": 1}})
+
+
+def fitted_model(skeleton, n=3000, seed=3, spread=0.3):
+    """A linear Model (no hidden layer) fitted by ridge regression to random poses of the skeleton."""
+    mean = mean_pose()
+    local, hips_R, hips_p, pose = random_poses(skeleton, n, seed=seed, spread=spread, mean=mean)
+    spec = references_from_data(pose.positions, pose.rotations, hips_R)
+    x = inputs_of(spec, pose, hips_R).astype(np.float64)
+    deltas = matrix_to_axis_angle(np.swapaxes(mean, -1, -2)[None] @ local).reshape(n, -1)
+    mu, sd = x.mean(0), np.maximum(x.std(0), 1e-3)
+    z = np.concatenate([(x - mu) / sd, np.ones((n, 1))], axis=1)
+    coef = np.linalg.solve(z.T @ z + 1e-3 * np.eye(z.shape[1]), z.T @ deltas)
+    low, high = limits(1.6)
+    return Model(skeleton, spec, [coef[:-1].astype(np.float32), coef[-1].astype(np.float32)], mu.astype(np.float32),
+                 sd.astype(np.float32), mean, low, high)
+
+
+def mpjpe(a, b, mask):
+    return float(np.mean(np.linalg.norm(a[:, mask] - b[:, mask], axis=-1)))
+
+
+__all__ = ["humanoid_skeleton", "limits", "mean_pose", "random_model", "fitted_model", "random_poses", "targets_of",
+           "inputs_of", "mpjpe", "ROLE_INDEX"]

@@ -7,6 +7,8 @@ import importlib
 
 MODULE_NAMES = (
     # "rig",
+    "evaluate",
+    "data",
 )
 
 _modules = []

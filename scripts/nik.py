@@ -82,6 +82,56 @@ def save_blend(path):
 # ---- commands are added below, one block each -----------------------------------------------------------------
 
 
+@command("evaluate", "Re-solve real motion from its own effectors (network and Blender IK) and measure it")
+def _evaluate_command(parser):
+    parser.add_argument("--blend", help=".blend file whose armature's actions are evaluated")
+    parser.add_argument("--armature", help="armature name in the .blend")
+    parser.add_argument("--actions", default="", help="comma-separated action names (default: all of the rig)")
+    parser.add_argument("--bvh-folder", default="", help="evaluate BVH files of this folder instead, one at a time")
+    parser.add_argument("--files", default="", help="comma-separated name patterns within --bvh-folder")
+    parser.add_argument("--max-files", type=int, default=0, help="at most this many files (0: all)")
+    parser.add_argument("--model", default="", help="checkpoint to evaluate (default: Blender IK baseline only)")
+    parser.add_argument("--refine", type=int, default=2, help="refinement iterations of the refined network row")
+    parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run Blender's IK constraint (without and with poles)")
+    parser.add_argument("--poles", action=argparse.BooleanOptionalAction, default=True,
+                        help="include the Blender IK row with poles placed from the reference")
+    parser.add_argument("--start-pose", action="store_true", help="add a row for the baseline's start pose, no IK")
+    parser.add_argument("--train-folder", default="", help="BVH folder of training clips for the baseline's start pose "
+                        "(used when no --model is given)")
+    parser.add_argument("--train-files", default="", help="comma-separated name patterns within --train-folder")
+    parser.add_argument("--train-max", type=int, default=20, help="at most this many training files for the start pose")
+    parser.add_argument("--json", default="", help="write the full results here")
+    parser.add_argument("--png", default="", help="write the error-over-frames and per-role chart here")
+
+    def run(args):
+        import bpy
+
+        if args.blend:
+            open_blend(args.blend)
+        elif not args.bvh_folder:
+            raise CommandError("give --blend FILE or --bvh-folder DIR")
+        if args.blend and not args.bvh_folder:
+            active_armature(args.armature)
+        for path in (args.json, args.png):
+            if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+                raise CommandError(f"folder of {path} does not exist")
+        run_operator(bpy.ops.neural_ik.evaluate, armature=args.armature or "", actions=args.actions,
+                     bvh_folder=os.path.abspath(args.bvh_folder) if args.bvh_folder else "", files=args.files,
+                     max_files=args.max_files, model_path=os.path.abspath(args.model) if args.model else "",
+                     refine_iterations=args.refine, baseline=args.baseline, poles=args.poles,
+                     start_pose=args.start_pose,
+                     mean_pose_folder=os.path.abspath(args.train_folder) if args.train_folder else "",
+                     mean_pose_files_pattern=args.train_files, mean_pose_files=args.train_max,
+                     json_path=os.path.abspath(args.json) if args.json else "",
+                     png_path=os.path.abspath(args.png) if args.png else "")
+        if args.json:
+            print(f"results written to {args.json}")
+        if args.png:
+            print(f"chart written to {args.png}")
+    return run
+
+
 def main(argv):
     parser = argparse.ArgumentParser(prog="nik", description="Neural IK: learned full-body IK for Blender rigs")
     sub = parser.add_subparsers(dest="command", metavar="command")

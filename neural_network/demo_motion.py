@@ -1,0 +1,661 @@
+"""The demo rig and its procedural motion: a 54-bone humanoid and actions the project writes itself.
+
+Why: the extension must train out of the box with no external data, and the data must carry the structure a
+human prior needs: spine, shoulders and arms moving together, knees bending with the hips, feet planted while they
+carry weight and hands landing on targets. Legs and reaching arms are therefore *solved*, not keyed: every frame a
+closed-form two-bone solve puts the ankle on a planted (or swinging) target and the wrist on a reach target, so
+the local rotations in the data are the ones an IK solution has.
+
+Space: Blender armature space in metres, +Z up, the character faces -Y (its left is +X). A bone's rest frame has
+its Y axis along the bone (Blender's convention); limbs take their X axis on the hinge of the elbow or knee so
+bending is a rotation about local X. Local rotations are relative to the rest (Blender's `matrix_basis`), as
+quaternions (w, x, y, z); the hips location is in the hips bone's rest frame, as Blender stores pose location.
+Everything here is deterministic from the seed. Pure NumPy: no bpy.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .roles import TASKS, task_from_name
+from .rotations import axis_angle_to_matrix, matrix_to_quaternion
+
+FPS = 30
+GRAVITY = 9.81
+
+
+# ---- the rig -----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BoneDef:
+    name: str
+    parent: str          # "" for the root
+    head: tuple
+    tail: tuple
+    x_hint: tuple        # direction the bone's local X axis should follow (made orthogonal to the bone)
+    connect: bool = False
+
+
+_ARM_DOWN = np.radians(35.0)   # A-pose: arms 35 degrees below horizontal
+
+
+def _side_bones(side):
+    """One side of the body; `side` is +1 for left (+X), -1 for right."""
+    pre = "Left" if side > 0 else "Right"
+    s = float(side)
+    c, d = np.cos(_ARM_DOWN), np.sin(_ARM_DOWN)
+    arm_dir = np.array([s * c, 0.0, -d])
+    arm_x = tuple(np.array([-d, 0.0, -s * c]))          # the elbow hinge in rest (see module docstring)
+    shoulder = np.array([s * 0.18, 0.0, 1.41])
+    elbow = shoulder + 0.29 * arm_dir
+    wrist = elbow + 0.26 * arm_dir
+    knuckles = wrist + 0.09 * arm_dir
+    bones = [
+        BoneDef(f"{pre}Shoulder", "Spine2", (s * 0.03, 0.0, 1.40), tuple(shoulder), arm_x),
+        BoneDef(f"{pre}Arm", f"{pre}Shoulder", tuple(shoulder), tuple(elbow), arm_x, True),
+        BoneDef(f"{pre}ForeArm", f"{pre}Arm", tuple(elbow), tuple(wrist), arm_x, True),
+        BoneDef(f"{pre}Hand", f"{pre}ForeArm", tuple(wrist), tuple(knuckles), arm_x, True),
+    ]
+    for finger, forward, lengths in (("Index", -0.024, (0.045, 0.028, 0.022)), ("Middle", -0.008, (0.048, 0.030, 0.024)),
+                                     ("Ring", 0.008, (0.044, 0.028, 0.022)), ("Pinky", 0.023, (0.036, 0.022, 0.018))):
+        start = knuckles + np.array([0.0, forward, 0.0])
+        parent = f"{pre}Hand"
+        for i, length in enumerate(lengths, 1):
+            end = start + length * arm_dir
+            bones.append(BoneDef(f"{pre}Hand{finger}{i}", parent, tuple(start), tuple(end), arm_x, i > 1))
+            parent, start = f"{pre}Hand{finger}{i}", end
+    thumb_dir = arm_dir * 0.6 + np.array([0.0, -0.8, 0.0])
+    thumb_dir /= np.linalg.norm(thumb_dir)
+    start = wrist + 0.025 * arm_dir + np.array([0.0, -0.025, 0.0])
+    parent = f"{pre}Hand"
+    for i, length in enumerate((0.04, 0.032), 1):
+        end = start + length * thumb_dir
+        bones.append(BoneDef(f"{pre}HandThumb{i}", parent, tuple(start), tuple(end), arm_x, i > 1))
+        parent, start = f"{pre}HandThumb{i}", end
+    x = s * 0.09
+    bones += [
+        BoneDef(f"{pre}Thigh", "Hips", (x, 0.0, 0.93), (x, 0.0, 0.50), (1.0, 0.0, 0.0)),
+        BoneDef(f"{pre}Shin", f"{pre}Thigh", (x, 0.0, 0.50), (x, 0.0, 0.09), (1.0, 0.0, 0.0), True),
+        BoneDef(f"{pre}Foot", f"{pre}Shin", (x, 0.0, 0.09), (x, -0.13, 0.025), (1.0, 0.0, 0.0), True),
+        BoneDef(f"{pre}ToeBase", f"{pre}Foot", (x, -0.13, 0.025), (x, -0.19, 0.02), (1.0, 0.0, 0.0), True),
+        BoneDef(f"{pre}Toe_End", f"{pre}ToeBase", (x, -0.19, 0.02), (x, -0.22, 0.02), (1.0, 0.0, 0.0), True),
+    ]
+    return bones
+
+
+def _all_bones():
+    up = (1.0, 0.0, 0.0)
+    centre = [
+        BoneDef("Hips", "", (0.0, 0.0, 0.95), (0.0, 0.0, 1.05), up),
+        BoneDef("Spine", "Hips", (0.0, 0.0, 1.05), (0.0, 0.0, 1.17), up, True),
+        BoneDef("Spine1", "Spine", (0.0, 0.0, 1.17), (0.0, 0.0, 1.29), up, True),
+        BoneDef("Spine2", "Spine1", (0.0, 0.0, 1.29), (0.0, 0.0, 1.45), up, True),
+        BoneDef("NeckLower", "Spine2", (0.0, 0.0, 1.45), (0.0, -0.005, 1.52), up, True),
+        BoneDef("NeckUpper", "NeckLower", (0.0, -0.005, 1.52), (0.0, -0.01, 1.58), up, True),
+        BoneDef("Head", "NeckUpper", (0.0, -0.01, 1.58), (0.0, -0.01, 1.78), up, True),
+        BoneDef("HeadTop_End", "Head", (0.0, -0.01, 1.78), (0.0, -0.01, 1.81), up, True),
+    ]
+    return centre + _side_bones(1) + _side_bones(-1)
+
+
+BONES = tuple(_all_bones())
+BONE_NAMES = tuple(b.name for b in BONES)
+BONE_INDEX = {name: i for i, name in enumerate(BONE_NAMES)}
+PARENT_INDEX = tuple(BONE_INDEX[b.parent] if b.parent else -1 for b in BONES)
+END_BONES = ("HeadTop_End", "LeftToe_End", "RightToe_End")
+
+
+def _normalize(v):
+    v = np.asarray(v, dtype=np.float64)
+    return v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
+
+
+def frame_from(y_axis, x_hint):
+    """Rotation (..., 3, 3) whose columns are X, Y, Z with Y along y_axis and X as close to x_hint as possible."""
+    y = _normalize(y_axis)
+    z = _normalize(np.cross(x_hint, y))
+    x = np.cross(y, z)
+    return np.stack([x, y, z], axis=-1)
+
+
+def blender_roll_frame(direction, roll):
+    """Blender's vec_roll_to_mat3: the rest frame Blender builds from a bone direction and its roll."""
+    x, y, z = _normalize(direction)
+    theta = 1.0 + y
+    theta_alt = x * x + z * z
+    if theta > 1e-5 or theta_alt > 1e-9:
+        if theta <= 1e-5:
+            theta = theta_alt * 0.5 + theta_alt * theta_alt * 0.125
+        b = np.array([[1 - x * x / theta, x, -x * z / theta],
+                      [-x, y, -z],
+                      [-x * z / theta, z, 1 - z * z / theta]])
+    else:
+        b = np.diag([-1.0, -1.0, 1.0])
+    return axis_angle_to_matrix(_normalize(direction) * roll) @ b
+
+
+def roll_for_frame(frame):
+    """The roll that makes Blender build `frame` from the bone's direction (inverse of blender_roll_frame)."""
+    y = frame[:, 1]
+    base_x = blender_roll_frame(y, 0.0)[:, 0]
+    return float(np.arctan2(np.dot(np.cross(base_x, frame[:, 0]), y), np.dot(base_x, frame[:, 0])))
+
+
+REST_HEADS = np.array([b.head for b in BONES], dtype=np.float64)
+REST_TAILS = np.array([b.tail for b in BONES], dtype=np.float64)
+REST_FRAMES = np.stack([frame_from(np.subtract(b.tail, b.head), b.x_hint) for b in BONES])
+REST_ROLLS = tuple(roll_for_frame(f) for f in REST_FRAMES)
+
+
+def rig_bones():
+    """[(name, parent or None, head, tail, roll, connect)] in parent-first order, for building edit bones."""
+    return [(b.name, b.parent or None, tuple(map(float, b.head)), tuple(map(float, b.tail)), roll, b.connect)
+            for b, roll in zip(BONES, REST_ROLLS)]
+
+
+# ---- posing ------------------------------------------------------------------------------------------------------
+
+def _rot(axis, angle):
+    """Rotation matrices (F, 3, 3) about a fixed axis by angles (F,)."""
+    angle = np.asarray(angle, dtype=np.float64)
+    return axis_angle_to_matrix(np.asarray(axis, dtype=np.float64) * angle[..., None])
+
+
+def rx(a):
+    return _rot((1.0, 0.0, 0.0), a)
+
+
+def ry(a):
+    return _rot((0.0, 1.0, 0.0), a)
+
+
+def rz(a):
+    return _rot((0.0, 0.0, 1.0), a)
+
+
+def two_bone_directions(root, target, pole, upper, lower):
+    """Closed-form two-bone IK: (upper dir, lower dir, hinge axis, reached) with the middle joint toward `pole`.
+
+    The hinge axis is normalize(pole x (target - root)), so a limb whose rest X axis is that hinge bends about X.
+    """
+    to_target = target - root
+    dist = np.linalg.norm(to_target, axis=-1)
+    u = _normalize(to_target)
+    n = _normalize(np.cross(pole, u))
+    bend = np.cross(u, n)
+    reach = np.clip(dist, abs(upper - lower) + 1e-6, (upper + lower) * (1.0 - 1e-6))
+    cos_a = np.clip((upper * upper + reach * reach - lower * lower) / (2.0 * upper * reach), -1.0, 1.0)
+    sin_a = np.sqrt(1.0 - cos_a * cos_a)
+    mid = root + upper * (cos_a[:, None] * u + sin_a[:, None] * bend)
+    end = root + reach[:, None] * u
+    return _normalize(mid - root), _normalize(end - mid), n, dist <= (upper + lower) * (1.0 - 1e-6)
+
+
+class PoseBuilder:
+    """World rotations and head positions of every bone over F frames, filled parent first; locals at the end."""
+
+    def __init__(self, frames):
+        self.frames = frames
+        self.world = [None] * len(BONES)
+        self.heads = [None] * len(BONES)
+        self.local = [None] * len(BONES)
+
+    def _neutral(self, i):
+        """World rotation and head of bone i if its own local rotation were identity."""
+        p = PARENT_INDEX[i]
+        bridge = REST_FRAMES[p].T @ REST_FRAMES[i]
+        offset = REST_FRAMES[p].T @ (REST_HEADS[i] - REST_HEADS[p])
+        return self.world[p] @ bridge, self.heads[p] + np.einsum("fij,j->fi", self.world[p], offset)
+
+    def set_hips(self, position, rotation):
+        i = BONE_INDEX["Hips"]
+        self.world[i] = rotation @ REST_FRAMES[i]
+        self.heads[i] = np.asarray(position, dtype=np.float64)
+        self.local[i] = REST_FRAMES[i].T @ rotation @ REST_FRAMES[i]
+
+    def turn(self, name, delta):
+        """Pose a bone by a rotation in its parent's posed, armature-aligned axes (F, 3, 3)."""
+        i = BONE_INDEX[name]
+        neutral, head = self._neutral(i)
+        local = REST_FRAMES[i].T @ delta @ REST_FRAMES[i]
+        self.local[i], self.world[i], self.heads[i] = local, neutral @ local, head
+
+    def set_local(self, name, local):
+        i = BONE_INDEX[name]
+        neutral, head = self._neutral(i)
+        self.local[i], self.world[i], self.heads[i] = local, neutral @ local, head
+
+    def set_world(self, name, world):
+        i = BONE_INDEX[name]
+        neutral, head = self._neutral(i)
+        self.local[i] = np.swapaxes(neutral, -1, -2) @ world
+        self.world[i], self.heads[i] = world, head
+
+    def head(self, name):
+        i = BONE_INDEX[name]
+        if self.heads[i] is None:
+            return self._neutral(i)[1]
+        return self.heads[i]
+
+    def solve_limb(self, upper, lower, target, pole):
+        """Two-bone solve of upper/lower so the lower bone's tail lands on target; returns the reached mask."""
+        iu, il = BONE_INDEX[upper], BONE_INDEX[lower]
+        root = self._neutral(iu)[1]
+        len_u = np.linalg.norm(REST_TAILS[iu] - REST_HEADS[iu])
+        len_l = np.linalg.norm(REST_TAILS[il] - REST_HEADS[il])
+        d_u, d_l, hinge, reached = two_bone_directions(root, target, pole, len_u, len_l)
+        self.set_world(upper, frame_from(d_u, hinge))
+        self.set_world(lower, frame_from(d_l, hinge))
+        return reached
+
+    def finish(self):
+        """(F, 54, 4) quaternions, identity for every bone left unposed (fingers, end bones)."""
+        eye = np.broadcast_to(np.eye(3), (self.frames, 3, 3))
+        for i in range(len(BONES)):
+            if self.local[i] is None:
+                self.set_local(BONE_NAMES[i], eye)
+        quats = matrix_to_quaternion(np.stack(self.local, axis=1))
+        # keep each bone's quaternion on one hemisphere over time so Blender's per-channel interpolation is smooth
+        for f in range(1, self.frames):
+            flip = np.sum(quats[f] * quats[f - 1], axis=-1) < 0
+            quats[f, flip] *= -1
+        return quats
+
+
+# ---- motion building blocks --------------------------------------------------------------------------------------
+
+def smoothstep(x):
+    x = np.clip(x, 0.0, 1.0)
+    return x * x * (3.0 - 2.0 * x)
+
+
+def keyed(t, times, values):
+    """Ease-in-out interpolation through (time, value) keys (flat tangents at every key)."""
+    times = np.asarray(times, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    seg = np.clip(np.searchsorted(times, t, side="right") - 1, 0, len(times) - 2)
+    w = smoothstep((t - times[seg]) / np.maximum(times[seg + 1] - times[seg], 1e-9))
+    return values[seg] + (values[seg + 1] - values[seg]) * w
+
+
+def _smooth(x, sigma):
+    radius = int(3 * sigma) + 1
+    k = np.exp(-0.5 * (np.arange(-radius, radius + 1) / sigma) ** 2)
+    k /= k.sum()
+    padded = np.pad(x, radius, mode="edge")
+    return np.convolve(padded, k, mode="valid")
+
+
+LEG_LENGTH = float(np.linalg.norm(REST_TAILS[BONE_INDEX["LeftThigh"]] - REST_HEADS[BONE_INDEX["LeftThigh"]])
+                   + np.linalg.norm(REST_TAILS[BONE_INDEX["LeftShin"]] - REST_HEADS[BONE_INDEX["LeftShin"]]))
+_ANKLE_TO_BALL = REST_HEADS[BONE_INDEX["LeftToeBase"]] - REST_HEADS[BONE_INDEX["LeftFoot"]]
+_ANKLE_HEIGHT = float(REST_HEADS[BONE_INDEX["LeftFoot"]][2])
+
+
+def _foot_on_ball(ball, pitch):
+    """Ankle position when the foot pivots about a planted ball by `pitch` (heel up positive)."""
+    return ball - np.einsum("fij,j->fi", rx(pitch), _ANKLE_TO_BALL)
+
+
+def _lower_hips_to_reach(hips_pos, hips_rot, ankles):
+    """Lower the hips just enough (and smoothly) that both legs reach their ankle targets."""
+    need = np.zeros(len(hips_pos))
+    radius = 0.997 * LEG_LENGTH
+    for side in ("Left", "Right"):
+        offset = REST_HEADS[BONE_INDEX[f"{side}Thigh"]] - REST_HEADS[BONE_INDEX["Hips"]]
+        hip = hips_pos + np.einsum("fij,j->fi", hips_rot, offset)
+        d = ankles[side] - hip
+        horizontal = np.minimum(np.linalg.norm(d[:, :2], axis=-1), radius * 0.999)
+        allowed = np.sqrt(radius * radius - horizontal * horizontal)
+        need = np.maximum(need, -d[:, 2] - allowed)
+    need = np.maximum(need, 0.0)
+    widened = np.max(np.stack([np.roll(need, k) for k in range(-3, 4)]), axis=0)
+    widened[:3], widened[-3:] = need[:3].max(), need[-3:].max()
+    drop = np.maximum(_smooth(widened, 1.5), need)
+    out = hips_pos.copy()
+    out[:, 2] -= drop
+    return out
+
+
+@dataclass
+class Plan:
+    """Everything an action decides per frame before the solve (canonical heading: walking toward -Y)."""
+    frames: int
+    hips_pos: np.ndarray
+    hips_rot: np.ndarray
+    ankles: dict                   # side -> (F, 3) ankle targets
+    foot_pitch: dict               # side -> (F,) foot pitch about X, heel up positive
+    contact: dict                  # side -> (F,) bool, foot planted
+    spine: np.ndarray              # (F, 3) flexion, side bend, twist for the whole spine (radians)
+    look: np.ndarray               # (F, 2) head pitch and yaw on top of keeping the gaze level
+    arm_swing: dict = field(default_factory=dict)    # side -> (F, 3) forward swing, adduction, elbow bend (FK arms)
+    hand_targets: dict = field(default_factory=dict)  # side -> (F, 3) wrist targets (IK arms)
+    shoulder_lift: dict = field(default_factory=dict)  # side -> (F,) clavicle elevation
+    curl: dict = field(default_factory=dict)          # side -> (F,) finger curl
+    reach_spec: tuple = None      # (sides, azimuth, elevation, extent, weight over time) for reach and grab
+
+
+def _base_plan(frames, rng):
+    f = frames
+    zeros = np.zeros(f)
+    ankles = {s: np.tile([sx * 0.09, 0.0, _ANKLE_HEIGHT], (f, 1)) for s, sx in (("Left", 1), ("Right", -1))}
+    return Plan(
+        frames=f, hips_pos=np.tile([0.0, 0.0, 0.95], (f, 1)), hips_rot=np.broadcast_to(np.eye(3), (f, 3, 3)).copy(),
+        ankles=ankles, foot_pitch={"Left": zeros.copy(), "Right": zeros.copy()},
+        contact={"Left": np.ones(f, bool), "Right": np.ones(f, bool)},
+        spine=np.zeros((f, 3)), look=np.zeros((f, 2)),
+        arm_swing={s: np.tile([0.0, np.radians(45.0), np.radians(12.0)], (f, 1)) for s in ("Left", "Right")},
+        shoulder_lift={"Left": zeros.copy(), "Right": zeros.copy()},
+        curl={"Left": np.full(f, 0.25), "Right": np.full(f, 0.25)},
+    )
+
+
+def _hips_rotation(yaw, pitch, roll):
+    return rz(yaw) @ rx(pitch) @ ry(roll)
+
+
+# ---- the actions -------------------------------------------------------------------------------------------------
+
+def plan_idle(frames, rng, variant):
+    p = _base_plan(frames, rng)
+    t = np.arange(frames) / FPS
+    breath = 2 * np.pi * t / rng.uniform(3.0, 4.5)
+    shift = rng.uniform(0.01, 0.04) * np.sin(2 * np.pi * t / rng.uniform(2.5, 4.0) + rng.uniform(0, 6))
+    p.hips_pos[:, 0] += shift
+    p.hips_pos[:, 2] -= rng.uniform(0.0, 0.012)
+    p.hips_rot = _hips_rotation(0.05 * np.sin(breath * 0.5), 0.02 * np.sin(breath), -shift * 1.5)
+    p.spine[:, 0] = 0.04 * np.sin(breath) + rng.uniform(-0.05, 0.08)
+    p.spine[:, 1] = shift * 2.0
+    p.look[:, 1] = rng.uniform(0.1, 0.5) * np.sin(2 * np.pi * t / rng.uniform(3.0, 6.0))
+    p.look[:, 0] = rng.uniform(-0.15, 0.1)
+    for i, side in enumerate(("Left", "Right")):
+        p.arm_swing[side][:, 0] = 0.06 * np.sin(breath + i)
+        p.arm_swing[side][:, 1] = np.radians(rng.uniform(40, 50))
+        p.arm_swing[side][:, 2] = np.radians(rng.uniform(8, 25))
+        p.shoulder_lift[side] = 0.04 * np.sin(breath)
+    return p
+
+
+def plan_gait(frames, rng, speed, period, duty, lift, running):
+    """Walking and running: stance feet stay planted (rolling onto the ball late in stance), swing feet arc over."""
+    p = _base_plan(frames, rng)
+    t = np.arange(frames) / FPS
+    phase0 = rng.uniform(0, 1)
+    p.hips_pos[:, 1] = -speed * t
+    width = rng.uniform(0.07, 0.10)
+    roll_up = np.radians(35.0 if running else 22.0)
+    for side, sx, shift in (("Left", 1, 0.0), ("Right", -1, 0.5)):
+        cyc = t / period + phase0 + shift
+        index, phi = np.floor(cyc), cyc - np.floor(cyc)
+        y_now = -speed * (index - phase0 - shift + 0.5 * duty) * period     # planted under the hips at mid-stance
+        y_next = y_now - speed * period
+        stance = phi < duty
+        s = np.clip((phi - duty) / (1 - duty), 0, 1)
+        late = np.clip((phi - 0.55 * duty) / (0.45 * duty), 0, 1)
+        pitch = np.where(stance, roll_up * smoothstep(late), roll_up * (1 - smoothstep(s * 1.6)) - 0.15 * smoothstep(s))
+        ball_y = np.where(stance, y_now, y_now + (y_next - y_now) * smoothstep(s)) + _ANKLE_TO_BALL[1]
+        ball = np.stack([np.full(frames, sx * width), ball_y, np.full(frames, _ANKLE_TO_BALL[2] + _ANKLE_HEIGHT)], -1)
+        ankle = _foot_on_ball(ball, pitch)
+        swing_lift = lift * np.sin(np.pi * s) ** (1.5 if running else 1.0)
+        ankle[:, 2] += np.where(stance, 0.0, swing_lift)
+        if running:
+            ankle[:, 1] += np.where(stance, 0.0, 0.12 * np.sin(np.pi * s) * (1 - s))
+        p.ankles[side], p.foot_pitch[side], p.contact[side] = ankle, pitch, stance
+        swing = rng.uniform(0.25, 0.45) * (1.6 if running else 1.0)
+        p.arm_swing[side][:, 0] = swing * np.cos(2 * np.pi * phi)
+        p.arm_swing[side][:, 1] = np.radians(rng.uniform(38, 48) - (8 if running else 0))
+        elbow = np.radians(rng.uniform(70, 95) if running else rng.uniform(10, 30))
+        p.arm_swing[side][:, 2] = elbow + 0.3 * swing * np.maximum(0, -np.cos(2 * np.pi * phi))
+        p.shoulder_lift[side] = 0.05 * np.cos(2 * np.pi * phi)
+    left_phi = (t / period + phase0) % 1.0
+    gait = 2 * np.pi * left_phi
+    p.hips_pos[:, 0] = 0.025 * np.sin(gait + 0.3) * (0.5 if running else 1.0)
+    p.hips_pos[:, 2] = 0.95 - (0.06 if running else 0.02) + (0.03 if running else 0.015) * np.cos(2 * gait)
+    lean = rng.uniform(0.12, 0.22) if running else rng.uniform(0.0, 0.08)
+    yaw = rng.uniform(0.06, 0.12) * np.cos(gait)
+    p.hips_rot = _hips_rotation(yaw, lean * 0.6 + 0.02 * np.cos(2 * gait), 0.05 * np.sin(gait))
+    p.spine[:, 0] = lean * 0.6
+    p.spine[:, 2] = -yaw * 1.6
+    p.spine[:, 1] = -0.04 * np.sin(gait)
+    p.look[:, 0] = -lean * 0.5
+    return p
+
+
+def plan_crouch(frames, rng, depth):
+    p = _base_plan(frames, rng)
+    t = np.arange(frames) / FPS
+    dur = frames / FPS
+    w = keyed(t, [0, 0.2 * dur, 0.45 * dur, 0.65 * dur, dur], [0, 0, 1, 1, 0])
+    stance = rng.uniform(0.11, 0.17)
+    for side, sx in (("Left", 1), ("Right", -1)):
+        p.ankles[side][:, 0] = sx * stance
+        p.ankles[side][:, 1] = -0.02
+    p.hips_pos[:, 2] = 0.94 - depth * w
+    p.hips_pos[:, 1] = 0.25 * depth * w
+    p.hips_rot = _hips_rotation(0 * w, 0.55 * depth * w, 0 * w)
+    p.spine[:, 0] = 0.8 * depth * w + rng.uniform(0, 0.1)
+    p.look[:, 0] = -1.2 * depth * w
+    reach = rng.uniform(0.2, 0.9)
+    for side in ("Left", "Right"):
+        p.arm_swing[side][:, 0] = -reach * w
+        p.arm_swing[side][:, 2] = np.radians(15) + 0.6 * w * reach
+    return p
+
+
+def plan_reach(frames, rng, side, azimuth, elevation, extent, grab):
+    """Reach (or grab) one or both hands to a target around the body and come back; the trunk turns and leans."""
+    p = _base_plan(frames, rng)
+    t = np.arange(frames) / FPS
+    dur = frames / FPS
+    w = keyed(t, [0, 0.15 * dur, 0.45 * dur, 0.6 * dur, 0.9 * dur, dur], [0, 0, 1, 1, 0, 0])
+    sides = ("Left", "Right") if side == "Both" else (side,)
+    sign = {"Left": 1.0, "Right": -1.0, "Both": 0.0}[side]
+    low = max(0.0, -np.sin(elevation))
+    p.spine[:, 0] = w * (0.25 * extent + 1.0 * low)
+    p.spine[:, 2] = w * sign * 0.5 * np.sin(azimuth)
+    p.spine[:, 1] = w * sign * 0.15 * np.cos(elevation) * extent
+    p.look[:, 0] = w * (np.sin(elevation) * -0.6 + 0.4 * low)
+    p.look[:, 1] = w * sign * 0.5 * np.sin(azimuth)
+    crouch = 0.35 * low * (1.0 if grab else 0.6)
+    p.hips_pos[:, 2] -= w * crouch
+    p.hips_pos[:, 1] += w * crouch * 0.4
+    p.hips_rot = _hips_rotation(w * sign * 0.15 * np.sin(azimuth), w * (0.2 * low + 0.05 * extent), w * sign * -0.04)
+    p.reach_spec = (sides, azimuth, elevation, extent, w)
+    for s in sides:
+        p.shoulder_lift[s] = w * 0.25 * max(0.0, np.sin(elevation)) + 0.05 * w
+        if grab:
+            hold = keyed(t, [0, 0.4 * dur, 0.5 * dur, dur], [0.2, 0.2, 1.0, 1.0])
+            p.curl[s] = hold
+    return p
+
+
+def plan_jump(frames, rng, height, distance):
+    p = _base_plan(frames, rng)
+    t = np.arange(frames) / FPS
+    flight = 2.0 * np.sqrt(2.0 * height / GRAVITY)
+    t_dip, t_off = 0.45, 0.75
+    t_land = t_off + flight
+    dip = rng.uniform(0.18, 0.3)
+    stand = 0.94
+    z = keyed(t, [0, 0.15, t_dip, t_off], [stand, stand, stand - dip, stand + 0.04])
+    land = keyed(t, [t_land, t_land + 0.25, t_land + 0.7, t_land + 2.0], [stand + 0.02, stand - dip * 0.8, stand, stand])
+    air = (t > t_off) & (t < t_land)
+    tau = t - t_off
+    v0 = GRAVITY * flight / 2
+    z = np.where(air, stand + 0.04 + v0 * tau - 0.5 * GRAVITY * tau ** 2, np.where(t >= t_land, land, z))
+    forward = np.where(t <= t_off, 0.0, np.where(t >= t_land, distance, distance * tau / flight))
+    p.hips_pos[:, 2] = z
+    p.hips_pos[:, 1] = -forward
+    crouched = np.clip((stand - z) / dip, 0, 1.2)
+    p.hips_rot = _hips_rotation(0 * t, 0.5 * crouched * dip + 0.1 * air, 0 * t)
+    p.spine[:, 0] = 0.6 * crouched * dip * 2 + 0.1 * air
+    p.look[:, 0] = -0.5 * crouched * dip * 2
+    heel = keyed(t, [0, t_dip, t_off - 0.05, t_off], [0, 0, 0.6, 0.9])
+    for side, sx in (("Left", 1), ("Right", -1)):
+        planted_y = np.where(t >= t_land - 1e-9, -distance, 0.0)
+        ball = np.stack([np.full(frames, sx * 0.1), planted_y + _ANKLE_TO_BALL[1],
+                         np.full(frames, _ANKLE_TO_BALL[2] + _ANKLE_HEIGHT)], -1)
+        pitch = np.where(t < t_land, heel, 0.0)
+        ankle = _foot_on_ball(ball, pitch)
+        tuck = np.sin(np.pi * np.clip(tau / flight, 0, 1)) * rng.uniform(0.15, 0.3)
+        under_hips = p.hips_pos + np.array([sx * 0.1, 0.05, -(0.8 * LEG_LENGTH + 0.03)])
+        under_hips[:, 2] += tuck
+        ankle = np.where(air[:, None], under_hips, ankle)
+        # blend the last take-off frame and the first landing frame so the feet do not snap
+        p.ankles[side], p.foot_pitch[side], p.contact[side] = ankle, np.where(air, 0.5, pitch), ~air
+        swing = keyed(t, [0, t_dip, t_off, t_land, t_land + 0.6], [0.0, 0.7, -1.3, -0.3, 0.0])
+        p.arm_swing[side][:, 0] = swing
+        p.arm_swing[side][:, 2] = np.radians(20) + 0.3 * np.abs(swing)
+    return p
+
+
+# ---- from plan to keys -------------------------------------------------------------------------------------------
+
+@dataclass
+class DemoAction:
+    name: str
+    task: int
+    frame_start: int
+    frame_end: int
+    rotations: np.ndarray       # (F, 54, 4) quaternions (w, x, y, z) = matrix_basis rotation of each bone
+    hips_location: np.ndarray   # (F, 3) pose location of the hips in its rest frame
+    ankle_targets: dict         # side -> (F, 3) armature-space ankle targets of the solve
+    contact: dict               # side -> (F,) bool
+    hand_targets: dict          # side -> (F, 3) wrist targets for reach/grab (IK arms only)
+    reached: dict               # effector -> (F,) bool: the solve put the joint on its target
+
+
+def _swing(start, end, w, max_length):
+    """Per-frame blend of two offsets (F, 3): slerp of their directions, linear blend of their lengths."""
+    len_a, len_b = np.linalg.norm(start, axis=-1), np.linalg.norm(end, axis=-1)
+    a, b = start / len_a[:, None], end / len_b[:, None]
+    angle = np.arccos(np.clip(np.sum(a * b, axis=-1), -1.0, 1.0))
+    sin = np.maximum(np.sin(angle), 1e-9)
+    wa = np.where(angle > 1e-6, np.sin((1 - w) * angle) / sin, 1 - w)
+    wb = np.where(angle > 1e-6, np.sin(w * angle) / sin, w)
+    direction = _normalize(wa[:, None] * a + wb[:, None] * b)
+    return direction * np.minimum(len_a + (len_b - len_a) * w, max_length)[:, None]
+
+
+def _arm_fk(pb, side, swing):
+    sx = 1.0 if side == "Left" else -1.0
+    pb.turn(f"{side}Arm", rx(swing[:, 0]) @ ry(sx * swing[:, 1]))
+    pb.set_local(f"{side}ForeArm", rx(swing[:, 2]))
+    pb.set_local(f"{side}Hand", rx(0.1 * swing[:, 2]))
+
+
+def solve_plan(plan, heading):
+    """Pose every bone for a plan: trunk and head by FK, legs and reaching arms by the two-bone solve."""
+    f = plan.frames
+    turn = rz(np.full(f, heading))
+    pb = PoseBuilder(f)
+    hips_pos = _lower_hips_to_reach(plan.hips_pos, plan.hips_rot, plan.ankles)
+    pb.set_hips(np.einsum("fij,fj->fi", turn, hips_pos), turn @ plan.hips_rot)
+    flex, bend, twist = plan.spine[:, 0] / 3, plan.spine[:, 1] / 3, plan.spine[:, 2] / 3
+    for name in ("Spine", "Spine1", "Spine2"):
+        pb.turn(name, rz(twist) @ ry(bend) @ rx(flex))
+    head_pitch = plan.look[:, 0] / 3
+    for name in ("NeckLower", "NeckUpper", "Head"):
+        pb.turn(name, rz(plan.look[:, 1] / 3 - twist) @ rx(head_pitch - flex * 0.6))
+    reached = {}
+    for side, sx in (("Left", 1.0), ("Right", -1.0)):
+        lift = plan.shoulder_lift[side]
+        pb.turn(f"{side}Shoulder", ry(-sx * lift) @ rz(sx * 0.3 * lift))
+    hand_targets = {}
+    reach_spec = plan.reach_spec
+    for side, sx in (("Left", 1.0), ("Right", -1.0)):
+        if reach_spec and side in reach_spec[0]:
+            sides, azimuth, elevation, extent, w = reach_spec
+            shoulder = pb.head(f"{side}Arm")
+            local_sx = sx if len(sides) == 1 else sx * 0.35
+            direction = np.array([local_sx * np.sin(azimuth) * np.cos(elevation), -np.cos(azimuth) * np.cos(elevation),
+                                  np.sin(elevation)])
+            direction = np.einsum("fij,j->fi", turn, _normalize(direction))
+            hang = np.einsum("fij,j->fi", turn, [sx * 0.1, 0.02, -0.51])
+            peak = int(np.argmax(w))
+            target = shoulder[peak] + 0.53 * extent * direction[peak]
+            # swing from the hanging hand to the world target around the shoulder (direction slerped, distance
+            # blended), so the arm stays extended on the way as a person's does, and within reach while the trunk moves
+            goal = shoulder + _swing(hang, target - shoulder, w, 0.54)
+            pole = np.einsum("fij,j->fi", turn, _normalize([sx * 0.6, 0.4, -1.0]))
+            reached[f"{side}Hand"] = pb.solve_limb(f"{side}Arm", f"{side}ForeArm", goal, pole)
+            pb.set_local(f"{side}Hand", rx(-0.3 * w))
+            hand_targets[side] = goal
+        else:
+            _arm_fk(pb, side, plan.arm_swing[side])
+        curl = plan.curl[side]
+        for finger in ("Index", "Middle", "Ring", "Pinky"):
+            for k in (1, 2, 3):
+                pb.set_local(f"{side}Hand{finger}{k}", rz(-sx * curl * (0.9 if k == 1 else 1.2)))
+        pb.set_local(f"{side}HandThumb1", rz(-sx * 0.4 * curl))
+        pb.set_local(f"{side}HandThumb2", rz(-sx * 0.6 * curl))
+    ankle_targets = {}
+    for side in ("Left", "Right"):
+        target = np.einsum("fij,fj->fi", turn, plan.ankles[side])
+        forward = np.einsum("fij,j->fi", turn, [0.0, -1.0, 0.0])
+        hips_side = np.einsum("fij,j->fi", turn @ plan.hips_rot, [1.0 if side == "Left" else -1.0, 0.0, 0.0])
+        pole = _normalize(forward + 0.15 * hips_side)
+        reached[f"{side}Foot"] = pb.solve_limb(f"{side}Thigh", f"{side}Shin", target, pole)
+        foot = turn @ rx(plan.foot_pitch[side]) @ REST_FRAMES[BONE_INDEX[f"{side}Foot"]]
+        pb.set_world(f"{side}Foot", foot)
+        pb.set_local(f"{side}ToeBase", rx(-np.clip(plan.foot_pitch[side], 0, None)))
+        ankle_targets[side] = target
+    quats = pb.finish()
+    hips = BONE_INDEX["Hips"]
+    location = (pb.heads[hips] - REST_HEADS[hips]) @ REST_FRAMES[hips]   # R_rest^T (x - head), row by row
+    return quats, location, ankle_targets, hand_targets, reached
+
+
+def _action_specs(rng):
+    """(name, planner) pairs: 25 actions over the six tasks, parameters drawn from rng."""
+    specs = []
+    for i in range(3):
+        specs.append((f"idle_stand_{i + 1:02d}", 90, lambda f, r, i=i: plan_idle(f, r, i)))
+    for i, (label, speed) in enumerate((("slow", 0.8), ("slow", 0.95), ("normal", 1.1), ("normal", 1.25), ("fast", 1.4))):
+        speed = speed * rng.uniform(0.95, 1.05)
+        period = 1.25 - 0.25 * (speed - 0.8) / 0.6
+        specs.append((f"walk_{label}_{i + 1:02d}", 96,
+                      lambda f, r, s=speed, T=period: plan_gait(f, r, s, T, r.uniform(0.58, 0.62), r.uniform(0.06, 0.1), False)))
+    for i, speed in enumerate((2.4, 2.9, 3.4)):
+        speed = speed * rng.uniform(0.95, 1.05)
+        specs.append((f"run_{('easy', 'steady', 'fast')[i]}_{i + 1:02d}", 72,
+                      lambda f, r, s=speed: plan_gait(f, r, s, 0.72 - 0.04 * (s - 2.4), r.uniform(0.34, 0.4),
+                                                      r.uniform(0.12, 0.18), True)))
+    for i, depth in enumerate((0.2, 0.32, 0.45)):
+        specs.append((f"crouch_{('shallow', 'medium', 'deep')[i]}_{i + 1:02d}", 100,
+                       lambda f, r, d=depth: plan_crouch(f, r, d * r.uniform(0.9, 1.1))))
+    reach_targets = (("high_left", "Left", 0.3, 0.9), ("side_right", "Right", 1.2, 0.1), ("front_left", "Left", 0.0, 0.0),
+                     ("across_right", "Right", -0.6, 0.2), ("low_left", "Left", 0.4, -0.6))
+    for i, (label, side, az, el) in enumerate(reach_targets):
+        specs.append((f"reach_{label}_{i + 1:02d}", 90,
+                      lambda f, r, s=side, a=az, e=el: plan_reach(f, r, s, a + r.uniform(-0.2, 0.2), e + r.uniform(-0.15, 0.15),
+                                                                  r.uniform(0.8, 0.97), False)))
+    grab_targets = (("floor_right", "Right", 0.2, -1.1), ("table_left", "Left", 0.1, -0.5), ("both_low", "Both", 0.0, -0.9),
+                    ("shelf_right", "Right", 0.3, 0.4))
+    for i, (label, side, az, el) in enumerate(grab_targets):
+        specs.append((f"grab_{label}_{i + 1:02d}", 110,
+                      lambda f, r, s=side, a=az, e=el: plan_reach(f, r, s, a + r.uniform(-0.15, 0.15), e + r.uniform(-0.1, 0.1),
+                                                                  r.uniform(0.85, 0.97), True)))
+    for i, (height, distance) in enumerate(((0.2, 0.0), (0.35, 0.0), (0.25, 0.6), (0.4, 0.9))):
+        specs.append((f"jump_{('small', 'high', 'forward', 'long')[i]}_{i + 1:02d}", 90,
+                      lambda f, r, h=height, d=distance: plan_jump(f, r, h * r.uniform(0.9, 1.1), d * r.uniform(0.9, 1.1))))
+    return specs
+
+
+def generate_actions(seed=0):
+    """All demo actions for a seed: the same seed gives identical numbers, a different seed different ones."""
+    rng = np.random.default_rng(seed)
+    actions = []
+    for name, frames, planner in _action_specs(rng):
+        plan = planner(frames, rng)
+        heading = rng.uniform(-np.pi, np.pi)
+        quats, location, ankles, hands, reached = solve_plan(plan, heading)
+        actions.append(DemoAction(
+            name=name, task=task_from_name(name), frame_start=1, frame_end=frames,
+            rotations=quats, hips_location=location, ankle_targets=ankles, contact=dict(plan.contact),
+            hand_targets=hands, reached=reached))
+    return actions
+
+
+def task_names(actions):
+    return sorted({TASKS[a.task] for a in actions})

@@ -6,7 +6,8 @@ Each module lists its classes in `classes`; they are registered in the order of 
 import importlib
 
 MODULE_NAMES = (
-    # "main",
+    "lists",
+    "main",
 )
 
 _modules = []

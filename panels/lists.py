@@ -1,0 +1,114 @@
+"""The bone-map list, the preset menu, and the "Neural IK" menu that makes every operator findable with F3.
+
+Blender's F3 search finds operators through menus, so every registered Neural IK operator is listed in a menu that
+hangs under the 3D viewport's Object menu.
+"""
+
+import bpy
+
+from ..neural_network.roles import ESSENTIAL_ROLES
+from .common import operator, operator_available
+
+
+def role_status(item, armature):
+    """(icon, words) for one bone-map entry: mapped and present, a bone that does not exist, or no bone."""
+    essential = item.role in ESSENTIAL_ROLES
+    if item.bone:
+        if armature is not None and armature.type == "ARMATURE" and item.bone in armature.data.bones:
+            return "CHECKMARK", "mapped"
+        return "ERROR", f"no bone called {item.bone!r}"
+    if essential:
+        return "ERROR", "required, not mapped"
+    return "DOT", "optional, not mapped"
+
+
+class NEURAL_IK_UL_bone_map(bpy.types.UIList):
+    """Roles of the network and the bone that plays each one."""
+
+    bl_idname = "NEURAL_IK_UL_bone_map"
+
+    def draw_item(self, context, layout, data, item, icon, active_data, active_propname, index=0, flt_flag=0):
+        armature = item.id_data
+        status_icon, _words = role_status(item, armature)
+        row = layout.row(align=True)
+        split = row.split(factor=0.4, align=True)
+        split.label(text=item.role)
+        if armature is not None and armature.type == "ARMATURE":
+            split.prop_search(item, "bone", armature.data, "bones", text="")
+        else:
+            split.prop(item, "bone", text="")
+        row.label(text="", icon=status_icon)
+
+
+def bone_map_presets():
+    """Names of the bone-map presets the core knows ([] while neural_network.bone_map is not there)."""
+    try:
+        from ..neural_network import bone_map
+    except ImportError:
+        return []
+    for attribute in ("PRESETS", "presets"):
+        presets = getattr(bone_map, attribute, None)
+        if callable(presets):
+            presets = presets()
+        if presets:
+            return list(presets)
+    names = getattr(bone_map, "preset_names", None)
+    return list(names()) if callable(names) else []
+
+
+class NEURAL_IK_MT_bone_map_presets(bpy.types.Menu):
+    """Known rigs whose bone names Neural IK can map in one click."""
+
+    bl_idname = "NEURAL_IK_MT_bone_map_presets"
+    bl_label = "Bone Map Preset"
+
+    def draw(self, context):
+        layout = self.layout
+        presets = bone_map_presets()
+        if not presets:
+            layout.label(text="No presets available")
+            return
+        for name in presets:
+            operator(layout, "apply_preset", text=str(name), preset=str(name))
+
+
+# Every operator, in the order of the work, for F3 search and the Object menu.
+MENU_OPERATORS = (
+    "create_demo_rig", "auto_map", "import_bvh_folder", "extract", "train", "cancel_training", "evaluate",
+    "load_model", "create_targets", "run", "stop", "bake", "export_onnx",
+)
+
+
+class NEURAL_IK_MT_operators(bpy.types.Menu):
+    """All Neural IK operations (this menu is what makes them findable with F3)."""
+
+    bl_idname = "NEURAL_IK_MT_operators"
+    bl_label = "Neural IK"
+
+    def draw(self, context):
+        layout = self.layout
+        drawn = 0
+        for name in MENU_OPERATORS:
+            if operator_available(name):
+                layout.operator(f"neural_ik.{name}")
+                drawn += 1
+        if operator_available("apply_preset"):
+            layout.menu(NEURAL_IK_MT_bone_map_presets.bl_idname)
+        if not drawn:
+            layout.label(text="No Neural IK operators registered")
+
+
+def draw_object_menu(self, context):
+    self.layout.separator()
+    self.layout.menu(NEURAL_IK_MT_operators.bl_idname)
+
+
+classes = (NEURAL_IK_UL_bone_map, NEURAL_IK_MT_bone_map_presets, NEURAL_IK_MT_operators)
+
+
+def register_extra():
+    bpy.types.VIEW3D_MT_object.append(draw_object_menu)
+
+
+def unregister_extra():
+    bpy.types.VIEW3D_MT_object.remove(draw_object_menu)

@@ -1,0 +1,434 @@
+"""The "Neural IK" tab of the 3D viewport's sidebar: one panel, with a sub-panel per step of the work.
+
+Rig -> Data -> Training -> Live -> Bake and Export. Panels only draw: they read the scene/object settings
+(properties.py) and the runtime state (state.py) and offer the operators; they never change data. An operator that
+is not registered (a partial build) shows as a greyed label instead of breaking the panel.
+"""
+
+import os
+
+import bpy
+
+from .. import state
+from ..neural_network.roles import ROLES
+from ..properties import get_bone_map
+from .common import (
+    absolute,
+    dataset_summary,
+    format_number,
+    format_seconds,
+    metric_lines,
+    operator,
+    read_meta,
+)
+from .lists import NEURAL_IK_MT_bone_map_presets, NEURAL_IK_UL_bone_map, role_status
+
+
+def scene_settings(context):
+    return context.scene.neural_ik
+
+
+def chosen_armature(context):
+    """The armature the scene's Neural IK settings point at (None when none is chosen or it is not an armature)."""
+    obj = scene_settings(context).armature
+    return obj if obj is not None and obj.type == "ARMATURE" else None
+
+
+def wrapped_label(layout, text, icon="NONE", width=44):
+    """A label broken into lines at word boundaries (sidebar labels do not wrap by themselves)."""
+    words, line, first = text.split(), "", True
+    column = layout.column(align=True)
+    for word in words:
+        if line and len(line) + 1 + len(word) > width:
+            column.label(text=line, icon=icon if first else "BLANK1")
+            line, first = word, False
+        else:
+            line = f"{line} {word}" if line else word
+    if line:
+        column.label(text=line, icon=icon if first else "BLANK1")
+
+
+def need_armature(layout, context):
+    """The chosen armature, or None after telling the user to choose one."""
+    armature = chosen_armature(context)
+    if armature is None:
+        layout.label(text="Choose an armature in Rig first", icon="INFO")
+    return armature
+
+
+# ---- bone map problems ---------------------------------------------------------------------------------------
+
+
+def bone_map_problems(armature):
+    """Problems of the armature's bone map, in words.
+
+    The core's `bone_map.validate` decides what makes a map unusable; until it exists (or if it refuses the call),
+    the per-role status of the list is summarised instead.
+    """
+    mapping = get_bone_map(armature)
+    if not any(mapping.values()):
+        return ["No bones are mapped yet: press Auto Map or choose a preset."]
+    bone_names = [bone.name for bone in armature.data.bones]
+    try:
+        from ..neural_network import bone_map
+    except ImportError:
+        bone_map = None
+    validate = getattr(bone_map, "validate", None)
+    if validate is not None:
+        try:
+            problems = validate(mapping, bone_names)
+        except TypeError:
+            problems = None
+        if problems is not None:
+            if isinstance(problems, str):
+                return [problems]
+            return [str(p) for p in problems]
+    problems = []
+    for item in armature.neural_ik.bone_map:
+        icon, words = role_status(item, armature)
+        if icon == "ERROR":
+            problems.append(f"{item.role}: {words}")
+    return problems
+
+
+# ---- panels --------------------------------------------------------------------------------------------------
+
+
+class NeuralIKPanel:
+    bl_space_type = "VIEW_3D"
+    bl_region_type = "UI"
+    bl_category = "Neural IK"
+
+
+class NEURAL_IK_PT_main(NeuralIKPanel, bpy.types.Panel):
+    bl_idname = "NEURAL_IK_PT_main"
+    bl_label = "Neural IK"
+
+    def draw(self, context):
+        layout = self.layout
+        armature = chosen_armature(context)
+        if armature is None:
+            layout.label(text="Learned full-body IK for an armature")
+            operator(layout, "create_demo_rig", text="Create Demo Rig", icon="ARMATURE_DATA")
+            return
+        training = state.training
+        session = state.live_sessions.get(armature.name)
+        if training.running:
+            layout.label(text=f"Training: epoch {training.epoch}/{training.epochs}", icon="SORTTIME")
+        elif session is not None:
+            layout.label(text=f"Live IK running on {armature.name}", icon="PLAY")
+        else:
+            layout.label(text=armature.name, icon="ARMATURE_DATA")
+
+
+class NEURAL_IK_PT_rig(NeuralIKPanel, bpy.types.Panel):
+    bl_idname = "NEURAL_IK_PT_rig"
+    bl_parent_id = "NEURAL_IK_PT_main"
+    bl_label = "Rig"
+
+    def draw(self, context):
+        layout = self.layout
+        settings = scene_settings(context)
+        row = layout.row(align=True)
+        row.prop(settings, "armature", text="")
+        operator(row, "create_demo_rig", text="", icon="ADD")
+        armature = chosen_armature(context)
+        if armature is None:
+            layout.label(text="Choose the armature to map, train and drive", icon="INFO")
+            return
+        row = layout.row(align=True)
+        preset = armature.neural_ik.preset
+        row.menu(NEURAL_IK_MT_bone_map_presets.bl_idname, text=preset or "Preset")
+        operator(row, "auto_map", text="Auto Map", icon="AUTO")
+        object_settings = armature.neural_ik
+        layout.template_list(NEURAL_IK_UL_bone_map.bl_idname, "", object_settings, "bone_map",
+                             object_settings, "bone_map_index", rows=6)
+        mapped = sum(1 for bone in get_bone_map(armature).values() if bone)
+        layout.label(text=f"{mapped} of {len(ROLES)} roles mapped")
+        problems = bone_map_problems(armature)
+        if problems:
+            box = layout.box()
+            for problem in problems[:8]:
+                wrapped_label(box, problem, icon="ERROR")
+            if len(problems) > 8:
+                box.label(text=f"... and {len(problems) - 8} more")
+        else:
+            layout.label(text="The bone map is complete", icon="CHECKMARK")
+
+
+class NEURAL_IK_PT_data(NeuralIKPanel, bpy.types.Panel):
+    bl_idname = "NEURAL_IK_PT_data"
+    bl_parent_id = "NEURAL_IK_PT_main"
+    bl_label = "Data"
+
+    def draw(self, context):
+        layout = self.layout
+        settings = scene_settings(context)
+        armature = need_armature(layout, context)
+        col = layout.column(align=True)
+        col.prop(settings, "bvh_directory", text="")
+        operator(col, "import_bvh_folder", text="Import BVH Folder", icon="IMPORT",
+                 directory=settings.bvh_directory or None)
+        layout.separator()
+        actions = len(bpy.data.actions)
+        layout.label(text=f"{actions} action{'s' if actions != 1 else ''} in this file", icon="ACTION")
+        layout.prop(settings, "dataset_path")
+        row = layout.row()
+        row.enabled = armature is not None
+        operator(row, "extract", text="Extract Dataset", icon="EXPORT", filepath=settings.dataset_path or None)
+        draw_dataset(layout, settings)
+
+
+class NEURAL_IK_PT_training(NeuralIKPanel, bpy.types.Panel):
+    bl_idname = "NEURAL_IK_PT_training"
+    bl_parent_id = "NEURAL_IK_PT_main"
+    bl_label = "Training"
+
+    def draw(self, context):
+        layout = self.layout
+        settings = scene_settings(context)
+        training = state.training
+        col = layout.column(align=True)
+        col.enabled = not training.running
+        col.prop(settings, "epochs")
+        col.prop(settings, "batch_size")
+        col.prop(settings, "learning_rate")
+        col.prop(settings, "time_limit")
+        col.prop(settings, "output_directory", text="")
+        draw_loss_weights(layout, settings, training.running)
+        row = layout.row(align=True)
+        row.scale_y = 1.3
+        if training.running:
+            operator(row, "cancel_training", text="Cancel", icon="CANCEL")
+        else:
+            row.enabled = chosen_armature(context) is not None
+            operator(row, "train", text="Train", icon="PLAY", filepath=settings.dataset_path or None,
+                     directory=settings.output_directory or None, epochs=settings.epochs,
+                     time_limit=settings.time_limit)
+        draw_progress(layout, training)
+        draw_loss_curve(layout, training.plot_path)
+        draw_best(layout, context, training)
+
+
+class NEURAL_IK_PT_live(NeuralIKPanel, bpy.types.Panel):
+    bl_idname = "NEURAL_IK_PT_live"
+    bl_parent_id = "NEURAL_IK_PT_main"
+    bl_label = "Live"
+
+    def draw(self, context):
+        layout = self.layout
+        armature = need_armature(layout, context)
+        if armature is None:
+            return
+        settings = armature.neural_ik
+        row = layout.row(align=True)
+        row.prop(settings, "model_path", text="")
+        operator(row, "load_model", text="", icon="FILE_FOLDER", filepath=settings.model_path or None)
+        if not settings.model_path:
+            layout.label(text="No model: the shipped default is used when it fits", icon="INFO")
+        operator(layout, "create_targets", text="Create Targets", icon="EMPTY_AXIS")
+        session = state.live_sessions.get(armature.name)
+        row = layout.row(align=True)
+        row.scale_y = 1.3
+        if session is not None:
+            operator(row, "stop", text="Stop", icon="PAUSE")
+        else:
+            operator(row, "run", text="Run IK", icon="PLAY")
+        col = layout.column(align=True)
+        col.prop(settings, "refine_iterations")
+        col.prop(scene_settings(context), "live_rate")
+        col = layout.column(align=True)
+        col.prop(settings, "task")
+        row = col.row(align=True)
+        row.prop(settings, "phase")
+        row.prop(settings, "phase_follows_time", text="", icon="TIME")
+        row = layout.row(align=True)
+        row.prop(settings, "contact_left", toggle=True)
+        row.prop(settings, "contact_right", toggle=True)
+        if session is not None:
+            draw_tick_times(layout, session)
+
+
+class NEURAL_IK_PT_bake_export(NeuralIKPanel, bpy.types.Panel):
+    bl_idname = "NEURAL_IK_PT_bake_export"
+    bl_parent_id = "NEURAL_IK_PT_main"
+    bl_label = "Bake and Export"
+    bl_options = {"DEFAULT_CLOSED"}
+
+    def draw(self, context):
+        layout = self.layout
+        settings = scene_settings(context)
+        armature = need_armature(layout, context)
+        col = layout.column(align=True)
+        row = col.row(align=True)
+        row.prop(settings, "bake_frame_start")
+        row.prop(settings, "bake_frame_end")
+        col.prop_search(settings, "bake_source_action", bpy.data, "actions", text="Source", icon="ACTION")
+        row = layout.row()
+        row.enabled = armature is not None
+        refine = armature.neural_ik.refine_iterations if armature is not None else None
+        operator(row, "bake", text="Bake", icon="REC", source_action=settings.bake_source_action,
+                 frame_start=settings.bake_frame_start, frame_end=settings.bake_frame_end, refine_iterations=refine)
+        layout.separator()
+        row = layout.row()
+        row.enabled = armature is not None
+        operator(row, "export_onnx", text="Export ONNX", icon="EXPORT")
+
+
+# ---- drawing helpers of the panels above ----------------------------------------------------------------
+
+
+def draw_dataset(layout, settings):
+    meta, reason = read_meta(settings.dataset_path)
+    box = layout.box()
+    if meta is None:
+        box.label(text=f"Dataset: {reason}", icon="INFO")
+        return
+    if meta.get("kind") != "neural_ik.dataset":
+        box.label(text=f"Not a dataset ({meta.get('kind')})", icon="ERROR")
+        return
+    facts = dataset_summary(meta)
+    col = box.column(align=True)
+    col.label(text=f"{facts['actions']} actions, {facts['frames']} frames", icon="FILE_MOVIE")
+    for task, frames in facts["per_task"]:
+        col.label(text=f"{task.capitalize()}: {frames} frames", icon="BLANK1")
+    if facts["rig"]:
+        col.label(text=f"Rig: {facts['rig']}", icon="ARMATURE_DATA")
+    if facts["fps"]:
+        col.label(text=f"{format_number(facts['fps'], '{:g}')} fps", icon="BLANK1")
+
+
+def draw_loss_weights(layout, settings, running):
+    box = layout.box()
+    header = box.row()
+    header.prop(settings, "show_loss_weights", emboss=False,
+                icon="DISCLOSURE_TRI_DOWN" if settings.show_loss_weights else "DISCLOSURE_TRI_RIGHT")
+    if settings.show_loss_weights:
+        col = box.column(align=True)
+        col.enabled = not running
+        for name in ("weight_fk", "weight_pose", "weight_contact", "weight_limit", "weight_slip"):
+            col.prop(settings, name)
+
+
+def draw_progress(layout, training):
+    if not training.running and training.epoch == 0:
+        if training.message:
+            wrapped_label(layout, training.message, icon="INFO")
+        return
+    text = f"Epoch {training.epoch}/{training.epochs}"
+    if hasattr(layout, "progress"):
+        layout.progress(factor=min(max(training.fraction, 0.0), 1.0), type="BAR", text=text)
+    else:
+        layout.label(text=f"{text} ({training.fraction:.0%})")
+    col = layout.column(align=True)
+    col.label(text=f"Loss: {format_number(training.train_loss)}")
+    col.label(text=f"Validation error: {format_number(training.val_error_cm, '{:.2f}')} cm")
+    if training.running:
+        col.label(text=f"Time left: {format_seconds(training.seconds_left)}")
+    if training.message:
+        wrapped_label(col, training.message, icon="INFO")
+
+
+def draw_best(layout, context, training):
+    metrics, source = training.best_metrics, "this run"
+    if not metrics:
+        armature = chosen_armature(context)
+        model_path = armature.neural_ik.model_path if armature is not None else ""
+        meta, _reason = read_meta(model_path)
+        metrics = (meta or {}).get("metrics") or {}
+        source = os.path.basename(absolute(model_path))
+    if metrics:
+        box = layout.box()
+        box.label(text=f"Best checkpoint ({source})", icon="CHECKMARK")
+        col = box.column(align=True)
+        for label, value in metric_lines(metrics):
+            row = col.row()
+            row.label(text=label)
+            row.label(text=value)
+    operator(layout, "evaluate", text="Evaluate", icon="GRAPH")
+
+
+# ---- live timing and the loss curve --------------------------------------------------------------------------
+
+
+def tick_times_ms(session):
+    """(mean, p99, ticks) of the live session's solver tick in milliseconds, from whatever it exposes."""
+    for name in ("tick_stats", "timing", "stats"):
+        value = getattr(session, name, None)
+        if callable(value):
+            value = value()
+        if isinstance(value, dict):
+            mean = value.get("mean_ms", value.get("mean"))
+            p99 = value.get("p99_ms", value.get("p99"))
+            return mean, p99, value.get("ticks", value.get("count"))
+    times = getattr(session, "tick_times", None)
+    if times is not None and len(times):
+        import numpy as np
+
+        ms = np.asarray(times, dtype=float) * 1000.0
+        return float(ms.mean()), float(np.percentile(ms, 99)), len(ms)
+    return None, None, None
+
+
+def draw_tick_times(layout, session):
+    mean, p99, ticks = tick_times_ms(session)
+    box = layout.box()
+    col = box.column(align=True)
+    col.label(text=f"Tick: {format_number(mean, '{:.2f}')} ms mean, {format_number(p99, '{:.2f}')} ms p99", icon="TIME")
+    if ticks is not None:
+        col.label(text=f"{ticks} ticks", icon="BLANK1")
+
+
+_previews = None
+
+
+def loss_curve_icon(path):
+    """Icon id of the loss-curve PNG, reloaded when the file changes; 0 when there is none."""
+    global _previews
+    if _previews is None:
+        return 0
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return 0
+    key = f"{path}:{stat.st_mtime_ns}:{stat.st_size}"
+    preview = _previews.get(key)
+    if preview is None:
+        _previews.clear()
+        preview = _previews.load(key, path, "IMAGE")
+    return preview.icon_id
+
+
+def draw_loss_curve(layout, plot_path):
+    path = absolute(plot_path)
+    if not path or not os.path.isfile(path):
+        return
+    box = layout.box()
+    box.label(text="Loss curve", icon="GRAPH")
+    box.template_icon(icon_value=loss_curve_icon(path), scale=9.0)
+
+
+classes = (
+    NEURAL_IK_PT_main,
+    NEURAL_IK_PT_rig,
+    NEURAL_IK_PT_data,
+    NEURAL_IK_PT_training,
+    NEURAL_IK_PT_live,
+    NEURAL_IK_PT_bake_export,
+)
+
+
+def register_extra():
+    global _previews
+    import bpy.utils.previews
+
+    _previews = bpy.utils.previews.new()
+
+
+def unregister_extra():
+    global _previews
+    if _previews is not None:
+        import bpy.utils.previews
+
+        bpy.utils.previews.remove(_previews)
+        _previews = None

@@ -1,8 +1,7 @@
 """Training loop: split by action, mini-batches of frame pairs, Adam, validation in cm, early stop, checkpoints.
 
-The trainer reads a dataset (neural_network.dataset.Dataset, or any object with the same arrays: inputs, rotations,
-positions, hips_rotation, hips_position, contacts, ground, action, frame, optional bridges/offsets, skeleton,
-feature_spec) and writes into an output folder:
+The trainer reads a neural_network.dataset.Dataset (held-out whole actions via its split_by_action) and writes into
+an output folder:
 
     model.npz            the best model so far (by validation error), rewritten atomically on each improvement
     training_state.npz   the last weights and optimiser state, so an interrupted run can resume
@@ -23,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from . import checkpoint, kinematics, losses, network
+from .dataset import standing_height
 from .features import NUM_INPUTS
 from .files import FileRefused, load_npz, save_json, save_npz
 from .model import Model
@@ -99,19 +99,6 @@ class TrainResult:
 # ---- data ------------------------------------------------------------------------------------------------------
 
 
-def split_by_action(action, val_fraction, seed):
-    """(train rows, validation rows): whole actions held out, chosen by a seeded shuffle; never empty on either side
-    when there are two or more actions."""
-    actions = np.unique(action)
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(actions)
-    n_val = int(round(len(actions) * val_fraction))
-    n_val = min(max(n_val, 1), len(actions) - 1) if len(actions) > 1 else 0
-    val_actions = np.sort(order[:n_val])
-    is_val = np.isin(action, val_actions)
-    return np.where(~is_val)[0], np.where(is_val)[0]
-
-
 def previous_rows(action, frame):
     """Row of each row's previous frame in the same action (the row itself where there is none)."""
     n = len(action)
@@ -131,9 +118,9 @@ class TrainingArrays:
     """The dataset's rows as float32 arrays the loss reads, with targets precomputed once (local and global
     rotation matrices, unmapped positions zeroed)."""
 
-    def __init__(self, dataset, rows):
+    def __init__(self, dataset):
         skeleton = dataset.skeleton
-        rows = np.asarray(rows)
+        rows = np.arange(len(dataset))
         self.rows = rows
         self.skeleton = skeleton
         mask = skeleton.role_mask
@@ -279,15 +266,12 @@ class Trainer:
             raise ValueError(f"the dataset needs at least 4 rows of {NUM_INPUTS} inputs, it has shape {inputs.shape}")
         if not np.all(np.isfinite(inputs)):
             raise ValueError("the dataset's inputs hold NaN or infinite numbers")
-        train_rows, val_rows = split_by_action(np.asarray(dataset.action), config.val_fraction, config.seed)
-        if len(val_rows) == 0:        # a single action: hold out its last tenth rather than nothing
-            cut = int(len(train_rows) * (1 - max(config.val_fraction, 0.1)))
-            train_rows, val_rows = train_rows[:cut], train_rows[cut:]
-        self.train = TrainingArrays(dataset, train_rows)
-        self.val = TrainingArrays(dataset, val_rows)
+        train_set, val_set = dataset.split_by_action(seed=config.seed, val_fraction=config.val_fraction)
+        self.train = TrainingArrays(train_set)
+        self.val = TrainingArrays(val_set)
         self.stats = data_statistics(self.train, config)
         self.train.attach_mean_pose(self.stats["mean_pose"])
-        unit = config.position_unit or skeleton.height / 10.0
+        unit = config.position_unit or standing_height(skeleton) / 10.0
         self.loss_context = losses.LossContext(
             skeleton, self.stats["mean_pose"], self.stats["limit_low"], self.stats["limit_high"],
             self.stats["contact_height"], unit,

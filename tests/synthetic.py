@@ -5,12 +5,11 @@ bone) and bridges that are not identity (so rest is not a T-pose, as on BVH rigs
 motion around its own base pose, with the hips travelling and turning, so consecutive rows are frame pairs.
 """
 
-from types import SimpleNamespace
-
 import numpy as np
 
-from neural_ik.neural_network import features, kinematics, rotations
-from neural_ik.neural_network.roles import FOOT_ROLES, NUM_ROLES, ROLE_INDEX, ROLE_PARENTS, ROLES, task_from_name
+from neural_ik.neural_network import kinematics, rotations
+from neural_ik.neural_network.dataset import DatasetBuilder
+from neural_ik.neural_network.roles import NUM_ROLES, ROLE_INDEX, ROLE_PARENTS, ROLES
 from neural_ik.neural_network.skeleton import Skeleton
 
 _OFFSETS = {   # head of each role in its parent's frame at rest (metres; x left, y forward, z up)
@@ -49,14 +48,14 @@ def humanoid_skeleton(missing=("Spine2", "NeckUpper"), seed=0):
     return skel
 
 
-def synthetic_dataset(frames_per_action=60, actions=6, seed=0, skeleton=None, amplitude=0.35):
-    """A dataset-like object with the arrays of docs/architecture.md's Dataset, built by FK and features."""
+def synthetic_dataset(frames_per_action=60, actions=6, seed=0, skeleton=None, amplitude=0.35, fps=30.0):
+    """A real dataset.Dataset built by DatasetBuilder from FK of smooth random motions (one per action)."""
     rng = np.random.default_rng(seed)
     skel = skeleton or humanoid_skeleton()
     mask = skel.role_mask
-    rows = []
+    builder = DatasetBuilder(skel, fps, source="synthetic", capacity=frames_per_action * actions)
     for a in range(actions):
-        t = np.arange(frames_per_action) / 30.0
+        t = np.arange(frames_per_action) / fps
         base = rng.normal(size=(NUM_ROLES, 3)) * 0.25
         amp = rng.normal(size=(NUM_ROLES, 3)) * amplitude
         phase = rng.uniform(0, 2 * np.pi, size=(NUM_ROLES, 3))
@@ -67,30 +66,11 @@ def synthetic_dataset(frames_per_action=60, actions=6, seed=0, skeleton=None, am
         yaw = rng.uniform(-np.pi, np.pi) + 0.4 * t
         tilt = 0.1 * np.sin(2 * np.pi * freq * t)
         hips_rot = rotations.axis_angle_to_matrix(np.stack([tilt, np.zeros_like(t), yaw], -1))
-        hips_pos = np.stack([0.5 * t * np.cos(yaw), 0.5 * t * np.sin(yaw), 1.0 + 0.03 * np.sin(4 * np.pi * freq * t)], -1)
-        rows.append((a, aa, hips_rot, hips_pos, t))
-    aa = np.concatenate([r[1] for r in rows])
-    hips_rot = np.concatenate([r[2] for r in rows])
-    hips_pos = np.concatenate([r[3] for r in rows])
-    action = np.concatenate([np.full(len(r[4]), r[0], np.int32) for r in rows])
-    frame = np.concatenate([np.arange(len(r[4]), dtype=np.int32) + 1 for r in rows])
-    pose = kinematics.forward_axis_angle(skel, aa, hips_rot, hips_pos)
-    positions = pose.positions.copy()
-    positions[:, ~mask] = np.nan
-    ground = np.zeros((len(aa), 2))
-    contacts = np.zeros((len(aa), 2), np.float32)
-    for a in range(actions):
-        sel = action == a
-        feet = pose.positions[sel][:, list(FOOT_ROLES)]
-        contacts[sel] = features.detect_contacts(feet, 0.0, 30.0, skel.height)
-    names = np.array([_ACTION_NAMES[a % len(_ACTION_NAMES)] + f"_{a}" for a in range(actions)])
-    task = np.array([task_from_name(names[a]) for a in action], np.int32)
-    phase = (frame % 30) / 30.0
-    spec = features.references_from_data(pose.positions, pose.rotations, hips_rot)
-    inputs = features.build_inputs(spec, pose.positions, pose.rotations, hips_rot, ground, contacts, contacts, phase, task)
-    return SimpleNamespace(
-        inputs=inputs, rotations=aa.astype(np.float32), positions=positions.astype(np.float32),
-        hips_rotation=hips_rot.astype(np.float32), hips_position=hips_pos.astype(np.float32), bridges=None,
-        offsets=None, contacts=contacts, ground=ground.astype(np.float32), role_mask=mask, action_names=names,
-        action=action, frame=frame, task=task, phase=phase.astype(np.float32), skeleton=skel, feature_spec=spec,
-    )
+        hips_pos = np.stack([0.5 * t * np.cos(yaw), 0.5 * t * np.sin(yaw),
+                             1.0 + 0.03 * np.sin(4 * np.pi * freq * t)], -1)
+        local = rotations.axis_angle_to_matrix(aa)
+        pose = kinematics.forward(skel, local, hips_rot, hips_pos)
+        frames = np.arange(1, frames_per_action + 1)
+        name = _ACTION_NAMES[a % len(_ACTION_NAMES)] + f"_{a}"
+        builder.add_action(name, frames, 1, frames_per_action, local, pose.rotations, pose.positions, hips_rot, hips_pos)
+    return builder.finish()

@@ -1,0 +1,99 @@
+"""Every training loss against central finite differences, through FK and the axis-angle map, on a real rig layout."""
+
+import numpy as np
+import pytest
+from synthetic import synthetic_dataset
+
+from neural_ik.neural_network import losses, rotations
+from neural_ik.neural_network.roles import NUM_ROLES
+from neural_ik.neural_network.trainer import TrainConfig, Trainer
+
+TERMS = ("fk", "orientation", "pose", "contact", "limit", "slip", "smooth")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    data = synthetic_dataset(frames_per_action=40, actions=4, seed=3)
+    trainer = Trainer(data, TrainConfig(), tmp_path_factory.mktemp("out"))
+    rows = np.array([5, 9, 21, 30, 33])
+    both = np.concatenate([rows, trainer.train.prev[rows]])
+    batch = {k: v.astype(np.float64) for k, v in trainer.train.batch(both).items()}
+    batch["pair_valid"] = np.array([1.0, 1.0, 0.0, 1.0, 1.0])
+    batch["contacts"][:] = [[1, 0], [1, 1], [0, 1], [1, 1], [0, 0], [1, 0], [1, 1], [0, 1], [1, 0], [0, 0]]
+    batch["ground"] += 0.02
+    ctx = trainer.loss_context
+    ctx.limit_low = ctx.limit_low * 0.5        # tighter limits, so the penalty is active in the check
+    ctx.limit_high = ctx.limit_high * 0.5
+    rng = np.random.default_rng(0)
+    deltas = rng.normal(size=(len(both), NUM_ROLES * 3)) * 0.4
+    deltas[0, 3:6] = [1e-4, -2e-4, 1e-4]       # a near-zero rotation exercises the Taylor branch
+    return ctx, batch, deltas
+
+
+def only(term):
+    return losses.LossWeights(**{t: (1.0 if t == term else 0.0) for t in TERMS})
+
+
+@pytest.mark.parametrize("term", TERMS)
+def test_each_loss_gradient_matches_central_differences(setup, term):
+    ctx, batch, deltas = setup
+    deltas = deltas.copy()
+    weights = only(term)
+    result = losses.evaluate(ctx, weights, deltas, batch)
+    assert result.total > 0, f"{term} is inactive in this check"
+    numeric = np.zeros_like(deltas)
+    eps = 1e-6
+    for i in range(deltas.shape[0]):
+        for k in range(deltas.shape[1]):
+            old = deltas[i, k]
+            deltas[i, k] = old + eps
+            up = losses.evaluate(ctx, weights, deltas, batch, need_grad=False).total
+            deltas[i, k] = old - eps
+            down = losses.evaluate(ctx, weights, deltas, batch, need_grad=False).total
+            deltas[i, k] = old
+            numeric[i, k] = (up - down) / (2 * eps)
+    scale = np.abs(numeric).max()
+    assert scale > 0
+    assert np.allclose(result.grad, numeric, atol=1e-6 * scale + 1e-9, rtol=1e-4)
+
+
+def test_weighted_sum_of_terms_is_the_total_and_its_gradient(setup):
+    ctx, batch, deltas = setup
+    weights = losses.LossWeights(fk=1.0, orientation=0.5, pose=0.3, contact=0.5, limit=0.1, slip=0.2, smooth=0.05)
+    total = losses.evaluate(ctx, weights, deltas, batch)
+    parts = [losses.evaluate(ctx, only(t), deltas, batch) for t in TERMS]
+    w = [getattr(weights, t) for t in TERMS]
+    assert np.isclose(total.total, sum(wi * p.total for wi, p in zip(w, parts)))
+    assert np.allclose(total.grad, sum(wi * p.grad for wi, p in zip(w, parts)))
+    assert set(total.parts) == set(TERMS)
+
+
+def test_masked_roles_and_the_hips_get_no_gradient(setup):
+    ctx, batch, deltas = setup
+    result = losses.evaluate(ctx, losses.LossWeights(smooth=0.1), deltas, batch).grad.reshape(len(deltas), NUM_ROLES, 3)
+    unused = ~ctx.skeleton.role_mask
+    unused[0] = True
+    assert unused.sum() >= 3
+    assert not np.any(result[:, unused])
+    assert np.all(np.abs(result[:, ~unused]).sum(axis=(0, 2)) > 0)
+
+
+def test_fused_exp_map_matches_rotations_module_including_tiny_and_near_pi_angles():
+    rng = np.random.default_rng(5)
+    v = rng.normal(size=(40, 3))
+    v[0] = 0.0
+    v[1] = [1e-7, 0, 0]
+    v[2] = [0.049, 0.0, 0.01]
+    v[3] = [0.0, np.pi - 1e-4, 0.0]
+    G = rng.normal(size=(40, 3, 3))
+    exp = losses.ExpMap(v)
+    assert np.allclose(exp.matrix, rotations.axis_angle_to_matrix(v), atol=1e-13)
+    assert np.allclose(exp.vjp(G), rotations.axis_angle_vjp(v, G), atol=1e-10)
+
+
+def test_losses_vanish_on_the_true_pose(setup):
+    ctx, batch, _ = setup
+    truth = rotations.matrix_to_axis_angle(batch["pose_targets"]).reshape(len(batch["positions"]), -1)
+    result = losses.evaluate(ctx, losses.LossWeights(contact=0, limit=0, slip=0), truth, batch)
+    assert result.parts["fk"] < 1e-12 and result.parts["pose"] < 1e-12 and result.parts["orientation"] < 1e-12
+    assert np.abs(result.grad).max() < 1e-5

@@ -1,0 +1,173 @@
+"""The trainer end to end on a small synthetic dataset: it learns, it cancels cleanly, it resumes exactly, its
+checkpoints round-trip and refuse what they cannot trust, and the core never imports bpy."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+from synthetic import humanoid_skeleton, synthetic_dataset
+
+from neural_ik.neural_network import checkpoint, files, losses, trainer
+from neural_ik.neural_network.files import FileRefused
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic_dataset(frames_per_action=120, actions=6, seed=1)
+
+
+def fk_loss_on_training_rows(tr, weights):
+    rows = np.arange(len(tr.train))
+    batch = tr.train.batch(np.concatenate([rows, rows]))
+    batch["pair_valid"] = np.zeros(len(rows), np.float32)
+    x = tr.train_inputs[np.concatenate([rows, rows])]
+    from neural_ik.neural_network import network
+    out, _ = network.forward(weights, x)
+    return losses.evaluate(tr.loss_context, losses.LossWeights(), out, batch, need_grad=False).parts["fk"]
+
+
+def test_training_reduces_the_fk_loss_tenfold(data, tmp_path):
+    tr = trainer.Trainer(data, trainer.TrainConfig(epochs=60, batch_size=64, patience=0), tmp_path)
+    before = fk_loss_on_training_rows(tr, tr.weights)
+    result = tr.run()
+    after = fk_loss_on_training_rows(tr, tr.weights)
+    assert after < before / 10, (before, after)
+    assert result.stopped == "epochs" and len(result.history) == 60
+    for name in ("model", "metrics", "plot"):
+        assert os.path.getsize(result.paths[name]) > 0
+    with open(result.paths["plot"], "rb") as handle:
+        assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+    summary = json.load(open(result.paths["metrics"]))
+    best_score = min(h["val_effector_cm_mean"] + h["val_inner_mpjpe_cm"] for h in summary["history"])
+    assert trainer.score(summary["best"]) == pytest.approx(best_score)
+    best = checkpoint.load_model(result.paths["model"], expected_fingerprint=data.skeleton.fingerprint())
+    assert best.meta["metrics"] == result.metrics
+    assert np.allclose(trainer.validation_metrics(best, tr.val)["effector_cm_mean"], result.metrics["effector_cm_mean"])
+
+
+def test_held_out_actions_never_share_frames_with_training(data, tmp_path):
+    tr = trainer.Trainer(data, trainer.TrainConfig(seed=4, val_fraction=0.3), tmp_path)
+    assert len(tr.val) > 0 and len(tr.train) > 0
+    assert not set(tr.train.action.tolist()) & set(tr.val.action.tolist())
+    again = trainer.Trainer(data, trainer.TrainConfig(seed=4, val_fraction=0.3), tmp_path)
+    assert np.array_equal(again.val.action, tr.val.action)
+
+
+def test_cancel_keeps_a_loadable_best_checkpoint_and_no_partial_file(data, tmp_path):
+    progress = trainer.Progress()
+    tr = trainer.Trainer(data, trainer.TrainConfig(epochs=100000, batch_size=32, patience=0), tmp_path, progress)
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.update(result=tr.run()))
+    thread.start()
+    while thread.is_alive() and progress.epoch < 2:
+        thread.join(0.01)
+    progress.cancel.set()
+    thread.join(10)
+    assert not thread.is_alive()
+    result = outcome["result"]
+    assert result.stopped == "cancelled" and not progress.running
+    model = checkpoint.load_model(tmp_path / trainer.MODEL_FILE)
+    assert model.meta["metrics"]["effector_cm_mean"] == pytest.approx(result.metrics["effector_cm_mean"])
+    assert sorted(os.listdir(tmp_path)) == sorted([trainer.MODEL_FILE, trainer.STATE_FILE, trainer.METRICS_FILE,
+                                                   trainer.PLOT_FILE])
+
+
+class CancelAfterEpoch(trainer.Progress):
+    """Sets its cancel flag as soon as the trainer reports the given epoch (a stand-in for a user's click)."""
+
+    def __init__(self, stop_at):
+        super().__init__()
+        self.stop_at = stop_at
+
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if name == "epoch" and value == getattr(self, "stop_at", -1):
+            self.cancel.set()
+
+
+def test_an_interrupted_run_resumes_to_the_same_weights(data, tmp_path):
+    config = trainer.TrainConfig(epochs=5, batch_size=64, patience=0)
+    os.makedirs(tmp_path / "a")
+    os.makedirs(tmp_path / "b")
+    straight = trainer.Trainer(data, config, tmp_path / "a")
+    straight.run()
+    first = trainer.Trainer(data, config, tmp_path / "b", CancelAfterEpoch(3))
+    assert first.run().stopped == "cancelled"
+    resumed = trainer.Trainer(data, config, tmp_path / "b", resume=True)
+    assert resumed.start_epoch == 3 and len(resumed.history) == 3
+    result = resumed.run()
+    assert result.stopped == "epochs" and [h["epoch"] for h in result.history] == [1, 2, 3, 4, 5]
+    for a, b in zip(straight.weights, resumed.weights):
+        assert np.array_equal(a, b)
+
+
+def test_time_limit_stops_training(data, tmp_path):
+    result = trainer.train(data, trainer.TrainConfig(epochs=100000, time_limit=0.5, patience=0), tmp_path)
+    assert result.stopped == "time limit"
+    checkpoint.load_model(result.paths["model"])
+
+
+def test_checkpoint_round_trip_and_refusals(data, tmp_path):
+    tr = trainer.Trainer(data, trainer.TrainConfig(epochs=1), tmp_path)
+    model = tr.model()
+    path = tmp_path / "m.npz"
+    checkpoint.save_model(path, model)
+    loaded = checkpoint.load_model(path, expected_fingerprint=data.skeleton.fingerprint())
+    assert np.array_equal(loaded.predict_clamped(data.inputs[:9]), model.predict_clamped(data.inputs[:9]))
+    assert loaded.layer_sizes == [50, 128, 96, 69]
+
+    other_rig = humanoid_skeleton(missing=("Spine2",))
+    with pytest.raises(FileRefused, match="another rig"):
+        checkpoint.load_model(path, expected_fingerprint=other_rig.fingerprint())
+
+    meta, arrays = files.load_npz(path, checkpoint.KIND)
+
+    def rewrite(name, change_meta=None, change_arrays=None):
+        m, a = json.loads(json.dumps(meta)), {k: v.copy() for k, v in arrays.items()}
+        (change_meta or (lambda _m: None))(m)
+        (change_arrays or (lambda _a: None))(a)
+        target = tmp_path / name
+        files.save_npz(target, a, m)
+        return target
+
+    with pytest.raises(FileRefused, match="layout"):
+        checkpoint.load_model(rewrite("layout.npz", change_meta=lambda m: m.update(layout_version=99)))
+    with pytest.raises(FileRefused, match="NaN"):
+        checkpoint.load_model(rewrite("nan.npz", change_arrays=lambda a: a["W1"].__setitem__((0, 0), np.nan)))
+    with pytest.raises(FileRefused, match="shape"):
+        checkpoint.load_model(rewrite("shape.npz", change_arrays=lambda a: a.update(W1=a["W1"][:, :5])))
+    with pytest.raises(FileRefused, match="fingerprint"):
+        checkpoint.load_model(rewrite("fp.npz", change_meta=lambda m: m.update(rig_fingerprint="0" * 16)))
+    with pytest.raises(FileRefused, match="neural_ik.model"):
+        checkpoint.load_model(rewrite("kind.npz", change_meta=lambda m: m.update(kind="neural_ik.dataset")))
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(path.read_bytes()[: os.path.getsize(path) // 2])
+    with pytest.raises(FileRefused, match="truncated"):
+        checkpoint.load_model(truncated)
+
+
+def test_the_training_core_runs_without_bpy(tmp_path):
+    code = f"""
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("neural_network", {os.path.join(REPO, "neural_network", "__init__.py")!r},
+                                              submodule_search_locations=[{os.path.join(REPO, "neural_network")!r}])
+package = importlib.util.module_from_spec(spec); sys.modules["neural_network"] = package; spec.loader.exec_module(package)
+from neural_network import checkpoint, dataset, losses, network, plot_png, trainer
+import numpy as np
+rng = np.random.default_rng(0)
+plot_png.loss_curve_png({str(tmp_path / "curve.png")!r}, [1, 2, 3], {{"loss": [3.0, 2.0, 1.0]}})
+w = network.xavier_init([50, 8, 69], rng)
+out, cache = network.forward(w, rng.normal(size=(4, 50)).astype(np.float32))
+network.Adam(w).step(w, network.backward(w, cache, out))
+assert "bpy" not in sys.modules and "mathutils" not in sys.modules, sorted(m for m in sys.modules if "bpy" in m)
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

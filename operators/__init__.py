@@ -9,6 +9,7 @@ MODULE_NAMES = (
     # "rig",
     "evaluate",
     "data",
+    "live",
 )
 
 _modules = []

@@ -1,0 +1,415 @@
+"""Data operators: bring a folder of BVH files in as actions on one armature, and extract a training set.
+
+The operators are thin; the work is in the plain functions `import_bvh_files` and `extract_dataset` (also used by
+the CLI, the tests and benchmarks/extract.py), which raise DataError with a message for the user.
+"""
+
+import os
+
+import bpy
+import numpy as np
+from bpy.props import FloatProperty, StringProperty
+
+from .. import rig_io
+from ..neural_network.dataset import DatasetBuilder, task_index
+from ..neural_network.files import FileRefused
+from ..neural_network.roles import ROLES
+from ..neural_network.rotations import (
+    axis_angle_to_matrix,
+    euler_to_matrix,
+    matrix_to_axis_angle,
+    matrix_to_quaternion,
+    quaternion_to_matrix,
+)
+from ..properties import get_bone_map, set_bone_map
+
+
+class DataError(ValueError):
+    """Bad input for import or extraction, with a message meant for the user."""
+
+
+# ---- bone map -----------------------------------------------------------------------------------------------------
+
+
+def _bone_map_module():
+    try:
+        from ..neural_network import bone_map
+    except ImportError:
+        return None
+    return bone_map if hasattr(bone_map, "auto_map") else None
+
+
+def auto_map_object(obj):
+    """Auto-map an armature with the bone-map module when it exists; returns the MapResult or None."""
+    module = _bone_map_module()
+    if module is None:
+        return None
+    bones = [(b.name, b.parent.name if b.parent else "") for b in obj.data.bones]
+    try:
+        result = module.auto_map(bones)
+    except TypeError:
+        result = module.auto_map(obj.data.bones)
+    set_bone_map(obj, result.mapping)
+    obj.neural_ik.preset = getattr(result, "preset", "") or ""
+    return result
+
+
+def bone_map_of(obj):
+    """The stored bone map; auto-mapped first when nothing is stored yet (and the bone-map module exists)."""
+    mapping = get_bone_map(obj)
+    if not any(mapping.values()):
+        auto_map_object(obj)
+        mapping = get_bone_map(obj)
+    return mapping
+
+
+# ---- BVH import ---------------------------------------------------------------------------------------------------
+
+
+def check_bvh_file(path):
+    """None for a complete BVH file, else the reason it cannot be imported (not BVH, truncated, unreadable)."""
+    try:
+        with open(path, encoding="utf-8", errors="strict") as handle:
+            text = handle.read()
+    except UnicodeDecodeError:
+        return "is not a BVH file (not text)"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    head, sep, motion = text.partition("MOTION")
+    if not head.lstrip().startswith("HIERARCHY"):
+        return "is not a BVH file (no HIERARCHY header)"
+    if not sep:
+        return "is truncated (no MOTION section)"
+    channels = 0
+    for line in head.splitlines():
+        words = line.split()
+        if words and words[0] == "CHANNELS":
+            channels += int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
+    if channels == 0:
+        return "is not a usable BVH file (no joint channels)"
+    lines = [line.split() for line in motion.splitlines() if line.strip()]
+    try:
+        declared = int(lines[0][1]) if lines[0][0] == "Frames:" else -1
+        float(lines[1][-1])
+    except (IndexError, ValueError):
+        return "is truncated (no frame count or frame time)"
+    rows = lines[2:]
+    complete = 0
+    for row in rows:
+        if len(row) != channels:
+            break
+        complete += 1
+    if declared <= 0:
+        return "has no frames"
+    if complete < declared:
+        return f"is truncated ({complete} of {declared} frames complete)"
+    return None
+
+
+def _hierarchy(arm):
+    return tuple((b.name, b.parent.name if b.parent else "") for b in arm.bones)
+
+
+def _remove_new_data(objects_before, armatures_before, actions_before, keep_action=None):
+    for obj in [o for o in bpy.data.objects if o.as_pointer() not in objects_before]:
+        bpy.data.objects.remove(obj)
+    for arm in [a for a in bpy.data.armatures if a.as_pointer() not in armatures_before and a.users == 0]:
+        bpy.data.armatures.remove(arm)
+    for act in [a for a in bpy.data.actions if a.as_pointer() not in actions_before and a != keep_action]:
+        bpy.data.actions.remove(act)
+
+
+def _rest_rotations(arm):
+    return {b.name: np.array(b.matrix_local, np.float64) for b in arm.bones}
+
+
+def _retarget_action(action, source_rest, target_rest, parents, modes):
+    """Re-express an action keyed on one import's rest matrices in another's (same hierarchy).
+
+    Blender's importer sets basis_j = rest_j^T E_j rest_j (E_j: the file's joint rotation), so the world rotations
+    are the same on any import when basis_target = Q^T basis_source Q with Q = rest_source^T rest_target. Locations
+    turn by Q too and absorb the difference of the rest offsets, so a bone keyed with location (BVH position
+    channels) keeps the file's own joint positions: l_t = Q^T l_s + rest_t^T (offset_s - offset_t).
+    """
+    from mathutils import Matrix
+
+    channels = rig_io.bone_channels(rig_io.action_fcurves(action, rig_io.action_slot_for_any(action)))
+    bones = {bone for bone, _, _ in channels}
+    for bone in bones:
+        src, dst = source_rest[bone], target_rest[bone]
+        Q = src[:3, :3].T @ dst[:3, :3]
+        parent = parents.get(bone)
+        src_offset = src[:3, 3] - (source_rest[parent][:3, 3] if parent else 0.0)
+        dst_offset = dst[:3, 3] - (target_rest[parent][:3, 3] if parent else 0.0)
+        head_shift = dst[:3, :3].T @ (src_offset - dst_offset)
+        if np.max(np.abs(Q - np.eye(3))) < 1e-7 and np.max(np.abs(head_shift)) < 1e-7:
+            continue
+        mode = modes[bone]
+        prop = rig_io.rotation_property(mode)
+        width = 4 if mode in ("QUATERNION", "AXIS_ANGLE") else 3
+        rot_curves = [channels.get((bone, prop, i)) for i in range(width)]
+        if all(fc is not None for fc in rot_curves):
+            keys = [np.empty(2 * len(fc.keyframe_points), np.float32) for fc in rot_curves]
+            for fc, buf in zip(rot_curves, keys):
+                fc.keyframe_points.foreach_get("co", buf)
+            if len({len(k) for k in keys}) == 1:
+                values = np.stack([k[1::2] for k in keys], -1).astype(np.float64)
+                if mode == "QUATERNION":
+                    mats = quaternion_to_matrix(values)
+                elif mode == "AXIS_ANGLE":
+                    mats = axis_angle_to_matrix(values[:, 1:] / np.maximum(
+                        np.linalg.norm(values[:, 1:], axis=-1, keepdims=True), 1e-12) * values[:, :1])
+                else:
+                    mats = euler_to_matrix(values, mode)
+                mats = Q.T @ mats @ Q
+                if mode == "QUATERNION":
+                    new = rig_io.continuous_quaternions(matrix_to_quaternion(mats))
+                elif mode == "AXIS_ANGLE":
+                    aa = matrix_to_axis_angle(mats)
+                    angle = np.linalg.norm(aa, axis=-1, keepdims=True)
+                    new = np.concatenate([angle, np.where(angle > 1e-12, aa / np.maximum(angle, 1e-12), [0, 1, 0])], -1)
+                else:
+                    new, prev = np.empty_like(values), None
+                    for k, m in enumerate(mats):
+                        e = Matrix(m.tolist()).to_euler(mode, prev) if prev is not None else Matrix(m.tolist()).to_euler(mode)
+                        new[k], prev = e, e
+                for i, (fc, buf) in enumerate(zip(rot_curves, keys)):
+                    buf[1::2] = new[:, i]
+                    fc.keyframe_points.foreach_set("co", buf)
+                    fc.update()
+        loc_curves = [channels.get((bone, "location", i)) for i in range(3)]
+        if all(fc is not None for fc in loc_curves):
+            keys = [np.empty(2 * len(fc.keyframe_points), np.float32) for fc in loc_curves]
+            for fc, buf in zip(loc_curves, keys):
+                fc.keyframe_points.foreach_get("co", buf)
+            if len({len(k) for k in keys}) == 1:
+                values = np.stack([k[1::2] for k in keys], -1).astype(np.float64)
+                new = values @ Q + head_shift       # rows: Q^T l + shift
+                for i, (fc, buf) in enumerate(zip(loc_curves, keys)):
+                    buf[1::2] = new[:, i]
+                    fc.keyframe_points.foreach_set("co", buf)
+                    fc.update()
+
+
+def import_bvh_files(context, directory, global_scale=1.0):
+    """Import every .bvh of a folder as actions on one armature (the first good file's).
+
+    Returns (armature object, [imported action names], [(file name, reason) skipped]). Raises DataError for a
+    missing or empty folder or when no file could be imported.
+    """
+    import addon_utils
+
+    directory = bpy.path.abspath(directory) if directory else ""
+    if not directory or not os.path.isdir(directory):
+        raise DataError(f"folder {directory!r} does not exist" if directory else "choose a folder of .bvh files")
+    files = sorted(f for f in os.listdir(directory) if f.lower().endswith(".bvh")
+                   and os.path.isfile(os.path.join(directory, f)))
+    if not files:
+        raise DataError(f"folder {directory} holds no .bvh files")
+    addon_utils.enable("io_anim_bvh", default_set=False)
+    if context.object is not None and context.object.mode != "OBJECT":
+        bpy.ops.object.mode_set(mode="OBJECT")
+    scene = context.scene
+    target, target_rest, hierarchy, parents, modes = None, None, None, {}, {}
+    imported, skipped = [], []
+    for name in files:
+        path = os.path.join(directory, name)
+        stem = os.path.splitext(name)[0]
+        problem = check_bvh_file(path)
+        if problem:
+            skipped.append((name, problem))
+            continue
+        before = ({o.as_pointer() for o in bpy.data.objects}, {a.as_pointer() for a in bpy.data.armatures},
+                  {a.as_pointer() for a in bpy.data.actions})
+        try:
+            bpy.ops.import_anim.bvh(filepath=path, global_scale=global_scale, update_scene_fps=target is None,
+                                    update_scene_duration=target is None)
+        except Exception as exc:   # the importer raises many kinds on bad content; all mean "skip this file"
+            _remove_new_data(*before)
+            reason = str(exc).strip().splitlines()
+            skipped.append((name, f"could not be imported ({reason[-1] if reason else type(exc).__name__})"))
+            continue
+        new_objects = [o for o in bpy.data.objects if o.as_pointer() not in before[0]]
+        arm_obj = next((o for o in new_objects if o.type == "ARMATURE"), None)
+        action = arm_obj.animation_data.action if arm_obj and arm_obj.animation_data else None
+        if arm_obj is None or action is None:
+            _remove_new_data(*before)
+            skipped.append((name, "held no animated skeleton"))
+            continue
+        if target is None:
+            target, hierarchy = arm_obj, _hierarchy(arm_obj.data)
+            target_rest = _rest_rotations(arm_obj.data)
+            parents = {b.name: (b.parent.name if b.parent else None) for b in arm_obj.data.bones}
+            modes = {pb.name: pb.rotation_mode for pb in arm_obj.pose.bones}
+        elif _hierarchy(arm_obj.data) != hierarchy:
+            _remove_new_data(*before)
+            skipped.append((name, f"has a different skeleton than {target.name!r}"))
+            continue
+        else:
+            _retarget_action(action, _rest_rotations(arm_obj.data), target_rest, parents, modes)
+            arm_obj.animation_data.action = None
+            _remove_new_data(*before, keep_action=action)
+        action.name = stem
+        action.use_fake_user = True      # actions not assigned to anything must survive saving
+        imported.append(action.name)
+    if target is None:
+        reasons = "; ".join(f"{n} {r}" for n, r in skipped)
+        raise DataError(f"no file in {directory} could be imported: {reasons}")
+    context.view_layer.update()
+    for obj in context.view_layer.objects:
+        if obj is not None:
+            obj.select_set(False)
+    context.view_layer.objects.active = target
+    target.select_set(True)
+    scene.neural_ik.armature = target
+    auto_map_object(target)
+    return target, imported, skipped
+
+
+# ---- extraction ---------------------------------------------------------------------------------------------------
+
+
+def target_armature(context):
+    obj = context.active_object
+    if obj is not None and obj.type == "ARMATURE":
+        return obj
+    chosen = context.scene.neural_ik.armature if hasattr(context.scene, "neural_ik") else None
+    return chosen if chosen is not None and chosen.type == "ARMATURE" else None
+
+
+def usable_actions(obj, rig):
+    """([(action, animated role count)], [notes]) for every action in the file, by name."""
+    mapped = {rig.bone_names[b] for b in rig.role_bones if b >= 0}
+    usable, notes = [], []
+    for action in sorted(bpy.data.actions, key=lambda a: a.name):
+        animated = rig_io.animated_bones(obj, action) & mapped
+        if not animated:
+            notes.append(f"skipped action {action.name!r}: it animates none of the mapped bones")
+            continue
+        first, last = rig_io.action_frame_range(action)
+        if last < first:
+            notes.append(f"skipped action {action.name!r}: it has no whole frame")
+            continue
+        usable.append((action, len(animated)))
+    return usable, notes
+
+
+def extract_dataset(context, obj, mapping=None, actions=None):
+    """(Dataset, notes) of every frame of every usable action of `obj`; changes nothing in the file."""
+    if obj is None or obj.type != "ARMATURE":
+        raise DataError("select an armature first (no armature is active or chosen in the Neural IK panel)")
+    mapping = bone_map_of(obj) if mapping is None else mapping
+    if not any(mapping.values()):
+        raise DataError(f"armature {obj.name!r} has no bone map yet: run Auto Map or fill the bone map")
+    try:
+        rig = rig_io.read_rig(obj, mapping)
+    except rig_io.RigError as exc:
+        raise DataError(str(exc)) from None
+    if not bpy.data.actions:
+        raise DataError("this file has no actions to learn from: import BVH files or create the demo rig")
+    chosen, notes = usable_actions(obj, rig)
+    if actions is not None:
+        wanted = set(actions)
+        chosen = [(a, c) for a, c in chosen if a.name in wanted]
+    if not chosen:
+        raise DataError(f"no action animates the mapped bones of {obj.name!r}" + (f" ({notes[0]})" if notes else ""))
+    scene = context.scene
+    fps = scene.render.fps / (scene.render.fps_base or 1.0)
+    total = sum(rig_io.action_frame_range(a)[1] - rig_io.action_frame_range(a)[0] + 1 for a, _ in chosen)
+    builder = DatasetBuilder(rig.skeleton, fps, source=os.path.basename(bpy.data.filepath) or obj.name, capacity=total)
+    for action, _ in chosen:
+        sample = rig_io.read_action(rig, obj, action)
+        override = getattr(action, "neural_ik_task", "AUTO")
+        moving = sample.moving_links
+        builder.add_action(sample.name, sample.frames, sample.frame_start, sample.frame_end, sample.local_rotations,
+                           sample.rotations, sample.positions, sample.hips_rotation, sample.hips_position,
+                           bridges=sample.bridges if moving else None, offsets=sample.offsets if moving else None,
+                           task=task_index(action.name, override))
+    dataset = builder.finish({"armature": obj.name, "bone_map": {r: mapping.get(r, "") for r in ROLES}})
+    return dataset, notes
+
+
+# ---- operators ----------------------------------------------------------------------------------------------------
+
+
+class NIK_OT_import_bvh_folder(bpy.types.Operator):
+    bl_idname = "neural_ik.import_bvh_folder"
+    bl_label = "Import BVH Folder"
+    bl_description = ("Import every .bvh file of a folder with Blender's BVH importer as actions on one armature "
+                      "(files with a different skeleton or broken files are reported and skipped)")
+    bl_options = {"REGISTER", "UNDO"}
+
+    directory: StringProperty(name="Folder", subtype="DIR_PATH", description="Folder holding .bvh files")
+    global_scale: FloatProperty(name="Scale", default=1.0, min=1e-6, max=1e6,
+                                description="Scale applied to the files (0.01 for centimetre data)")
+
+    def invoke(self, context, _event):
+        context.window_manager.fileselect_add(self)
+        return {"RUNNING_MODAL"}
+
+    def execute(self, context):
+        try:
+            target, imported, skipped = import_bvh_files(context, self.directory, self.global_scale)
+        except DataError as exc:
+            self.report({"ERROR"}, str(exc))
+            return {"CANCELLED"}
+        for name, reason in skipped:
+            self.report({"WARNING"}, f"skipped {name}: it {reason}")
+        self.report({"INFO"}, f"imported {len(imported)} actions onto {target.name!r}"
+                              + (f", skipped {len(skipped)} files" if skipped else ""))
+        return {"FINISHED"}
+
+
+class NIK_OT_extract(bpy.types.Operator):
+    bl_idname = "neural_ik.extract"
+    bl_label = "Extract Training Data"
+    bl_description = ("Turn every frame of every action of the armature into a training set (.npz); the actions, "
+                      "the scene frame and the armature's assigned action stay as they are")
+    bl_options = {"REGISTER"}
+
+    filepath: StringProperty(name="Dataset", subtype="FILE_PATH", description="Where to write the dataset (.npz)")
+
+    @classmethod
+    def poll(cls, context):
+        if target_armature(context) is None:
+            cls.poll_message_set("Select an armature (or choose one in the Neural IK panel)")
+            return False
+        return True
+
+    def invoke(self, context, _event):
+        if not self.filepath:
+            self.filepath = context.scene.neural_ik.dataset_path or "dataset.npz"
+        context.window_manager.fileselect_add(self)
+        return {"RUNNING_MODAL"}
+
+    def execute(self, context):
+        path = bpy.path.abspath(self.filepath) if self.filepath else ""
+        if not path:
+            self.report({"ERROR"}, "choose a file to write the dataset to")
+            return {"CANCELLED"}
+        if not path.lower().endswith(".npz"):
+            path += ".npz"
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            self.report({"ERROR"}, f"cannot write {path}: folder {folder} does not exist or is not writable")
+            return {"CANCELLED"}
+        try:
+            dataset, notes = extract_dataset(context, target_armature(context))
+            dataset.save(path)
+        except (DataError, FileRefused) as exc:
+            self.report({"ERROR"}, str(exc))
+            return {"CANCELLED"}
+        except OSError as exc:
+            self.report({"ERROR"}, f"cannot write {path}: {exc.strerror or exc}")
+            return {"CANCELLED"}
+        for note in notes:
+            self.report({"WARNING"}, note)
+        context.scene.neural_ik.dataset_path = path
+        self.report({"INFO"}, f"wrote {dataset.summary_text()} to {path}")
+        return {"FINISHED"}
+
+
+classes = (NIK_OT_import_bvh_folder, NIK_OT_extract)
+
+__all__ = ["import_bvh_files", "extract_dataset", "check_bvh_file", "DataError", "auto_map_object", "bone_map_of",
+           "usable_actions"]

@@ -44,22 +44,25 @@ def auto_map_object(obj):
     module = _bone_map_module()
     if module is None:
         return None
-    bones = [(b.name, b.parent.name if b.parent else "") for b in obj.data.bones]
-    try:
-        result = module.auto_map(bones)
-    except TypeError:
-        result = module.auto_map(obj.data.bones)
+    result = _auto_map_result(obj, module)
     set_bone_map(obj, result.mapping)
     obj.neural_ik.preset = getattr(result, "preset", "") or ""
     return result
 
 
+def _auto_map_result(obj, module):
+    bones = [(b.name, b.parent.name if b.parent else None) for b in obj.data.bones]
+    heads = {b.name: tuple(b.head_local) for b in obj.data.bones}
+    return module.auto_map(bones, heads)
+
+
 def bone_map_of(obj):
-    """The stored bone map; auto-mapped first when nothing is stored yet (and the bone-map module exists)."""
+    """The stored bone map; when nothing is stored yet, what auto-mapping finds (not stored: extraction changes
+    nothing of the user's)."""
     mapping = get_bone_map(obj)
-    if not any(mapping.values()):
-        auto_map_object(obj)
-        mapping = get_bone_map(obj)
+    module = _bone_map_module()
+    if not any(mapping.values()) and module is not None:
+        mapping = {role: _auto_map_result(obj, module).mapping.get(role, "") or "" for role in ROLES}
     return mapping
 
 
@@ -298,6 +301,8 @@ def extract_dataset(context, obj, mapping=None, actions=None):
     """(Dataset, notes) of every frame of every usable action of `obj`; changes nothing in the file."""
     if obj is None or obj.type != "ARMATURE":
         raise DataError("select an armature first (no armature is active or chosen in the Neural IK panel)")
+    if not bpy.data.actions:
+        raise DataError("this file has no actions to learn from: import BVH files or create the demo rig")
     mapping = bone_map_of(obj) if mapping is None else mapping
     if not any(mapping.values()):
         raise DataError(f"armature {obj.name!r} has no bone map yet: run Auto Map or fill the bone map")
@@ -305,8 +310,6 @@ def extract_dataset(context, obj, mapping=None, actions=None):
         rig = rig_io.read_rig(obj, mapping)
     except rig_io.RigError as exc:
         raise DataError(str(exc)) from None
-    if not bpy.data.actions:
-        raise DataError("this file has no actions to learn from: import BVH files or create the demo rig")
     chosen, notes = usable_actions(obj, rig)
     if actions is not None:
         wanted = set(actions)

@@ -132,6 +132,84 @@ def _evaluate_command(parser):
     return run
 
 
+@command("train", "Train the network on an extracted dataset; writes model.npz, metrics.json and loss.png")
+def _train_command(parser):
+    parser.add_argument("--dataset", required=True, help="dataset .npz written by the extract command")
+    parser.add_argument("--out", required=True, help="output folder (created when missing)")
+    parser.add_argument("--epochs", type=int, default=60, help="number of epochs (default 60)")
+    parser.add_argument("--time-limit", type=float, default=0.0, help="stop after this many seconds (0: no limit)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the action split, initialisation and batches")
+    parser.add_argument("--batch", type=int, default=256, help="rows per step (default 256)")
+    parser.add_argument("--lr", type=float, default=2e-3, help="learning rate (default 0.002)")
+    parser.add_argument("--resume", action="store_true", help="continue the run saved in --out")
+    parser.add_argument("--blend", default="", help="open this .blend first; its armature's model becomes the result")
+    parser.add_argument("--armature", help="armature name in the .blend")
+    parser.add_argument("--save", default="", help="save the .blend here afterwards")
+
+    def run(args):
+        import bpy
+
+        if not os.path.isfile(args.dataset):
+            raise CommandError(f"{args.dataset} does not exist")
+        if args.epochs < 1 or args.batch < 2 or args.lr <= 0 or args.time_limit < 0:
+            raise CommandError("--epochs and --batch must be positive, --lr above 0, --time-limit 0 or more")
+        try:
+            os.makedirs(args.out, exist_ok=True)
+        except OSError as exc:
+            raise CommandError(f"cannot create {args.out}: {exc.strerror or exc}") from None
+        if args.blend:
+            open_blend(args.blend)
+            active_armature(args.armature)
+        run_operator(bpy.ops.neural_ik.train, filepath=os.path.abspath(args.dataset), directory=os.path.abspath(args.out),
+                     epochs=args.epochs, time_limit=args.time_limit, seed=args.seed, batch_size=args.batch,
+                     learning_rate=args.lr, resume=args.resume, mode="SYNC")
+        from neural_ik import state
+
+        print(state.training.message)
+        print(f"model: {state.training.checkpoint_path}")
+        save_blend(args.save)
+    return run
+
+
+@command("import-bvh", "Import every .bvh file of a folder as actions on one armature (and auto-map it)")
+def _import_bvh_command(parser):
+    parser.add_argument("folder", help="folder holding .bvh files")
+    parser.add_argument("--scale", type=float, default=1.0, help="scale of the files (0.01 for centimetre data)")
+    parser.add_argument("--save", default="", help="save the result as this .blend")
+
+    def run(args):
+        import bpy
+
+        if args.save and not os.path.isdir(os.path.dirname(os.path.abspath(args.save))):
+            raise CommandError(f"folder of {args.save} does not exist")
+        run_operator(bpy.ops.neural_ik.import_bvh_folder, directory=os.path.abspath(args.folder),
+                     global_scale=args.scale)
+        obj = bpy.context.scene.neural_ik.armature
+        print(f"imported {len(bpy.data.actions)} actions onto {obj.name!r}")
+        save_blend(args.save)
+        if args.save:
+            print(f"saved {args.save}")
+    return run
+
+
+@command("extract", "Extract every frame of every action of an armature into a training set (.npz)")
+def _extract_command(parser):
+    parser.add_argument("--blend", default="", help=".blend file to read (default: the open file)")
+    parser.add_argument("--armature", default="", help="armature name in the .blend")
+    parser.add_argument("--out", default="dataset.npz", help="dataset file to write")
+
+    def run(args):
+        import bpy
+
+        open_blend(args.blend)
+        active_armature(args.armature or None)
+        run_operator(bpy.ops.neural_ik.extract, filepath=os.path.abspath(args.out))
+        from neural_ik.neural_network.dataset import Dataset
+
+        print(f"wrote {Dataset.load(os.path.abspath(args.out)).summary_text()} to {args.out}")
+    return run
+
+
 def main(argv):
     parser = argparse.ArgumentParser(prog="nik", description="Neural IK: learned full-body IK for Blender rigs")
     sub = parser.add_subparsers(dest="command", metavar="command")

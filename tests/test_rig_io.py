@@ -53,6 +53,15 @@ def import_folder(context, folder, scale=0.01):
     return import_bvh_files(context, str(folder), scale)
 
 
+def assert_auto_map_agrees(obj, mapping):
+    """Once the bone-map module exists, the import auto-maps the rig: it must find the hand-written map."""
+    from neural_ik.operators.data import _bone_map_module
+    from neural_ik.properties import get_bone_map
+
+    if _bone_map_module() is not None:
+        assert get_bone_map(obj) == mapping
+
+
 def use_map(obj, mapping):
     from neural_ik.properties import set_bone_map
 
@@ -156,6 +165,7 @@ def test_bandai_positions_and_fk_equal_blender(empty_scene, tmp_path):
     folder = gather(tmp_path, need_mocap(BANDAI), BANDAI_FILES)
     obj, imported, skipped = import_folder(bpy.context, folder)
     assert len(imported) == len(BANDAI_FILES) and not skipped
+    assert_auto_map_agrees(obj, BANDAI_MAP)
     mapping = use_map(obj, BANDAI_MAP)
     before = state_hash(obj)
     dataset, notes = extract_dataset(bpy.context, obj, mapping)
@@ -177,6 +187,7 @@ def test_cmu_positions_fk_and_untouched_state(empty_scene, tmp_path):
     folder = gather(tmp_path, need_mocap(CMU), CMU_FILES)
     obj, imported, skipped = import_folder(bpy.context, folder)
     assert len(imported) == 2 and not skipped
+    assert_auto_map_agrees(obj, CMU_MAP)
     mapping = use_map(obj, CMU_MAP)
     bpy.context.scene.frame_set(37)
     before = state_hash(obj)

@@ -1,0 +1,218 @@
+"""The data operators on bad input (plain messages, nothing partial left behind) and the dataset file's round trip
+and refusals. Real Blender, real mocap files (skipped when ../shared/mocap is absent)."""
+
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+from conftest import BANDAI, CMU, need_mocap
+from test_rig_io import BANDAI_FILES, BANDAI_MAP, gather, state_hash, use_map
+
+
+def _import(folder, scale=0.01):
+    import bpy
+
+    return bpy.ops.neural_ik.import_bvh_folder(directory=str(folder), global_scale=scale)
+
+
+def _bandai_armature(tmp_path, files=BANDAI_FILES[:2]):
+    import bpy
+
+    _import(gather(tmp_path, need_mocap(BANDAI), files))
+    obj = bpy.context.active_object
+    use_map(obj, BANDAI_MAP)
+    return obj
+
+
+def test_extract_operator_writes_a_dataset_that_loads_back_equal(empty_scene, tmp_path):
+    import bpy
+
+    from neural_ik.neural_network.dataset import Dataset
+    from neural_ik.neural_network.features import NUM_INPUTS
+    from neural_ik.neural_network.roles import TASKS
+
+    obj = _bandai_armature(tmp_path)
+    before = state_hash(obj)
+    out = tmp_path / "set.npz"
+    assert bpy.ops.neural_ik.extract(filepath=str(out)) == {"FINISHED"}
+    assert state_hash(obj) == before
+    data = Dataset.load(out)
+    n = sum(bpy.data.actions[str(name)].frame_range[1] - bpy.data.actions[str(name)].frame_range[0] + 1
+            for name in data.action_names)
+    assert len(data) == n
+    assert data.inputs.shape == (n, NUM_INPUTS) and data.inputs.dtype == np.float32
+    assert np.all(np.isnan(data.positions[:, ~data.skeleton.role_mask]))
+    assert set(data.task) == {TASKS.index("locomotion")}          # walk and run
+    for a in range(len(data.action_names)):
+        rows = np.where(data.action == a)[0]
+        assert np.all(np.diff(rows) == 1) and np.all(np.diff(data.frame[rows]) == 1)   # consecutive frames
+        assert data.phase[rows[0]] == 0.0 and 0.0 < data.phase[rows[-1]] < 1.0
+    # round trip keeps every array and the metadata
+    again = tmp_path / "again.npz"
+    data.save(again)
+    back = Dataset.load(again)
+    assert set(back.arrays) == set(data.arrays)
+    for name, value in data.arrays.items():
+        np.testing.assert_array_equal(back.arrays[name], value)
+    assert back.meta == json.loads(json.dumps(data.meta))
+    assert back.skeleton.fingerprint() == data.skeleton.fingerprint()
+    train, val = data.split_by_action(seed=1, val_fraction=0.3)
+    assert len(train) + len(val) == len(data)
+    assert not set(train.action) & set(val.action)
+    assert "frames" in data.summary_text()
+
+
+def test_task_override_property_wins_over_the_name(empty_scene, tmp_path):
+    import bpy
+
+    from neural_ik.neural_network.roles import TASKS
+    from neural_ik.operators.data import extract_dataset
+
+    obj = _bandai_armature(tmp_path)
+    walk = bpy.data.actions["dataset-1_walk_normal_001"]
+    walk.neural_ik_task = "JUMP"
+    data, _ = extract_dataset(bpy.context, obj)
+    names = list(data.action_names)
+    assert set(data.task[data.action == names.index(walk.name)]) == {TASKS.index("jump")}
+    assert set(data.task[data.action == names.index("dataset-1_run_normal_001")]) == {TASKS.index("locomotion")}
+
+
+def test_load_refuses_truncated_wrong_kind_and_wrong_version(empty_scene, tmp_path):
+    import bpy
+
+    from neural_ik.neural_network.dataset import Dataset
+    from neural_ik.neural_network.files import FileRefused, save_npz
+    from neural_ik.operators.data import extract_dataset
+
+    obj = _bandai_armature(tmp_path, BANDAI_FILES[:1])
+    data, _ = extract_dataset(bpy.context, obj)
+    good = tmp_path / "good.npz"
+    data.save(good)
+    raw = good.read_bytes()
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(FileRefused, match="truncated or corrupt"):
+        Dataset.load(cut)
+    wrong_kind = tmp_path / "kind.npz"
+    save_npz(wrong_kind, data.arrays, dict(data.meta, kind="neural_ik.model"))
+    with pytest.raises(FileRefused, match="'neural_ik.model' file, expected 'neural_ik.dataset'"):
+        Dataset.load(wrong_kind)
+    old = tmp_path / "old.npz"
+    save_npz(old, data.arrays, dict(data.meta, layout_version=0))
+    with pytest.raises(FileRefused, match="layout version 0"):
+        Dataset.load(old)
+    bad_shape = tmp_path / "shape.npz"
+    save_npz(bad_shape, dict(data.arrays, rotations=data.rotations[:, :20]), data.meta)
+    with pytest.raises(FileRefused, match="rotations has shape"):
+        Dataset.load(bad_shape)
+    not_finite = tmp_path / "nan.npz"
+    inputs = data.inputs.copy()
+    inputs[3, 7] = np.nan
+    save_npz(not_finite, dict(data.arrays, inputs=inputs), data.meta)
+    with pytest.raises(FileRefused, match="inputs holds non-finite"):
+        Dataset.load(not_finite)
+    mask = tmp_path / "mask.npz"
+    save_npz(mask, dict(data.arrays, role_mask=np.ones(23, bool)), data.meta)
+    with pytest.raises(FileRefused, match="role_mask does not match"):
+        Dataset.load(mask)
+    assert zipfile.is_zipfile(good)
+
+
+def test_extract_bad_input_gives_plain_messages_and_no_file(empty_scene, tmp_path):
+    import bpy
+
+    out = tmp_path / "never.npz"
+    # no armature at all: the operator cannot run, and says why
+    with pytest.raises(RuntimeError, match="Select an armature"):
+        bpy.ops.neural_ik.extract(filepath=str(out))
+    # an armature without any action
+    bpy.ops.object.armature_add()
+    with pytest.raises(RuntimeError, match="no actions to learn from"):
+        bpy.ops.neural_ik.extract(filepath=str(out))
+    assert not out.exists()
+
+    obj = _bandai_armature(tmp_path, BANDAI_FILES[:1])
+    # an unwritable path: a folder that does not exist, and a path below a regular file
+    for target in (tmp_path / "missing" / "set.npz", tmp_path / "file.txt" / "set.npz"):
+        (tmp_path / "file.txt").write_text("x")
+        with pytest.raises(RuntimeError, match="cannot write"):
+            bpy.ops.neural_ik.extract(filepath=str(target))
+        assert not target.exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
+    # an action that animates none of the mapped bones is skipped with a note; the rest is extracted
+    stray = bpy.data.actions.new("stray-walk")
+    stray.use_fake_user = True
+    slot = stray.slots.new(id_type="OBJECT", name="other")
+    from bpy_extras.anim_utils import action_ensure_channelbag_for_slot
+
+    fc = action_ensure_channelbag_for_slot(stray, slot).fcurves.new('pose.bones["Nope"].location', index=0)
+    fc.keyframe_points.insert(1, 0.0)
+    fc.keyframe_points.insert(9, 1.0)
+    from neural_ik.operators.data import extract_dataset
+
+    data, notes = extract_dataset(bpy.context, obj)
+    assert list(data.action_names) == [os.path.splitext(BANDAI_FILES[0])[0]]
+    assert any("stray-walk" in n and "none of the mapped bones" in n for n in notes)
+    assert bpy.ops.neural_ik.extract(filepath=str(out)) == {"FINISHED"}
+    assert out.exists()
+    # an armature whose only actions animate other bones: nothing to extract
+    for action in list(bpy.data.actions):
+        if action.name != "stray-walk":
+            if obj.animation_data:
+                obj.animation_data.action = None
+            bpy.data.actions.remove(action)
+    out2 = tmp_path / "none.npz"
+    with pytest.raises(RuntimeError, match="no action animates the mapped bones"):
+        bpy.ops.neural_ik.extract(filepath=str(out2))
+    assert not out2.exists()
+    # unmapped essentials
+    use_map(obj, dict(BANDAI_MAP, LeftHand="", RightFoot=""))
+    with pytest.raises(RuntimeError, match="lacks the essential roles LeftHand, RightFoot"):
+        bpy.ops.neural_ik.extract(filepath=str(out2))
+
+
+def test_import_folder_bad_input(empty_scene, tmp_path):
+    import bpy
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(RuntimeError, match="holds no .bvh files"):
+        _import(empty)
+    with pytest.raises(RuntimeError, match="does not exist"):
+        _import(tmp_path / "nowhere")
+    assert len(bpy.data.objects) == 0
+
+    folder = gather(tmp_path, need_mocap(BANDAI), BANDAI_FILES[:2], "mixed")
+    os.symlink(os.path.join(need_mocap(CMU), "006_08.bvh"), folder / "zz_cmu.bvh")      # another skeleton
+    (folder / "notes.bvh").write_text("this is not motion capture\n")
+    (folder / "a_binary.bvh").write_bytes(bytes(range(256)) * 4)
+    text = (need_mocap(BANDAI) and open(os.path.join(BANDAI, BANDAI_FILES[2]), encoding="utf-8").read())
+    (folder / "cut.bvh").write_text(text[: int(len(text) * 0.7)])
+    (folder / "cut_header.bvh").write_text(text[: text.index("MOTION") // 2])
+    objects_before = len(bpy.data.objects)
+    assert _import(folder) == {"FINISHED"}
+    arm = [o for o in bpy.data.objects if o.type == "ARMATURE"]
+    assert len(arm) == 1 and len(bpy.data.objects) == objects_before + 1     # the temporary imports are gone
+    assert len(bpy.data.armatures) == 1
+    assert sorted(a.name for a in bpy.data.actions) == sorted(os.path.splitext(f)[0] for f in BANDAI_FILES[:2])
+    assert all(a.use_fake_user for a in bpy.data.actions)
+    assert bpy.context.scene.neural_ik.armature == arm[0]
+
+    from neural_ik.operators.data import import_bvh_files
+
+    for o in list(bpy.data.objects):
+        bpy.data.objects.remove(o)
+    _, imported, skipped = import_bvh_files(bpy.context, str(folder), 0.01)
+    reasons = dict(skipped)
+    assert "different skeleton" in reasons["zz_cmu.bvh"]
+    assert "not a BVH file" in reasons["notes.bvh"] and "not" in reasons["a_binary.bvh"]
+    assert "truncated" in reasons["cut.bvh"] and "truncated" in reasons["cut_header.bvh"]
+    assert len(imported) == 2
+
+    only_bad = tmp_path / "only_bad"
+    only_bad.mkdir()
+    (only_bad / "x.bvh").write_text("HIERARCHY\nROOT")
+    with pytest.raises(RuntimeError, match="no file .* could be imported: x.bvh is truncated"):
+        _import(only_bad)

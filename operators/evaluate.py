@@ -209,17 +209,24 @@ def limits_from(mean_pose, bone_map, model_path=None, local_rotations=None, marg
 
 
 def solve_network(context, obj, action, frames, refine):
-    """Bake the network's solve of `action` and return (its action, seconds per frame), or None without Bake."""
+    """Bake the network's solve of `action` (hips given) and return (the baked action, seconds per frame)."""
     if not hasattr(bpy.types, "NEURAL_IK_OT_bake"):
         raise EvaluationError("the network cannot be evaluated: the Bake operator is not available in this build")
+    context.view_layer.objects.active = obj
+    context.scene.neural_ik.armature = obj
+    before = set(bpy.data.actions)
     t0 = time.perf_counter()
-    bpy.ops.neural_ik.bake(source_action=action.name, frame_start=int(frames[0]), frame_end=int(frames[-1]),
-                           refine_iterations=int(refine))
+    try:
+        bpy.ops.neural_ik.bake(source_action=action.name, frame_start=int(frames[0]), frame_end=int(frames[-1]),
+                               refine_iterations=int(refine))
+    except RuntimeError as exc:
+        lines = str(exc).strip().splitlines()
+        raise EvaluationError(f"Bake failed on {action.name}: {lines[-1] if lines else exc}") from None
     spent = time.perf_counter() - t0
-    baked = bpy.data.actions.get(f"{action.name}.nik")
-    if baked is None:
-        raise EvaluationError(f"Bake wrote no action {action.name}.nik")
-    return baked, spent / len(frames)
+    baked = [a for a in bpy.data.actions if a not in before]
+    if not baked:
+        raise EvaluationError(f"Bake wrote no action for {action.name}")
+    return baked[0], spent / len(frames)
 
 
 def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path="", refine=2):
@@ -243,14 +250,16 @@ def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path
             if not model_path:
                 continue
             solved = solve_network(context, obj, action, frames, 0 if method == "network" else refine)
-            if solved is None:
-                continue
             baked, seconds = solved
-            assign_action(obj, baked)
-            r = PoseReader(obj, names)
-            play(scene, [r], frames)
-            out[method] = (r.motion(), seconds)
-            assign_action(obj, action)
+            try:
+                assign_action(obj, baked)
+                r = PoseReader(obj, names)
+                play(scene, [r], frames)
+                out[method] = (r.motion(), seconds)
+            finally:
+                assign_action(obj, action)
+                if baked.users == 0:
+                    bpy.data.actions.remove(baked)
         elif method in ("blender_ik", "blender_ik_poles", "start_pose"):
             rig = blender_ik.BaselineRig(scene, obj, bone_map, mean_pose, action, use_poles=method == "blender_ik_poles",
                                          reference_frames=reference_frames)
@@ -401,6 +410,21 @@ def run_evaluation(context, options):
     refine = int(options.get("refine_iterations", 2))
     folder = bpy.path.abspath(options.get("bvh_folder", "")) if options.get("bvh_folder") else ""
     t0 = time.perf_counter()
+    if folder and model_path:
+        # the network needs the armature it was trained on: the folder goes onto one armature (its first file's)
+        # through the add-on's own importer, and the clips are the actions whose names match `files`
+        list_bvh_files(folder, options.get("files", ""))
+        before = set(bpy.data.objects)
+        try:
+            bpy.ops.neural_ik.import_bvh_folder(directory=folder, global_scale=0.01)
+        except RuntimeError as exc:
+            lines = str(exc).strip().splitlines()
+            raise EvaluationError(lines[-1] if lines else "the BVH folder could not be imported") from None
+        new = [o for o in bpy.data.objects if o not in before and o.type == "ARMATURE"]
+        if not new:
+            raise EvaluationError(f"no armature was imported from {folder}")
+        options = dict(options, armature=new[0].name, actions=options.get("files", "") or "*")
+        folder = ""
     if folder:
         paths = list_bvh_files(folder, options.get("files", ""), options.get("max_files", 0))
         first = import_bvh(paths[0])
@@ -463,11 +487,6 @@ def _armature(context, name):
 
 def _actions(obj, bone_map, names):
     wanted = [n.strip() for n in names.split(",") if n.strip()]
-    if wanted:
-        missing = [n for n in wanted if n not in bpy.data.actions]
-        if missing:
-            raise EvaluationError(f"no action called {', '.join(repr(n) for n in missing)}")
-        return [bpy.data.actions[n] for n in wanted]
     bones = {b for b in bone_map.values() if b}
     found = []
     for action in bpy.data.actions:
@@ -480,6 +499,13 @@ def _actions(obj, bone_map, names):
                 paths.update(blender_ik._bone_of_path(fc.data_path) for fc in bag.fcurves)
         if bones & paths:
             found.append(action)
+    if wanted:
+        exact = [bpy.data.actions[n] for n in wanted if n in bpy.data.actions]
+        matched = [a for a in found if any(fnmatch.fnmatch(a.name, p) or fnmatch.fnmatch(a.name + ".bvh", p)
+                                           for p in wanted)]
+        found = list(dict.fromkeys(exact + matched))
+        if not found:
+            raise EvaluationError(f"no action of {obj.name!r} matches {names!r}")
     if not found:
         raise EvaluationError(f"armature {obj.name!r} has no actions that move its mapped bones")
     return found

@@ -24,6 +24,18 @@ class TrainingProgress:
     plot_path: str = ""
     cancel: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread = None
+    val_inner_cm: float = float("nan")               # inner-joint MPJPE of the last validation
+    elapsed: float = 0.0
+    error: str = ""                                  # why the last run failed ("" when it did not)
+
+    def reset(self, epochs):
+        """Clear the numbers of a previous run before a new one starts (the object itself stays shared)."""
+        self.running, self.epoch, self.epochs = True, 0, epochs
+        self.train_loss = self.val_error_cm = self.val_inner_cm = self.seconds_left = float("nan")
+        self.elapsed, self.message, self.error = 0.0, "preparing data", ""
+        self.history, self.best_metrics = [], {}
+        self.checkpoint_path = self.plot_path = ""
+        self.cancel.clear()
 
     @property
     def fraction(self):

@@ -253,8 +253,11 @@ def _json_rng_state(rng):
 class Trainer:
     """One training run. Build it on the caller's thread (data preparation), then call run() on any thread."""
 
-    def __init__(self, dataset, config, out_dir, progress=None, resume=False):
+    def __init__(self, dataset, config, out_dir, progress=None, resume=False, on_epoch=None):
+        """on_epoch(entry): called on the training thread after each validation with the history entry (e.g. to
+        print a progress line in background mode)."""
         self.config = config
+        self.on_epoch = on_epoch
         self.out_dir = os.fspath(out_dir)
         if not os.path.isdir(self.out_dir):
             raise FileRefused(f"output folder {self.out_dir} does not exist")
@@ -377,15 +380,21 @@ class Trainer:
             f = max(f, self._elapsed() / c.time_limit)
         return f
 
-    def _validate_and_keep_best(self):
+    def _validate(self):
+        """Validation metrics of the current weights, and the model they make."""
         model = self.model()
-        metrics = validation_metrics(model, self.val)
+        return validation_metrics(model, self.val), model
+
+    def _keep_if_best(self, metrics, model):
+        """Write the model as the best checkpoint when its score beats the best so far; True when it did."""
         s = score(metrics)
-        if s < self.best_score:
-            self.best_score, self.best_metrics = s, metrics
-            model.meta["metrics"] = metrics
-            checkpoint.save_model(self.paths["model"], model)
-        return metrics
+        if s >= self.best_score:
+            return False
+        self.best_score, self.best_metrics = s, metrics
+        model.meta["metrics"] = metrics
+        model.meta["history"] = list(self.history)
+        checkpoint.save_model(self.paths["model"], model)
+        return True
 
     def _report(self, **values):
         for key, value in values.items():
@@ -423,14 +432,13 @@ class Trainer:
             if done == 0 and stopped != "epochs":
                 break
             epoch += 1 if stopped == "epochs" else 0
-            metrics = self._validate_and_keep_best()
-            improved = metrics is self.best_metrics
-            since_best = 0 if improved else since_best + 1
+            metrics, model = self._validate()
             entry = {"epoch": epoch if stopped == "epochs" else epoch + done / steps,
                      "train_loss": total / max(done, 1), "lr": lr, "seconds": round(self._elapsed(), 2),
                      **{f"train_{k}": v / max(done, 1) for k, v in parts_sum.items()},
                      **{f"val_{k}": v for k, v in metrics.items() if k != "frames"}}
             self.history.append(entry)
+            since_best = 0 if self._keep_if_best(metrics, model) else since_best + 1
             self._save_state(epoch)
             self._write_plot()
             elapsed = self._elapsed()
@@ -444,6 +452,8 @@ class Trainer:
                          checkpoint_path=self.paths["model"], plot_path=self.paths["plot"],
                          message=f"epoch {epoch}/{c.epochs}: effector {metrics['effector_cm_mean']:.2f} cm, "
                                  f"inner {metrics['inner_mpjpe_cm']:.2f} cm")
+            if self.on_epoch is not None:
+                self.on_epoch(entry)
             if stopped != "epochs":
                 break
             if c.patience and since_best >= c.patience:
@@ -451,7 +461,7 @@ class Trainer:
                 break
         seconds = self._elapsed()
         if not os.path.exists(self.paths["model"]):      # nothing validated yet (cancelled at once): keep what we have
-            self._validate_and_keep_best()
+            self._keep_if_best(*self._validate())
         best = checkpoint.load_model(self.paths["model"])
         summary = {"stopped": stopped, "seconds": round(seconds, 2), "best": self.best_metrics,
                    "settings": c.to_json(), "history": self.history, "train_frames": int(len(self.train)),

@@ -10,6 +10,7 @@ MODULE_NAMES = (
     "evaluate",
     "data",
     "live",
+    "train",
 )
 
 _modules = []

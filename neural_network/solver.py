@@ -147,6 +147,8 @@ class Solver:
         self.mask = mask
         start = np.where(mask[:, None, None], self.mean_pose, np.eye(3))
         self.last_local = np.broadcast_to(start, (characters, NUM_ROLES, 3, 3)).copy()
+        self.has_good = np.zeros(characters, bool)   # False until a character's first usable tick
+        self.last_hips = (np.broadcast_to(np.eye(3), (characters, 3, 3)).copy(), np.zeros((characters, 3)))
         self.task = np.zeros(characters, np.int64)
         self.previous_task = np.zeros(characters, np.int64)
         self.blend = np.ones(characters)
@@ -183,9 +185,11 @@ class Solver:
         self.previous_feet = foot_positions.copy()
         return (low & slow).astype(np.float64)
 
-    def solve(self, targets, ground=0.0, desired_contact=1.0, task=None, phase=0.0, refine_iterations=0, dt=1 / 60):
+    def solve(self, targets, ground=0.0, desired_contact=1.0, task=None, phase=0.0, refine_iterations=0, dt=1 / 60,
+              contact=None):
         """One tick for K characters. targets (K, 6, 4, 4) character space; ground, desired_contact (K, 2) or
-        scalars; task (K,) indices (None: unchanged); phase (K,) or scalar in [0, 1)."""
+        scalars; task (K,) indices (None: unchanged); phase (K,) or scalar in [0, 1); contact (K, 2) overrides the
+        contact flags detected from the feet (a bake passes the source clip's own)."""
         k = self.k
         if task is not None:
             self.set_task(task)
@@ -200,7 +204,8 @@ class Solver:
         # the thighs are only read for the heading: they follow from the hips transform and the rest offsets
         for thigh in (15, 19):
             self.positions[:, thigh] = pos[:, 0] + rot[:, 0] @ self.skeleton.offsets[thigh]
-        contact = self.contacts(pos[:, 3:5], ground, dt)
+        detected = self.contacts(pos[:, 3:5], ground, dt)
+        contact = detected if contact is None else np.broadcast_to(np.asarray(contact, np.float64), (k, 2))
         blending = np.where(self.blend < 1.0)[0]
         rows = k + len(blending)
         build = lambda sel, tasks: build_inputs(self.spec, self.positions[sel], self.rotations[sel], rot[sel, 0],
@@ -229,6 +234,10 @@ class Solver:
         if refine_iterations > 0:
             status[good & (errors.max(axis=1) > self.tolerance)] |= MISSED
         local = np.where(good[:, None, None, None], local, self.last_local)
+        hips_rotation = np.where(good[:, None, None], rot[:, 0], self.last_hips[0])
+        hips_position = np.where(good[:, None], pos[:, 0], self.last_hips[1])
         self.last_local[good] = local[good]
+        self.has_good |= good
+        self.last_hips[0][good], self.last_hips[1][good] = hips_rotation[good], hips_position[good]
         errors = np.where(good[:, None], errors, np.nan)
-        return SolveResult(local, matrix_to_quaternion(local), rot[:, 0], pos[:, 0], status, errors)
+        return SolveResult(local, matrix_to_quaternion(local), hips_rotation, hips_position, status, errors)

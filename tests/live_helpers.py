@@ -118,3 +118,97 @@ def mpjpe(a, b, mask):
 
 __all__ = ["humanoid_skeleton", "limits", "mean_pose", "random_model", "fitted_model", "random_poses", "targets_of",
            "inputs_of", "mpjpe", "ROLE_INDEX"]
+
+
+# ---- Blender side --------------------------------------------------------------------------------------------------
+
+def demo_armature(every_action=True):
+    """The demo rig with its actions: the add-on's create_demo_rig when it exists, else built here from demo_motion
+    (the same bones and the same procedural actions, keyed with rig_io)."""
+    import bpy
+
+    if "create_demo_rig" in dir(bpy.ops.neural_ik):
+        bpy.ops.neural_ik.create_demo_rig()
+        return bpy.context.active_object
+    from neural_ik import rig_io
+    from neural_ik.neural_network import demo_motion
+    from neural_ik.properties import set_bone_map
+
+    data = bpy.data.armatures.new("DemoRig")
+    obj = bpy.data.objects.new("DemoRig", data)
+    bpy.context.scene.collection.objects.link(obj)
+    bpy.context.view_layer.objects.active = obj
+    bpy.ops.object.mode_set(mode="EDIT")
+    for name, parent, head, tail, roll, connect in demo_motion.rig_bones():
+        eb = data.edit_bones.new(name)
+        eb.head, eb.tail, eb.roll = head, tail, roll
+        if parent:
+            eb.parent = data.edit_bones[parent]
+            eb.use_connect = connect
+    bpy.ops.object.mode_set(mode="OBJECT")
+    set_bone_map(obj, {role: role for role in ROLES if role in demo_motion.BONE_NAMES})
+    bpy.context.scene.neural_ik.armature = obj
+    for act in demo_motion.generate_actions(0):
+        action, _slot, container = rig_io._new_action(obj, act.name)
+        action.use_fake_user = True
+        frames = np.arange(act.frame_start, act.frame_end + 1, dtype=np.float64)
+        for b, bone in enumerate(demo_motion.BONE_NAMES):
+            path = f'pose.bones["{bone}"].'
+            for i in range(4):
+                rig_io._key_curve(container, path + "rotation_quaternion", i, bone, frames, act.rotations[:, b, i])
+            if b == 0:
+                for i in range(3):
+                    rig_io._key_curve(container, path + "location", i, bone, frames, act.hips_location[:, i])
+    return obj
+
+
+def assign_action(obj, action):
+    ad = obj.animation_data_create()
+    ad.action = action
+    if hasattr(ad, "action_slot") and len(action.slots):
+        ad.action_slot = action.slots[0]
+
+
+def linear_model_for(skeleton, samples):
+    """A linear Model fitted by ridge regression to rig_io ActionSamples (what a quickly trained network does)."""
+    from neural_ik.neural_network.features import detect_contacts
+    from neural_ik.neural_network.roles import FOOT_ROLES, task_from_name
+
+    positions = np.concatenate([s.positions for s in samples])
+    rotations = np.concatenate([s.rotations for s in samples])
+    hips_R = np.concatenate([s.hips_rotation for s in samples])
+    local = np.concatenate([s.local_rotations for s in samples])
+    spec = references_from_data(np.nan_to_num(positions), rotations, hips_R)
+    parts = []
+    for s in samples:
+        n = len(s.frames)
+        contacts = detect_contacts(s.positions[:, list(FOOT_ROLES)], 0.0, 30.0, skeleton.height)
+        parts.append(build_inputs(spec, np.nan_to_num(s.positions), s.rotations, s.hips_rotation, np.zeros((n, 2)),
+                                  contacts, contacts, np.arange(n) / n, np.full(n, task_from_name(s.name))))
+    x = np.concatenate(parts).astype(np.float64)
+    from neural_ik.neural_network.rotations import chordal_mean
+
+    mean = chordal_mean(local, axis=0)
+    deltas = matrix_to_axis_angle(np.swapaxes(mean, -1, -2)[None] @ local)
+    low = deltas.min(axis=0) - 0.2
+    high = deltas.max(axis=0) + 0.2
+    mu, sd = x.mean(0), np.maximum(x.std(0), 1e-3)
+    z = np.concatenate([(x - mu) / sd, np.ones((len(x), 1))], axis=1)
+    coef = np.linalg.solve(z.T @ z + 1e-2 * np.eye(z.shape[1]), z.T @ deltas.reshape(len(x), -1))
+    return Model(skeleton, spec, [coef[:-1].astype(np.float32), coef[-1].astype(np.float32)], mu.astype(np.float32),
+                 sd.astype(np.float32), mean, low, high)
+
+
+def place_targets(obj, rig, sample, i):
+    """Put the six target empties on frame i of a character-space ActionSample (world = armature matrix @ ...)."""
+    from mathutils import Matrix
+
+    from neural_ik.live import targets_of as target_objects
+
+    roles = [0] + list(EFFECTOR_ROLES)
+    world = np.array(obj.matrix_world)
+    for target, role in zip(target_objects(obj), roles):
+        m = np.eye(4)
+        m[:3, :3] = rig.basis.T @ sample.rotations[i, role]
+        m[:3, 3] = rig.basis.T @ sample.positions[i, role] / rig.scale
+        target.matrix_world = Matrix((world @ m).tolist())

@@ -1,0 +1,294 @@
+"""The extension as a user gets it: built by Blender's own extension tool, installed from the Linux zip, enabled, and
+driven from the installed copy with its bundled ONNX Runtime.
+
+This pytest process already has the checkout registered as the add-on `neural_ik`, so the installed copy runs in a
+child process with its own BLENDER_USER_RESOURCES: the two copies (and two onnxruntime versions) never meet. The
+child is this file run as a script; it prints one JSON line of facts, which the tests below check.
+
+Two children, as a user would do it: the first installs the zip (enable_on_install) and saves the preferences; the
+second is Blender started again on the same user folder, which enables the installed extension and drives it. The
+restart matters here: in the session that installs, Blender appends the extensions' site-packages to the END of
+sys.path, behind the venv's own (newer) onnxruntime; at start-up it puts them BEFORE the interpreter's
+site-packages, so the bundled onnxruntime 1.18.1 is the one imported, as it is inside Blender.
+
+Building downloads the wheels into ./wheels once (PyPI must be reachable the first time); re-runs reuse them.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+import zipfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODULE = "bl_ext.user_default.neural_ik"
+BAKE_FRAMES = (1, 5)
+
+# ---- the child process: install, enable and drive the installed copy ----------------------------------------
+
+
+def _operator(name):
+    import bpy
+
+    if not hasattr(bpy.types, f"NEURAL_IK_OT_{name}"):
+        return None
+    return getattr(bpy.ops.neural_ik, name)
+
+
+def _step(facts, name, run):
+    """Run one step; record 'ok', 'missing: <why>' or 'error: <message>' under facts['steps'][name]."""
+    try:
+        outcome = run()
+    except Exception as exc:   # the message goes to the parent test, which fails with it
+        facts["steps"][name] = f"error: {type(exc).__name__}: {str(exc).strip()}"
+        facts.setdefault("tracebacks", {})[name] = traceback.format_exc()
+        return False
+    facts["steps"][name] = "ok" if outcome is None else outcome
+    return facts["steps"][name] == "ok"
+
+
+def module_facts(facts):
+    import bpy
+
+    module = sys.modules.get(MODULE)
+    facts["module_file"] = getattr(module, "__file__", None)
+    facts["enabled"] = MODULE in bpy.context.preferences.addons
+    facts["wheels_site"] = os.path.join(bpy.utils.user_resource("EXTENSIONS"), ".local")
+    if module is not None:
+        folder = os.path.dirname(module.__file__)
+        facts["installed_files"] = sorted(
+            os.path.relpath(os.path.join(root, f), folder) for root, _dirs, files in os.walk(folder) for f in files
+            if "__pycache__" not in root)
+    return module
+
+
+def install(zip_path):
+    """First start: install the zip from disk, enabled, and save the preferences as Blender does on quit."""
+    import bpy
+
+    facts = {}
+    started = time.perf_counter()
+    bpy.ops.extensions.package_install_files(filepath=zip_path, repo="user_default", enable_on_install=True)
+    facts["install_seconds"] = time.perf_counter() - started
+    module_facts(facts)
+    bpy.ops.wm.save_userpref()
+    return facts
+
+
+def probe(work_dir):
+    """Second start: enable the installed extension and drive it."""
+    import bpy  # noqa: I001  (bpy first: it puts Blender's own modules such as addon_utils on sys.path)
+    import addon_utils
+    import numpy as np
+
+    facts = {"steps": {}, "numpy": np.__version__}
+    addon_utils.enable(MODULE, default_set=True, handle_error=lambda exc: facts.setdefault("enable_error", str(exc)))
+    module = module_facts(facts)
+    if module is None:
+        return facts
+
+    import onnx
+    import onnxruntime
+
+    facts["onnxruntime"] = [onnxruntime.__version__, onnxruntime.__file__]
+    facts["onnx"] = [onnx.__version__, onnx.__file__]
+
+    scene = bpy.context.scene
+    settings = scene.neural_ik
+    armature = {}
+
+    def create_demo_rig():
+        op = _operator("create_demo_rig")
+        if op is None:
+            return "missing: neural_ik.create_demo_rig is not registered"
+        op()
+        obj = settings.armature or bpy.context.view_layer.objects.active
+        assert obj is not None and obj.type == "ARMATURE", "no armature after create_demo_rig"
+        armature["obj"] = obj
+        facts["demo_rig"] = {"bones": len(obj.data.bones), "actions": len(bpy.data.actions),
+                             "mapped": sum(1 for item in obj.neural_ik.bone_map if item.bone)}
+
+    def create_targets():
+        op = _operator("create_targets")
+        if op is None:
+            return "missing: neural_ik.create_targets is not registered"
+        op()
+        targets = {name: getattr(armature["obj"].neural_ik, f"target_{name}")
+                   for name in ("root", "left_hand", "right_hand", "left_foot", "right_foot", "head")}
+        facts["targets"] = sorted(name for name, target in targets.items() if target is not None)
+
+    def one_tick():
+        op = _operator("run")
+        if op is None:
+            return "missing: neural_ik.run is not registered"
+        obj = armature["obj"]
+        before = np.array([list(pb.matrix_basis.to_quaternion()) for pb in obj.pose.bones])
+        hand = obj.neural_ik.target_left_hand
+        if hand is not None:   # move a target so the tick has something to solve
+            hand.location.z += 0.15
+        op("INVOKE_DEFAULT")
+        state = sys.modules[MODULE + ".state"]
+        session = state.live_sessions.get(obj.name)
+        assert session is not None, "Run IK started no live session"
+        tick = getattr(session, "tick", None) or getattr(session, "step", None)
+        assert tick is not None, f"the live session {type(session).__name__} has no tick()"
+        tick()
+        bpy.context.view_layer.update()
+        after = np.array([list(pb.matrix_basis.to_quaternion()) for pb in obj.pose.bones])
+        facts["tick"] = {"session": type(session).__name__, "pose_changed_deg": float(
+            np.degrees(2 * np.arccos(np.clip(np.abs((before * after).sum(1)), 0, 1))).max())}
+        solver = getattr(session, "solver", None)
+        if solver is not None and hasattr(solver, "engine_name"):
+            facts["tick"]["engine"] = solver.engine_name
+        stop = _operator("stop")
+        if stop is not None:
+            stop()
+
+    def bake():
+        op = _operator("bake")
+        if op is None:
+            return "missing: neural_ik.bake is not registered"
+        obj = armature["obj"]
+        actions_before = set(bpy.data.actions)
+        op(frame_start=BAKE_FRAMES[0], frame_end=BAKE_FRAMES[1])
+        new = [a for a in bpy.data.actions if a not in actions_before]
+        action = new[0] if new else (obj.animation_data.action if obj.animation_data else None)
+        assert action is not None, "bake wrote no action"
+        from bpy_extras import anim_utils
+
+        frames = set()
+        for slot in action.slots:
+            bag = anim_utils.action_get_channelbag_for_slot(action, slot)
+            if bag is None:
+                continue
+            for fcurve in bag.fcurves:
+                frames.update(int(round(k.co[0])) for k in fcurve.keyframe_points)
+        facts["bake"] = {"action": action.name, "frames": sorted(frames)}
+
+    def export_onnx():
+        op = _operator("export_onnx")
+        if op is None:
+            return "missing: neural_ik.export_onnx is not registered"
+        path = os.path.join(work_dir, "exported.onnx")
+        op(filepath=path)
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        inputs = session.get_inputs()[0]
+        x = np.zeros([d if isinstance(d, int) else 1 for d in inputs.shape], np.float32)
+        y = session.run(None, {inputs.name: x})[0]
+        facts["export"] = {"bytes": os.path.getsize(path), "output_shape": list(y.shape),
+                           "finite": bool(np.isfinite(y).all())}
+
+    if _step(facts, "create_demo_rig", create_demo_rig):
+        _step(facts, "create_targets", create_targets)
+        _step(facts, "one_tick", one_tick)
+        _step(facts, "bake", bake)
+        _step(facts, "export_onnx", export_onnx)
+    facts["user_files"] = sorted(os.listdir(work_dir))
+    return facts
+
+
+# ---- the tests (parent process) ----------------------------------------------------------------------------
+
+if __name__ != "__main__":
+    import pytest
+
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+
+    @pytest.fixture(scope="module")
+    def zips(tmp_path_factory):
+        import build_extension
+
+        try:
+            return build_extension.build(str(tmp_path_factory.mktemp("build")))
+        except build_extension.BuildError as exc:
+            if "could not download" in str(exc):
+                pytest.skip(f"the wheels could not be downloaded (PyPI unreachable?): {exc}")
+            raise
+
+    def child(*args, user, work):
+        env = dict(os.environ, BLENDER_USER_RESOURCES=str(user))
+        result = subprocess.run([sys.executable, os.path.abspath(__file__), *args], cwd=str(work), env=env,
+                                capture_output=True, text=True, timeout=600)
+        lines = [line for line in result.stdout.splitlines() if line.startswith("NEURAL_IK_FACTS ")]
+        assert result.returncode == 0 and lines, f"child {args[0]} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+        return json.loads(lines[-1][len("NEURAL_IK_FACTS "):])
+
+    @pytest.fixture(scope="module")
+    def installed(zips, tmp_path_factory):
+        """Facts from two child processes on one fresh user folder: install the Linux zip, then restart and use it."""
+        user = tmp_path_factory.mktemp("blender_user")
+        work = tmp_path_factory.mktemp("work")
+        first = child("install", zips["linux-x64"], user=user, work=work)
+        facts = child("use", str(work), user=user, work=work)
+        facts["install"] = first
+        facts["_user"] = str(user)
+        return facts
+
+    def step(installed, name):
+        outcome = installed["steps"].get(name)
+        if outcome is None:
+            pytest.skip(f"{name} did not run: an earlier step failed or was missing ({installed['steps']})")
+        if outcome.startswith("missing:"):
+            pytest.skip(outcome)
+        assert outcome == "ok", f"{name}: {outcome}\n{installed.get('tracebacks', {}).get(name, '')}"
+
+    def test_zips_hold_the_addon_and_only_their_platform_wheels(zips):
+        expected_wheels = {"linux-x64": "manylinux", "windows-x64": "win_amd64", "macos-arm64": "macosx"}
+        for platform, path in zips.items():
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+                manifest = archive.read("blender_manifest.toml").decode()
+            assert "__init__.py" in names and "neural_network/model.py" in names and "panels/main.py" in names
+            for dev in ("tests/", "benchmarks/", "scripts/", "docs/", ".venv/", ".git/", ".ci/", "build/"):
+                assert not any(n.startswith(dev) for n in names), f"{platform} zip contains {dev}"
+            wheels = [n for n in names if n.endswith(".whl")]
+            assert {w.split("/")[-1].split("-")[0] for w in wheels} == {"onnxruntime", "onnx", "protobuf"}
+            for wheel in wheels:
+                assert wheel.endswith("none-any.whl") or expected_wheels[platform] in wheel, (platform, wheel)
+            assert f'platforms = ["{platform}"]' in manifest
+
+    def test_installed_copy_is_enabled_from_the_user_folder(installed):
+        for facts in (installed["install"], installed):
+            assert facts["enabled"], f"the extension is not enabled: {facts.get('enable_error')}"
+            module_file = os.path.realpath(facts["module_file"])
+            assert module_file.startswith(os.path.realpath(installed["_user"])), module_file
+            assert not module_file.startswith(os.path.realpath(REPO) + os.sep)
+            assert "blender_manifest.toml" in facts["installed_files"]
+            assert not any(f.startswith(("tests", "scripts", "benchmarks", "docs")) for f in facts["installed_files"])
+
+    def test_bundled_onnxruntime_is_the_one_loaded(installed):
+        site = os.path.realpath(installed["wheels_site"])
+        version, path = installed["onnxruntime"]
+        assert version == "1.18.1" and os.path.realpath(path).startswith(site), installed["onnxruntime"]
+        version, path = installed["onnx"]
+        assert version == "1.16.2" and os.path.realpath(path).startswith(site), installed["onnx"]
+        assert installed["numpy"].startswith("1.26"), "Blender's NumPy"
+
+    def test_demo_rig_targets_tick_bake_from_installed_copy(installed):
+        step(installed, "create_demo_rig")
+        rig = installed["demo_rig"]
+        assert rig["bones"] >= 15 and rig["mapped"] >= 15, rig
+        step(installed, "create_targets")
+        assert {"left_hand", "right_hand", "left_foot", "right_foot", "head"} <= set(installed["targets"])
+        step(installed, "one_tick")
+        assert installed["tick"]["pose_changed_deg"] > 0.01, installed["tick"]
+        if "engine" in installed["tick"]:
+            assert "onnx" in installed["tick"]["engine"].lower(), installed["tick"]
+        step(installed, "bake")
+        frames = installed["bake"]["frames"]
+        assert set(range(BAKE_FRAMES[0], BAKE_FRAMES[1] + 1)) <= set(frames), installed["bake"]
+
+    def test_export_onnx_runs_in_bundled_runtime(installed):
+        step(installed, "export_onnx")
+        export = installed["export"]
+        assert export["finite"] and export["output_shape"][-1] == 69, export
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "install":
+        _facts = install(os.path.abspath(sys.argv[2]))
+    else:
+        _facts = probe(os.path.abspath(sys.argv[2]))
+    print("NEURAL_IK_FACTS " + json.dumps(_facts, default=str), flush=True)

@@ -95,10 +95,13 @@ def _clean_bones(bones):
     except Exception:
         return parents
     for item in items:
-        try:
-            name, parent = item[0], item[1]
-        except Exception:
-            continue
+        if isinstance(item, str):
+            name, parent = item, None       # a bare name: the caller gave no hierarchy
+        else:
+            try:
+                name, parent = item[0], item[1]
+            except Exception:
+                continue
         if isinstance(name, str) and name and name not in parents:
             parents[name] = parent if isinstance(parent, str) else None
     for name, parent in parents.items():
@@ -155,14 +158,19 @@ def _is_ancestor(forest, ancestor, bone):
 # ---- validation --------------------------------------------------------------------------------------------------
 
 def validate(mapping, bones):
-    """Problems of a map for these bones, in plain words; an empty list means the map is usable."""
+    """Problems of a map for these bones, in plain words; an empty list means the map is usable.
+
+    bones: [(name, parent or None)]; given bare names instead, the chain check is skipped (no hierarchy to check).
+    """
     try:
-        return _validate(mapping, _break_cycles(_clean_bones(bones)))
+        bones = list(bones) if isinstance(bones, (list, tuple)) or hasattr(bones, "__iter__") else []
+        with_hierarchy = not any(isinstance(b, str) for b in bones)
+        return _validate(mapping, _break_cycles(_clean_bones(bones)), with_hierarchy)
     except Exception as exc:    # never raise: a map checker that crashes helps nobody
         return [f"internal error while checking the bone map: {exc!r}"]
 
 
-def _validate(mapping, forest):
+def _validate(mapping, forest, with_hierarchy=True):
     problems = []
     if not isinstance(mapping, dict):
         return ["The bone map is not a role -> bone table."] + [f"Missing essential role: {r}." for r in ESSENTIAL_ROLES]
@@ -193,7 +201,7 @@ def _validate(mapping, forest):
             problems.append(f"Bone '{bone}' is used for more than one role: {', '.join(roles)}.")
     for j, role in enumerate(ROLES):
         bone = clean.get(role, "")
-        if not bone or bone not in forest:
+        if not with_hierarchy or not bone or bone not in forest:
             continue
         p = ROLE_PARENTS[j]
         while p >= 0 and not clean.get(ROLES[p]):

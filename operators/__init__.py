@@ -6,7 +6,7 @@ Each module lists its classes in `classes`; they are registered in the order of 
 import importlib
 
 MODULE_NAMES = (
-    # "rig",
+    "rig",
     "evaluate",
     "data",
     "live",

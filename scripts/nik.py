@@ -210,6 +210,27 @@ def _extract_command(parser):
     return run
 
 
+@command("create-demo-rig", "Add the demo rig with its procedural actions (idle, walk, run, crouch, reach, grab, jump)")
+def _create_demo_rig_command(parser):
+    parser.add_argument("--seed", type=int, default=0, help="seed of the procedural motion (same seed, same keys)")
+    parser.add_argument("--save", default="", help="save the result as this .blend")
+
+    def run(args):
+        import bpy
+
+        if args.seed < 0:
+            raise CommandError("--seed must be 0 or more")
+        if args.save and not os.path.isdir(os.path.dirname(os.path.abspath(args.save))):
+            raise CommandError(f"folder of {args.save} does not exist")
+        run_operator(bpy.ops.neural_ik.create_demo_rig, seed=args.seed)
+        obj = bpy.context.scene.neural_ik.armature
+        print(f"created {obj.name!r}: {len(obj.data.bones)} bones, {len(bpy.data.actions)} actions (seed {args.seed})")
+        save_blend(args.save)
+        if args.save:
+            print(f"saved {args.save}")
+    return run
+
+
 def main(argv):
     parser = argparse.ArgumentParser(prog="nik", description="Neural IK: learned full-body IK for Blender rigs")
     sub = parser.add_subparsers(dest="command", metavar="command")

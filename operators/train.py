@@ -213,7 +213,10 @@ class NIK_OT_cancel_training(bpy.types.Operator):
 
     @classmethod
     def poll(cls, _context):
-        return _Run.thread is not None and _Run.thread.is_alive()
+        if _Run.thread is not None and _Run.thread.is_alive():
+            return True
+        cls.poll_message_set("Training is not running")
+        return False
 
     def execute(self, _context):
         stop_training(wait=True)

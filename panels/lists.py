@@ -7,7 +7,7 @@ hangs under the 3D viewport's Object menu.
 import bpy
 
 from ..neural_network.roles import ESSENTIAL_ROLES
-from .common import operator, operator_available
+from .common import operator_available
 
 
 def role_status(item, armature):
@@ -40,22 +40,6 @@ class NEURAL_IK_UL_bone_map(bpy.types.UIList):
         row.label(text="", icon=status_icon)
 
 
-def bone_map_presets():
-    """Names of the bone-map presets the core knows ([] while neural_network.bone_map is not there)."""
-    try:
-        from ..neural_network import bone_map
-    except ImportError:
-        return []
-    for attribute in ("PRESETS", "presets"):
-        presets = getattr(bone_map, attribute, None)
-        if callable(presets):
-            presets = presets()
-        if presets:
-            return list(presets)
-    names = getattr(bone_map, "preset_names", None)
-    return list(names()) if callable(names) else []
-
-
 class NEURAL_IK_MT_bone_map_presets(bpy.types.Menu):
     """Known rigs whose bone names Neural IK can map in one click."""
 
@@ -64,12 +48,10 @@ class NEURAL_IK_MT_bone_map_presets(bpy.types.Menu):
 
     def draw(self, context):
         layout = self.layout
-        presets = bone_map_presets()
-        if not presets:
+        if operator_available("apply_preset"):
+            layout.operator_enum("neural_ik.apply_preset", "preset")
+        else:
             layout.label(text="No presets available")
-            return
-        for name in presets:
-            operator(layout, "apply_preset", text=str(name), preset=str(name))
 
 
 # Every operator, in the order of the work, for F3 search and the Object menu.

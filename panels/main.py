@@ -68,7 +68,7 @@ def bone_map_problems(armature):
     mapping = get_bone_map(armature)
     if not any(mapping.values()):
         return ["No bones are mapped yet: press Auto Map or choose a preset."]
-    bone_names = [bone.name for bone in armature.data.bones]
+    bones = [(bone.name, bone.parent.name if bone.parent else None) for bone in armature.data.bones]
     try:
         from ..neural_network import bone_map
     except ImportError:
@@ -76,7 +76,7 @@ def bone_map_problems(armature):
     validate = getattr(bone_map, "validate", None)
     if validate is not None:
         try:
-            problems = validate(mapping, bone_names)
+            problems = validate(mapping, bones)
         except TypeError:
             problems = None
         if problems is not None:
@@ -377,6 +377,14 @@ def draw_tick_times(layout, session):
     col.label(text=f"Tick: {format_number(mean, '{:.2f}')} ms mean, {format_number(p99, '{:.2f}')} ms p99", icon="TIME")
     if ticks is not None:
         col.label(text=f"{ticks} ticks", icon="BLANK1")
+    stats = session.tick_stats() if callable(getattr(session, "tick_stats", None)) else {}
+    status = stats.get("status") if isinstance(stats, dict) else None
+    if isinstance(status, dict):
+        for name, words in status.items():
+            wrapped_label(box, f"{name}: {words}", icon="ERROR")
+    reason = getattr(session, "stop_reason", "")
+    if reason:
+        wrapped_label(box, reason, icon="INFO")
 
 
 _previews = None

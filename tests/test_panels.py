@@ -250,36 +250,41 @@ def test_model_ready(empty_scene, training_state, capfd, tmp_path):
 
 
 def test_live_running(empty_scene, training_state, capfd):
-    import neural_ik.state as state
-    from neural_ik.neural_network.roles import ROLES
-    from neural_ik.panels.main import tick_times_ms
-    from neural_ik.properties import set_bone_map
-
-    obj = make_humanoid()
-    empty_scene.neural_ik.armature = obj
-    set_bone_map(obj, {role: role for role in ROLES})
-    session = start_live_session(obj)
-    assert state.live_sessions.get(obj.name) is session
-    draw_everything(capfd)
-    mean, p99, _ticks = tick_times_ms(session)
-    assert mean is None or (mean >= 0 and p99 >= mean)
-
-
-def start_live_session(obj):
-    """A real live session for the armature, made by the live operator module."""
+    """A real live session, started the way Run IK starts one (LiveTick + LiveSession in state.live_sessions), ticked
+    once; the panel shows Stop, and the tick time it reads is the session's own."""
     import bpy
+    from live_helpers import demo_armature, random_model
 
     import neural_ik.state as state
+    from neural_ik import rig_io
+    from neural_ik.live import LiveTick
+    from neural_ik.operators import live as live_ops
+    from neural_ik.panels.main import tick_times_ms
+    from neural_ik.properties import get_bone_map
 
-    if not hasattr(bpy.types, "NEURAL_IK_OT_run"):
-        pytest.skip("the live IK operators (operators/live.py) have not landed yet")
-    bpy.context.view_layer.objects.active = obj
-    bpy.ops.neural_ik.create_targets()
-    bpy.ops.neural_ik.run()
-    session = state.live_sessions.get(obj.name)
-    if session is None:
-        pytest.skip("neural_ik.run did not start a session headless")
-    return session
+    obj = demo_armature()
+    empty_scene.neural_ik.armature = obj
+    model = random_model(rig_io.read_rig(obj, get_bone_map(obj)).skeleton)
+    live_ops.loaded_models[obj.name] = ("", model, None)
+    try:
+        bpy.context.view_layer.objects.active = obj
+        bpy.ops.neural_ik.create_targets()
+        tick = LiveTick(live_ops.live_entries(bpy.context))
+        tick.start()
+        session = live_ops.LiveSession(tick)
+        state.live_sessions[obj.name] = session
+        tick.tick(empty_scene)
+        tick.tick(empty_scene)
+        draw_everything(capfd)
+        mean, p99, ticks = tick_times_ms(session)
+        mean_us, p99_us = tick.timing_us()
+        assert ticks == 2 and mean == pytest.approx(mean_us / 1000) and p99 == pytest.approx(p99_us / 1000)
+        session.stop()
+        assert obj.name not in state.live_sessions
+        draw_everything(capfd)
+    finally:
+        live_ops.loaded_models.pop(obj.name, None)
+        live_ops.stop_all("")
 
 
 # ---- the operators the panels offer ---------------------------------------------------------------------------

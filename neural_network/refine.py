@@ -79,20 +79,24 @@ class Refiner:
         return np.where(outside[..., None, None], fixed, local_joints)
 
     # -- stage 1 ---------------------------------------------------------------------------------------------
+    def jacobian(self, pose):
+        """(K, 15, 3M) d(effector positions) / d(body-frame rotation of each chain joint): -[x_e - x_j]x R_j."""
+        J_idx = self.joints
+        x_e = pose.positions[:, EFFECTOR_ROLES]                         # (K, 5, 3)
+        diff = x_e[:, :, None, :] - pose.positions[:, None, J_idx]      # (K, 5, M, 3)
+        # d x_e = (R_j w) x diff: column a of the block is (R_j e_a) x diff
+        cols = np.cross(np.swapaxes(pose.rotations[:, J_idx], -1, -2)[:, None], diff[:, :, :, None, :])
+        cols = cols * self.reach[None, :, :, None, None]
+        k, m = pose.positions.shape[0], len(J_idx)
+        return np.transpose(cols, (0, 1, 4, 2, 3)).reshape(k, 15, 3 * m)
+
     def least_squares_step(self, local, hips_rotation, hips_position, target_positions):
         """One weighted damped least-squares step on every chain joint; returns (new local, errors before it)."""
         pose = self.forward(local, hips_rotation, hips_position)
-        x_e = pose.positions[:, EFFECTOR_ROLES]                         # (K, 5, 3)
-        err = target_positions - x_e
+        err = target_positions - pose.positions[:, EFFECTOR_ROLES]
         J_idx = self.joints
-        x_j = pose.positions[:, J_idx]                                  # (K, M, 3)
-        R_j = pose.rotations[:, J_idx]                                  # (K, M, 3, 3)
-        diff = x_e[:, :, None, :] - x_j[:, None, :, :]                  # (K, 5, M, 3)
-        # d x_e = (R_j w) x diff  =  -diff x (R_j w)  =  cross(R_j w, diff)
-        cols = np.cross(np.swapaxes(R_j, -1, -2)[:, None], diff[:, :, :, None, :])   # (K, 5, M, 3 axes, 3 coords)
-        cols = cols * self.reach[None, :, :, None, None]
         k, m = local.shape[0], len(J_idx)
-        J = np.transpose(cols, (0, 1, 4, 2, 3)).reshape(k, 15, 3 * m)
+        J = self.jacobian(pose)
         JW = J * self.column_weights
         H = JW @ np.swapaxes(J, -1, -2)
         H += (self.damping ** 2) * np.eye(15)

@@ -209,6 +209,12 @@ class LiveSession:
     def timing_us(self):
         return self.tick.timing_us()
 
+    def tick_stats(self):
+        """Tick time for the panel: mean and p99 in microseconds (and milliseconds), and the tick count."""
+        mean, p99 = self.tick.timing_us()
+        return {"mean_us": mean, "p99_us": p99, "mean_ms": mean / 1000, "p99_ms": p99 / 1000,
+                "ticks": len(self.tick.times), "status": self.tick.messages()}
+
 
 def stop_all(reason):
     for session in {id(s): s for s in state.live_sessions.values()}.values():

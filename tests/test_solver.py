@@ -1,0 +1,115 @@
+"""The runtime solver: same inputs as training, ORT equal to NumPy, batching, task blending, and no non-finite pose."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from live_helpers import fitted_model, humanoid_skeleton, inputs_of, random_model, random_poses, targets_of
+
+from neural_ik.neural_network import solver as solver_module
+from neural_ik.neural_network.solver import HELD_BAD_TARGETS, MISSED, OK, Solver
+
+
+@pytest.fixture(scope="module")
+def model():
+    return fitted_model(humanoid_skeleton())
+
+
+@pytest.fixture(scope="module")
+def poses(model):
+    local, hips_R, hips_p, pose = random_poses(model.skeleton, 64, seed=21, spread=0.3, mean=model.mean_pose)
+    return targets_of(pose, hips_R, hips_p), pose, hips_R
+
+
+def test_inputs_are_the_training_inputs(model, poses):
+    targets, pose, hips_R = poses
+    solver = Solver(model, characters=len(targets), engine="numpy")
+    solver.solve(targets, ground=0.0, desired_contact=1.0, task=0, phase=0.0, contact=np.zeros((len(targets), 2)))
+    expected = inputs_of(model.feature_spec, pose, hips_R)
+    np.testing.assert_allclose(solver.engine.inputs[:len(targets)], expected, atol=2e-5)
+
+
+def test_onnxruntime_and_numpy_engines_agree(model, poses):
+    targets = poses[0]
+    a = Solver(model, characters=len(targets), engine="onnxruntime").solve(targets, refine_iterations=0)
+    b = Solver(model, characters=len(targets), engine="numpy").solve(targets, refine_iterations=0)
+    assert np.max(np.abs(a.local - b.local)) < 1e-5
+
+
+def test_batch_equals_single_characters(model, poses):
+    targets = poses[0][:10]
+    batch = Solver(model, characters=10).solve(targets, refine_iterations=2)
+    for k in range(10):
+        one = Solver(model, characters=1).solve(targets[k:k + 1], refine_iterations=2)
+        np.testing.assert_allclose(one.local[0], batch.local[k], atol=1e-9)
+
+
+def test_refinement_lands_and_statuses(model, poses):
+    targets = poses[0].copy()
+    result = Solver(model, characters=len(targets)).solve(targets, refine_iterations=6)
+    assert np.mean(result.errors.max(axis=1) < 1e-3) >= 0.95
+    assert np.all(result.status[result.errors.max(axis=1) < 1e-3] == OK)
+    far = targets[:1].copy()
+    far[0, 1, :3, 3] = far[0, 0, :3, 3] + np.array([3.0, 0.0, 0.0])   # a hand target 3 m from the hips
+    out = Solver(model, characters=1).solve(far, refine_iterations=6)
+    assert out.status[0] & MISSED and np.isfinite(out.local).all()
+
+
+def test_task_change_blends_over_ticks(model, poses):
+    targets = poses[0][:1]
+    model = random_model(model.skeleton)          # its output depends on the task input
+    solver = Solver(model, characters=1, blend_ticks=4)
+    old = solver.solve(targets, task=0).local[0]
+    new = Solver(model, characters=1).solve(targets, task=5).local[0]
+    assert np.abs(old - new).max() > 1e-3
+    steps = [solver.solve(targets, task=5).local[0] for _ in range(6)]
+    distance = [np.abs(s - new).max() for s in steps]
+    assert distance[0] == pytest.approx(np.abs(old - new).max(), rel=1e-6)   # first tick: still the old task
+    assert all(b < a for a, b in zip(distance[:4], distance[1:5])), distance   # then strictly closer each tick
+    assert distance[4] < 1e-9 and distance[5] < 1e-9
+
+
+def test_falls_back_to_numpy_without_onnxruntime(model, poses, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ort(name, *args, **kwargs):
+        if name == "onnxruntime":
+            raise ImportError("no onnxruntime here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ort)
+    solver = Solver(model, characters=2)
+    assert solver.engine_name == "numpy"
+    assert np.isfinite(solver.solve(poses[0][:2]).local).all()
+
+
+special = st.sampled_from([np.nan, np.inf, -np.inf, 1e30, -1e30, 0.0, 1e-12])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzz_never_gives_non_finite_rotations(model, poses, data):
+    """Arbitrary finite and non-finite target matrices: no exception, finite rotations, bad ticks flagged as held."""
+    targets = poses[0][:3].copy()
+    solver = Solver(model, characters=3, engine="numpy")
+    good = solver.solve(targets, refine_iterations=1)
+    mess = targets.copy()
+    for _ in range(data.draw(st.integers(1, 6))):
+        k, t = data.draw(st.integers(0, 2)), data.draw(st.integers(0, 5))
+        i, j = data.draw(st.integers(0, 3)), data.draw(st.integers(0, 3))
+        value = data.draw(st.one_of(special, st.floats(-1e6, 1e6, allow_nan=False)))
+        mess[k, t, i, j] = value
+    result = solver.solve(mess, refine_iterations=data.draw(st.integers(0, 3)))
+    for arr in (result.local, result.quaternions, result.hips_rotation, result.hips_position):
+        assert np.isfinite(arr).all()
+    for k in range(3):
+        if not np.isfinite(mess[k]).all():
+            assert result.status[k] & HELD_BAD_TARGETS
+            np.testing.assert_array_equal(result.local[k], good.local[k])
+
+
+def test_describe_says_what_happened():
+    assert "holding the last good pose" in solver_module.describe(HELD_BAD_TARGETS)
+    assert solver_module.describe(OK) == "ok"

@@ -231,6 +231,50 @@ def _create_demo_rig_command(parser):
     return run
 
 
+@command("export", "Export the armature's model as one ONNX file (opset 17) with a JSON sidecar")
+def _export_command(parser):
+    parser.add_argument("--blend", default="", help="open this .blend first")
+    parser.add_argument("--armature", help="armature name in the .blend")
+    parser.add_argument("--model", default="", help="checkpoint (.npz) or .onnx to export (default: the armature's)")
+    parser.add_argument("--out", required=True, help="the .onnx file to write (the sidecar .json goes beside it)")
+
+    def run(args):
+        import bpy
+
+        open_blend(args.blend)
+        active_armature(args.armature)
+        if args.model:
+            run_operator(bpy.ops.neural_ik.load_model, filepath=os.path.abspath(args.model))
+        run_operator(bpy.ops.neural_ik.export_onnx, filepath=os.path.abspath(args.out))
+        print(f"wrote {args.out}")
+    return run
+
+
+@command("bake", "Solve a frame range with the network and write a new action '<source>.nik'")
+def _bake_command(parser):
+    parser.add_argument("--blend", default="", help="open this .blend first")
+    parser.add_argument("--armature", help="armature name in the .blend")
+    parser.add_argument("--model", default="", help="checkpoint (.npz) or .onnx (default: the armature's)")
+    parser.add_argument("--source-action", default="", help="re-solve this action's effectors (default: the targets)")
+    parser.add_argument("--start", type=int, default=0, help="first frame (0: the source's or the scene's)")
+    parser.add_argument("--end", type=int, default=0, help="last frame (0: the source's or the scene's)")
+    parser.add_argument("--refine", type=int, default=4, help="refinement iterations (0: network only)")
+    parser.add_argument("--save", default="", help="save the .blend here afterwards")
+
+    def run(args):
+        import bpy
+
+        open_blend(args.blend)
+        obj = active_armature(args.armature)
+        if args.model:
+            run_operator(bpy.ops.neural_ik.load_model, filepath=os.path.abspath(args.model))
+        run_operator(bpy.ops.neural_ik.bake, source_action=args.source_action, frame_start=args.start,
+                     frame_end=args.end, refine_iterations=args.refine)
+        print(f"baked {obj.animation_data.action.name!r}")
+        save_blend(args.save)
+    return run
+
+
 def main(argv):
     parser = argparse.ArgumentParser(prog="nik", description="Neural IK: learned full-body IK for Blender rigs")
     sub = parser.add_subparsers(dest="command", metavar="command")

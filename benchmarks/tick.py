@@ -1,0 +1,156 @@
+"""Live IK tick costs on the demo rig, medians and p99 in microseconds.
+
+    .venv/bin/python benchmarks/tick.py [--model model.npz|model.onnx] [--repeats 2000]
+
+Without --model a 50-128-96-69 network with random weights is built on the demo rig (the cost does not depend on
+the weights). Prints: inference alone (ONNX Runtime with IO binding, plain session.run, NumPy), the whole tick without
+Blender's view_layer.update() (read targets + inputs + inference + write), the same with 2 refinement iterations,
+view_layer.update() itself, and the batched tick for 1, 10 and 50 characters (total and per character).
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "scripts"))
+
+from addon_loader import load_addon  # noqa: E402
+
+TARGETS_US = {"inference": 10.0, "tick": 30.0, "tick_refine2": 100.0, "per_extra_character": 5.0}
+
+
+def measure(fn, repeats):
+    for _ in range(min(200, repeats)):
+        fn()
+    times = np.empty(repeats)
+    for i in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times[i] = time.perf_counter() - t
+    return float(np.median(times) * 1e6), float(np.percentile(times, 99) * 1e6)
+
+
+def random_network(skeleton, spec, hidden=(128, 96), seed=0):
+    from neural_ik.neural_network.model import Model
+
+    rng = np.random.default_rng(seed)
+    sizes = [50, *hidden, 69]
+    weights = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        weights += [rng.normal(0, 1 / np.sqrt(a), (a, b)).astype(np.float32), np.zeros(b, np.float32)]
+    eye = np.broadcast_to(np.eye(3), (23, 3, 3)).copy()
+    return Model(skeleton, spec, weights, np.zeros(50, np.float32), np.ones(50, np.float32), eye,
+                 np.full((23, 3), -0.3), np.full((23, 3), 0.3))
+
+
+def make_characters(bpy, count):
+    """`count` demo rigs (copies of the first) with their own targets, side by side."""
+    first = bpy.context.scene.neural_ik.armature
+    objs = [first]
+    for i in range(1, count):
+        obj = first.copy()
+        obj.animation_data_clear()
+        for slot in ("target_root", "target_left_hand", "target_right_hand", "target_left_foot",
+                     "target_right_foot", "target_head"):
+            setattr(obj.neural_ik, slot, None)
+        obj.location.x += 1.0 * i
+        bpy.context.scene.collection.objects.link(obj)
+        objs.append(obj)
+    for obj in objs:
+        if obj.neural_ik.target_root is None:
+            bpy.context.view_layer.objects.active = obj
+            bpy.ops.neural_ik.create_targets()
+    bpy.context.view_layer.update()
+    return objs
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="", help="checkpoint or ONNX file for the demo rig")
+    parser.add_argument("--repeats", type=int, default=2000)
+    args = parser.parse_args(argv)
+    load_addon()
+    import bpy
+    import onnxruntime as ort
+
+    from neural_ik import rig_io
+    from neural_ik.live import LiveTick
+    from neural_ik.neural_network.features import references_from_data
+    from neural_ik.neural_network.onnx_export import build_onnx, load_model_file
+    from neural_ik.neural_network.solver import NumpyEngine, OrtEngine
+    from neural_ik.properties import get_bone_map
+
+    bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
+    bpy.ops.neural_ik.create_demo_rig()
+    obj = bpy.context.active_object
+    rig = rig_io.read_rig(obj, get_bone_map(obj))
+    if args.model:
+        model, data = load_model_file(args.model, rig.skeleton)
+    else:
+        sample = rig_io.read_action(rig, obj, bpy.data.actions[0])
+        spec = references_from_data(np.nan_to_num(sample.positions), sample.rotations, sample.hips_rotation)
+        model, data = random_network(rig.skeleton, spec), None
+    data = data or build_onnx(model).SerializeToString()
+    obj.animation_data_clear()
+    print(f"model {model.layer_sizes}, {args.repeats} repeats, medians / p99 in microseconds")
+
+    rows = []
+    x = np.random.default_rng(0).normal(size=(1, 50)).astype(np.float32)
+    ort_engine = OrtEngine(data, 1)
+    ort_engine.inputs[:] = x
+    rows.append(("inference: ONNX Runtime, IO binding", *measure(lambda: ort_engine.run(1), args.repeats), "inference"))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    rows.append(("inference: ONNX Runtime, session.run", *measure(lambda: session.run(None, {"inputs": x}), args.repeats),
+                 "inference"))
+    np_engine = NumpyEngine(model, 1)
+    np_engine.inputs[:] = x
+    rows.append(("inference: NumPy model", *measure(lambda: np_engine.run(1), args.repeats), "inference"))
+
+    scene = bpy.context.scene
+    objs = make_characters(bpy, 1)
+    tick = LiveTick([(objs[0], model, data)])
+    tick.start()
+    obj.neural_ik.refine_iterations = 0
+    rows.append(("tick (read targets + inputs + inference + write)", *measure(lambda: tick.tick(scene), args.repeats),
+                 "tick"))
+    obj.neural_ik.refine_iterations = 2
+    rows.append(("tick with 2 refinement iterations", *measure(lambda: tick.tick(scene), args.repeats // 2),
+                 "tick_refine2"))
+    obj.neural_ik.refine_iterations = 0
+
+    def update():
+        obj.update_tag()
+        bpy.context.view_layer.update()
+    rows.append(("view_layer.update() (Blender's own evaluation)", *measure(update, args.repeats // 4), ""))
+    tick.stop()
+
+    for name, median, p99, key in rows:
+        limit = TARGETS_US.get(key)
+        verdict = f"target <= {limit:.0f}: {median / limit:.2f}x" if limit else ""
+        print(f"{name:<52} {median:9.1f} {p99:9.1f}   {verdict}")
+
+    print("\ncharacters batched in one inference call per tick (no refinement, no view_layer.update)")
+    objs = make_characters(bpy, 50)
+    single = None
+    for count in (1, 10, 50):
+        for o in objs:
+            o.neural_ik.refine_iterations = 0
+        tick = LiveTick([(o, model, data) for o in objs[:count]])
+        tick.start()
+        median, p99 = measure(lambda t=tick: t.tick(scene), max(50, args.repeats // count))
+        tick.stop()
+        single = median if count == 1 else single
+        extra = (median - single) / (count - 1) if count > 1 else 0.0
+        verdict = f"   beyond the single tick: {extra:.1f} per extra character (target <= 5: " \
+                  f"{extra / TARGETS_US['per_extra_character']:.2f}x)" if count > 1 else ""
+        print(f"{count:>3} characters: total {median:9.1f} (p99 {p99:9.1f}), per character {median / count:8.1f}{verdict}")
+
+
+if __name__ == "__main__":
+    main()

@@ -416,7 +416,7 @@ class _HierarchyReader:
         upper = upper[0]
         legs = [leaf for leaf in leaves if leaf not in upper]
         chest = self._lca(upper)
-        head_leaf = self._pick_head(upper, chest)
+        head_leaf = self._pick_head(upper, chest, hands)
         if head_leaf is None:
             self.notes.append("Could not tell the head from the arms (no names or rest positions say it): "
                               "neck, head, shoulders and arms are left unmapped.")
@@ -460,10 +460,13 @@ class _HierarchyReader:
                 mapping[f"{side}Shoulder"] = chain[0]
         return mapping, self.notes
 
-    def _pick_head(self, upper, chest):
+    def _pick_head(self, upper, chest, hands):
         named = [leaf for leaf in upper if any("head" in t or "neck" in t for b in self._path(chest, leaf) for t in tokens(b))]
         if len(named) == 1:
             return named[0]
+        fingerless = [leaf for leaf in upper if leaf not in hands]
+        if len(fingerless) == 1:        # two of the three ends carry fingers: those are the hands
+            return fingerless[0]
         heights = [self._z(leaf) for leaf in upper]
         if all(h is not None for h in heights):
             return upper[max(range(3), key=lambda i: heights[i])]
@@ -489,6 +492,8 @@ class _HierarchyReader:
 
     def _sides(self, leaves, chains):
         """('Left', 'Right') ordered like `leaves`, from names, then rest positions, else a guess that is reported."""
+        if len(leaves) != 2:
+            return ()
         votes = [sum(name_side(b) for b in chain + [leaf]) for leaf, chain in zip(leaves, chains)]
         if votes[0] * votes[1] < 0:
             return ("Left", "Right") if votes[0] > 0 else ("Right", "Left")

@@ -258,8 +258,7 @@ def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path
                 out[method] = (r.motion(), seconds)
             finally:
                 assign_action(obj, action)
-                if baked.users == 0:
-                    bpy.data.actions.remove(baked)
+                bpy.data.actions.remove(baked)     # made by this run (Bake may give it a fake user)
         elif method in ("blender_ik", "blender_ik_poles", "start_pose"):
             rig = blender_ik.BaselineRig(scene, obj, bone_map, mean_pose, action, use_poles=method == "blender_ik_poles",
                                          reference_frames=reference_frames)

@@ -260,3 +260,36 @@ def test_bandai_clips_reproduce_the_baseline_note(empty_scene, tmp_path):
     assert poles["inner_mpjpe_cm"] < plain["inner_mpjpe_cm"]
     assert start["effector_cm"]["mean"] > 10.0 and start["inner_mpjpe_cm"] > 4.0
     assert len([o for o in bpy.data.objects]) == 0 and os.path.getsize(out) > 0
+
+
+def test_network_rows_go_through_bake_and_refinement_lands_effectors(empty_scene, tmp_path):
+    """A quickly fitted model on the demo rig: the network row and the refined row come from Bake, read from
+    Blender's evaluated pose; refinement brings the effectors closer than the network alone."""
+    import bpy
+    from live_helpers import demo_armature, linear_model_for
+
+    from neural_ik import rig_io
+    from neural_ik.neural_network.checkpoint import save_model
+    from neural_ik.properties import get_bone_map
+
+    obj = demo_armature()
+    rig = rig_io.read_rig(obj, get_bone_map(obj))
+    actions = sorted((a for a in bpy.data.actions if not a.name.endswith(".nik")), key=lambda a: a.name)
+    train = [rig_io.read_action(rig, obj, a) for i, a in enumerate(actions) if i % 4 != 3]
+    held = [a.name for i, a in enumerate(actions) if i % 4 == 3][:2]
+    model_path = tmp_path / "model.npz"
+    save_model(str(model_path), linear_model_for(rig.skeleton, train))
+    before = len(bpy.data.actions)
+    out = tmp_path / "net.json"
+    bpy.ops.neural_ik.evaluate(armature=obj.name, actions=",".join(held), model_path=str(model_path),
+                               refine_iterations=4, json_path=str(out))
+    report = json.loads(out.read_text())
+    results = report["results"]
+    assert list(results) == ["network", "refined", "blender_ik", "blender_ik_poles"]
+    assert [c["name"] for c in report["clips"]] == held
+    assert len(bpy.data.actions) == before                     # the baked actions were removed
+    net, refined = results["network"], results["refined"]
+    assert net["effector_cm"]["mean"] > 0.0
+    assert refined["effector_cm"]["mean"] < net["effector_cm"]["mean"]
+    assert refined["seconds_per_frame"] > 0.0
+    assert "limit_violations" in refined

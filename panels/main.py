@@ -311,8 +311,11 @@ def draw_loss_weights(layout, settings, running):
 
 
 def draw_progress(layout, training):
+    error = getattr(training, "error", "")
+    if error and not training.running:
+        wrapped_label(layout, error, icon="ERROR")
     if not training.running and training.epoch == 0:
-        if training.message:
+        if training.message and not error:
             wrapped_label(layout, training.message, icon="INFO")
         return
     text = f"Epoch {training.epoch}/{training.epochs}"
@@ -323,6 +326,9 @@ def draw_progress(layout, training):
     col = layout.column(align=True)
     col.label(text=f"Loss: {format_number(training.train_loss)}")
     col.label(text=f"Validation error: {format_number(training.val_error_cm, '{:.2f}')} cm")
+    inner = getattr(training, "val_inner_cm", None)
+    if inner is not None:
+        col.label(text=f"Inner joints: {format_number(inner, '{:.2f}')} cm")
     if training.running:
         col.label(text=f"Time left: {format_seconds(training.seconds_left)}")
     if training.message:

@@ -119,38 +119,55 @@ def probe(work_dir):
                    for name in ("root", "left_hand", "right_hand", "left_foot", "right_foot", "head")}
         facts["targets"] = sorted(name for name, target in targets.items() if target is not None)
 
-    def one_tick():
-        op = _operator("run")
-        if op is None:
-            return "missing: neural_ik.run is not registered"
+    def ensure_model():
+        """The demo rig's model: the shipped default when the installed copy has one, else a 2-epoch model trained
+        here with the installed extract and train operators (recorded, so the tests can tell which)."""
+        live_ops = sys.modules[MODULE + ".operators.live"]
         obj = armature["obj"]
+        bpy.context.view_layer.objects.active = obj
+        try:
+            live_ops.model_of(obj)
+            facts["model_source"] = "shipped"
+            return None
+        except live_ops.LiveError as exc:
+            facts["no_model_reason"] = str(exc)
+        if _operator("extract") is None or _operator("train") is None:
+            return "missing: no shipped model and neural_ik.extract/train are not registered"
+        dataset = os.path.join(work_dir, "demo.npz")
+        _operator("extract")(filepath=dataset)
+        _operator("train")(filepath=dataset, directory=work_dir, epochs=2)
+        live_ops.model_of(obj)
+        facts["model_source"] = "trained in the test"
+
+    def one_tick():
+        live_ops = sys.modules[MODULE + ".operators.live"]
+        live = sys.modules[MODULE + ".live"]
+        obj = armature["obj"]
+        bpy.context.view_layer.objects.active = obj
+        # What Run IK does on its first timer event (timers never fire in the bpy module): build the tick from the
+        # scene's live entries, start it, tick once.
+        tick = live.LiveTick(live_ops.live_entries(bpy.context))
+        tick.start()
         before = np.array([list(pb.matrix_basis.to_quaternion()) for pb in obj.pose.bones])
         hand = obj.neural_ik.target_left_hand
-        if hand is not None:   # move a target so the tick has something to solve
-            hand.location.z += 0.15
-        op("INVOKE_DEFAULT")
-        state = sys.modules[MODULE + ".state"]
-        session = state.live_sessions.get(obj.name)
-        assert session is not None, "Run IK started no live session"
-        tick = getattr(session, "tick", None) or getattr(session, "step", None)
-        assert tick is not None, f"the live session {type(session).__name__} has no tick()"
-        tick()
+        hand.location.z += 0.15
+        bpy.context.view_layer.update()
+        tick.tick(scene)
         bpy.context.view_layer.update()
         after = np.array([list(pb.matrix_basis.to_quaternion()) for pb in obj.pose.bones])
-        facts["tick"] = {"session": type(session).__name__, "pose_changed_deg": float(
-            np.degrees(2 * np.arccos(np.clip(np.abs((before * after).sum(1)), 0, 1))).max())}
-        solver = getattr(session, "solver", None)
-        if solver is not None and hasattr(solver, "engine_name"):
-            facts["tick"]["engine"] = solver.engine_name
-        stop = _operator("stop")
-        if stop is not None:
-            stop()
+        facts["tick"] = {"engines": [solver.engine_name for solver, _c, _t in tick.groups],
+                         "pose_changed_deg": float(np.degrees(
+                             2 * np.arccos(np.clip(np.abs((before * after).sum(1)), 0, 1))).max()),
+                         "mean_us": tick.timing_us()[0]}
+        tick.stop()
+        hand.location.z -= 0.15
 
     def bake():
         op = _operator("bake")
         if op is None:
             return "missing: neural_ik.bake is not registered"
         obj = armature["obj"]
+        bpy.context.view_layer.objects.active = obj
         actions_before = set(bpy.data.actions)
         op(frame_start=BAKE_FRAMES[0], frame_end=BAKE_FRAMES[1])
         new = [a for a in bpy.data.actions if a not in actions_before]
@@ -165,12 +182,13 @@ def probe(work_dir):
                 continue
             for fcurve in bag.fcurves:
                 frames.update(int(round(k.co[0])) for k in fcurve.keyframe_points)
-        facts["bake"] = {"action": action.name, "frames": sorted(frames)}
+        facts["bake"] = {"action": action.name, "new_action": bool(new), "frames": sorted(frames)}
 
     def export_onnx():
         op = _operator("export_onnx")
         if op is None:
             return "missing: neural_ik.export_onnx is not registered"
+        bpy.context.view_layer.objects.active = armature["obj"]
         path = os.path.join(work_dir, "exported.onnx")
         op(filepath=path)
         session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -180,12 +198,15 @@ def probe(work_dir):
         facts["export"] = {"bytes": os.path.getsize(path), "output_shape": list(y.shape),
                            "finite": bool(np.isfinite(y).all())}
 
-    if _step(facts, "create_demo_rig", create_demo_rig):
-        _step(facts, "create_targets", create_targets)
+    if _step(facts, "create_demo_rig", create_demo_rig) and _step(facts, "create_targets", create_targets) \
+            and _step(facts, "model", ensure_model):
         _step(facts, "one_tick", one_tick)
         _step(facts, "bake", bake)
         _step(facts, "export_onnx", export_onnx)
     facts["user_files"] = sorted(os.listdir(work_dir))
+    after = {}
+    module_facts(after)
+    facts["installed_files_after"] = after["installed_files"]
     return facts
 
 
@@ -272,13 +293,20 @@ if __name__ != "__main__":
         assert rig["bones"] >= 15 and rig["mapped"] >= 15, rig
         step(installed, "create_targets")
         assert {"left_hand", "right_hand", "left_foot", "right_foot", "head"} <= set(installed["targets"])
+        step(installed, "model")
+        if any(f.startswith("weights/") and f.endswith((".npz", ".onnx")) for f in installed["installed_files"]):
+            assert installed["model_source"] == "shipped", installed.get("no_model_reason")
         step(installed, "one_tick")
-        assert installed["tick"]["pose_changed_deg"] > 0.01, installed["tick"]
-        if "engine" in installed["tick"]:
-            assert "onnx" in installed["tick"]["engine"].lower(), installed["tick"]
+        tick = installed["tick"]
+        assert tick["pose_changed_deg"] > 0.01, tick
+        assert all("onnx" in engine.lower() for engine in tick["engines"]), tick
         step(installed, "bake")
         frames = installed["bake"]["frames"]
         assert set(range(BAKE_FRAMES[0], BAKE_FRAMES[1] + 1)) <= set(frames), installed["bake"]
+
+    def test_nothing_is_written_into_the_installed_extension(installed):
+        step(installed, "bake")
+        assert installed["installed_files_after"] == installed["installed_files"]
 
     def test_export_onnx_runs_in_bundled_runtime(installed):
         step(installed, "export_onnx")

@@ -225,28 +225,42 @@ def test_training_running(empty_scene, training_state, capfd, tmp_path):
     main.loss_curve_icon(plot)
     assert len(main._previews) == 1
     assert tuple(next(iter(main._previews.values())).image_size) != (0, 0)
+    # A run that failed: the reason is drawn in words.
+    training_state.running = False
+    training_state.error = "the dataset holds no frames"
+    draw_everything(capfd)
 
 
 def test_model_ready(empty_scene, training_state, capfd, tmp_path):
-    from neural_ik.neural_network.roles import ROLES
+    """A real checkpoint loaded with Load Model: the Training panel shows its best metrics, read from the file."""
+    import bpy
+    from live_helpers import demo_armature, random_model
+
+    from neural_ik import rig_io
+    from neural_ik.neural_network.checkpoint import save_model
+    from neural_ik.operators import live as live_ops
     from neural_ik.panels.common import metric_lines, read_meta
-    from neural_ik.properties import set_bone_map
+    from neural_ik.properties import get_bone_map
 
-    obj = make_humanoid()
+    obj = demo_armature()
     empty_scene.neural_ik.armature = obj
-    set_bone_map(obj, {role: role for role in ROLES})
+    model = random_model(rig_io.read_rig(obj, get_bone_map(obj)).skeleton)
+    model.meta["metrics"] = {"effector_cm_mean": 1.25, "effector_cm_p95": 3.5, "inner_mpjpe_cm": 2.0, "frames": 50}
     model_path = str(tmp_path / "model.npz")
-    metrics = {"effector_cm_mean": 1.25, "effector_cm_p95": 3.5, "inner_mpjpe_cm": 2.0, "frames": 50}
-    from neural_ik.neural_network.files import save_npz
-
-    save_npz(model_path, {"W0": np.zeros((50, 8), np.float32)}, {"kind": "neural_ik.model", "metrics": metrics})
-    obj.neural_ik.model_path = model_path
-    meta, _ = read_meta(model_path)
-    lines = dict(metric_lines(meta["metrics"]))
-    assert lines["Effector error"] == "1.25 cm" and "Frames" not in lines
-    training_state.epoch, training_state.epochs = 20, 20
-    training_state.message = "finished: best epoch 17"
-    draw_everything(capfd)
+    save_model(model_path, model)
+    bpy.context.view_layer.objects.active = obj
+    try:
+        bpy.ops.neural_ik.load_model(filepath=model_path)
+        assert bpy.path.abspath(obj.neural_ik.model_path) == model_path
+        meta, reason = read_meta(obj.neural_ik.model_path)
+        assert reason is None and meta["kind"] == "neural_ik.model"
+        lines = dict(metric_lines(meta["metrics"]))
+        assert lines["Effector error"] == "1.25 cm" and lines["Inner joints"] == "2.00 cm" and "Frames" not in lines
+        training_state.epoch, training_state.epochs = 20, 20
+        training_state.message = "finished: best epoch 17"
+        draw_everything(capfd)
+    finally:
+        live_ops.loaded_models.pop(obj.name, None)
 
 
 def test_live_running(empty_scene, training_state, capfd):

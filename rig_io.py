@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import bpy
 import numpy as np
 
-from .neural_network.roles import ESSENTIAL_ROLES, NUM_ROLES, ROLE_PARENTS, ROLES
+from .neural_network.roles import ESSENTIAL_ROLES, NUM_ROLES, ROLES
 from .neural_network.rotations import (
     axis_angle_to_matrix,
     euler_to_matrix,
@@ -68,16 +68,34 @@ class RigModel:
     needed: np.ndarray          # bone indices in the ancestor closure of the mapped bones, parents first
     skeleton: Skeleton
     index: dict = field(default_factory=dict)   # bone name -> index
+    rest_links: np.ndarray = None                # (B, 4, 4) rest_parent^-1 @ rest_j (rest_j for roots)
+    level_cache: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.rest_links is None:
+            inverse = np.linalg.inv(self.rest)
+            self.rest_links = np.array([self.rest[b] if p < 0 else inverse[p] @ self.rest[b]
+                                        for b, p in enumerate(self.parents)]).reshape(-1, 4, 4)
 
     @property
     def role_mask(self):
         return self.role_bones >= 0
 
     def to_character_positions(self, armature_positions):
-        return self.scale * (np.asarray(armature_positions, np.float64) @ self.basis.T)
+        positions = np.asarray(armature_positions, np.float64)
+        if self._identity_basis and self.scale == 1.0:
+            return positions.copy()
+        return self.scale * (positions @ self.basis.T)
 
-    def to_character_rotations(self, armature_rotations):
-        return self.basis @ _normalized_columns(np.asarray(armature_rotations, np.float64))
+    def to_character_rotations(self, armature_rotations, normalize=True):
+        rotations = np.asarray(armature_rotations, np.float64)
+        if normalize:
+            rotations = _normalized_columns(rotations)
+        return rotations if self._identity_basis else self.basis @ rotations
+
+    @property
+    def _identity_basis(self):
+        return bool(np.array_equal(self.basis, np.eye(3)))
 
 
 def character_basis(obj):
@@ -221,7 +239,7 @@ def relative_links(mask, rotations, positions, local_rotations=None):
             local = np.asarray(local_rotations, np.float64).reshape(-1, NUM_ROLES, 3, 3)
             rel = rel @ np.swapaxes(local[:, idx], -1, -2)
         bridges[:, idx] = rel
-        offsets[:, idx] = np.einsum("nkab,nkb->nka", r_pt, positions[:, idx] - positions[:, par])
+        offsets[:, idx] = (r_pt @ (positions[:, idx] - positions[:, par])[..., None])[..., 0]
     return bridges, offsets
 
 
@@ -248,6 +266,14 @@ def action_slot_for(obj, action):
     return object_slots[0] if object_slots else None
 
 
+def action_slot_for_any(action):
+    """The first OBJECT slot of an action (None for a legacy action): the slot an importer created."""
+    slots = getattr(action, "slots", None)
+    if not slots:
+        return None
+    return next((s for s in slots if s.target_id_type in ("OBJECT", "UNSPECIFIED")), slots[0])
+
+
 def action_fcurves(action, slot):
     """The F-curves of one slot of an action (Blender 5 channelbag), or action.fcurves on Blender 4.2."""
     if slot is not None:
@@ -265,7 +291,8 @@ def bone_channels(fcurves):
     for fc in fcurves:
         m = _BONE_PATH.match(fc.data_path)
         if m:
-            out[(_unescape(m.group(1)), m.group(2), fc.array_index)] = fc
+            name = m.group(1)
+            out[(_unescape(name) if "\\" in name else name, m.group(2), fc.array_index)] = fc
     return out
 
 
@@ -295,11 +322,12 @@ def _current_channels(obj, names):
     return values
 
 
-def sample_channels(rig, obj, action, frame_start=None, frame_end=None, bones=None):
+def sample_channels(rig, obj, action, frame_start=None, frame_end=None, bones=None, current=None):
     """Per-frame channel values of `bones` (indices into rig.bone_names; default rig.needed) for every integer
     frame of the action, without frame_set and without changing the action.
 
-    Returns (frames (F,), {property: (F, len(bones), width)}, animated: set of bone names with curves).
+    current: the pose's own channel values of `bones` (read once by read_actions); channels without a curve keep
+    them, as in Blender. Returns (frames (F,), {property: (F, len(bones), width)}, animated: bone names with curves).
     """
     bones = rig.needed if bones is None else np.asarray(bones, dtype=np.int64)
     names = [rig.bone_names[b] for b in bones]
@@ -310,27 +338,47 @@ def sample_channels(rig, obj, action, frame_start=None, frame_end=None, bones=No
         raise RigError(f"action {action.name!r} has no frames in {first}..{last}")
     frames = np.arange(first, last + 1)
     count = len(frames)
-    current = _current_channels(obj, names)
+    current = _current_channels(obj, names) if current is None else current
     values = {prop: np.broadcast_to(v, (count,) + v.shape).copy() for prop, v in current.items()}
     wanted = {}
     local = {name: k for k, name in enumerate(names)}
     slot = action_slot_for(obj, action)
     for (bone, prop, i), fc in bone_channels(action_fcurves(action, slot)).items():
         k = local.get(bone)
+        if fc.mute or (fc.group is not None and fc.group.mute):
+            continue          # Blender does not evaluate muted curves either
         if k is not None and i < values[prop].shape[2] and prop in ("location", "scale", rotation_property(
                 rig.rotation_modes[bones[k]])):
-            wanted[(fc.data_path, i)] = (prop, k, i)
-    animated = {names[k] for (_, k, _) in wanted.values()}
-    if not wanted:
+            wanted[(fc.data_path, i)] = (prop, k, i, fc)
+    animated = {names[k] for (_, k, _, _) in wanted.values()}
+    # Keys exactly on every frame (BVH imports, baked actions): the curve's value there is the key's value.
+    remaining = {}
+    direct = []
+    for key, (prop, k, i, fc) in wanted.items():
+        if len(fc.keyframe_points) == count and not len(fc.modifiers):
+            direct.append((key, prop, k, i, fc))
+        else:
+            remaining[key] = (prop, k, i)
+    if direct:
+        keys = np.empty((len(direct), 2 * count), dtype=np.float32)
+        for row, (_, _, _, _, fc) in enumerate(direct):
+            fc.keyframe_points.foreach_get("co", keys[row])
+        on_frames = np.all(keys[:, 0::2] == frames[None, :], axis=1)
+        for row, (key, prop, k, i, _) in enumerate(direct):
+            if on_frames[row]:
+                values[prop][:, k, i] = keys[row, 1::2]
+            else:
+                remaining[key] = (prop, k, i)
+    buf = np.empty(2 * count, dtype=np.float32)
+    if not remaining:
         return frames, values, animated
     copy = action.copy()       # convert_to_samples replaces keys, so it runs on a throwaway copy
     try:
         copy_slot = None
         if slot is not None:
             copy_slot = next((s for s in copy.slots if s.identifier == slot.identifier), None)
-        buf = np.empty(2 * count, dtype=np.float32)
         for fc in action_fcurves(copy, copy_slot):
-            target = wanted.get((fc.data_path, fc.array_index))
+            target = remaining.get((fc.data_path, fc.array_index))
             if target is None:
                 continue
             prop, k, i = target
@@ -347,45 +395,64 @@ def sample_channels(rig, obj, action, frame_start=None, frame_end=None, bones=No
 
 
 def basis_matrices(rig, bones, values):
-    """(F, len(bones), 4, 4) matrix_basis from channel values, per bone in its rotation mode (Blender's formula)."""
+    """(F, len(bones), 4, 4) matrix_basis from channel values, per bone in its rotation mode (Blender's formula);
+    bones sharing a mode are converted in one batch."""
     count = values["location"].shape[0]
     nb = len(bones)
     rot = np.empty((count, nb, 3, 3))
-    for k, b in enumerate(bones):
-        mode = rig.rotation_modes[b]
+    modes = [rig.rotation_modes[b] for b in bones]
+    for mode in set(modes):
+        ks = [k for k, m in enumerate(modes) if m == mode]
         if mode == "QUATERNION":
-            q = values["rotation_quaternion"][:, k]
+            q = values["rotation_quaternion"][:, ks]
             bad = np.linalg.norm(q, axis=-1) < 1e-12
-            q = np.where(bad[:, None], [1.0, 0.0, 0.0, 0.0], q)
-            rot[:, k] = quaternion_to_matrix(q)
+            q = np.where(bad[..., None], [1.0, 0.0, 0.0, 0.0], q)
+            rot[:, ks] = quaternion_to_matrix(q)
         elif mode == "AXIS_ANGLE":
-            aa = values["rotation_axis_angle"][:, k]
-            axis = aa[:, 1:]
+            aa = values["rotation_axis_angle"][:, ks]
+            axis = aa[..., 1:]
             length = np.linalg.norm(axis, axis=-1, keepdims=True)
             unit = np.where(length > 1e-12, axis / np.maximum(length, 1e-12), 0.0)
-            rot[:, k] = axis_angle_to_matrix(unit * aa[:, :1])
+            rot[:, ks] = axis_angle_to_matrix(unit * aa[..., :1])
         else:
-            rot[:, k] = euler_to_matrix(values["rotation_euler"][:, k], mode)
+            rot[:, ks] = euler_to_matrix(values["rotation_euler"][:, ks], mode)
     out = np.zeros((count, nb, 4, 4))
-    out[..., :3, :3] = rot * values["scale"][:, :, None, :]
+    scale = values["scale"]
+    out[..., :3, :3] = rot if np.all(scale == 1.0) else rot * scale[:, :, None, :]
     out[..., :3, 3] = values["location"]
     out[..., 3, 3] = 1.0
     return out
 
 
 def forward_all(rig, bones, basis):
-    """Armature-space pose matrices (F, len(bones), 4, 4) of `bones` (closed under parents, parents first)."""
-    local = {int(b): k for k, b in enumerate(bones)}
+    """Armature-space pose matrices (F, len(bones), 4, 4) of `bones` (closed under parents, parents first),
+    one batched product per depth of the hierarchy."""
     out = np.empty_like(basis)
-    rest = rig.rest
-    for k, b in enumerate(bones):
-        p = rig.parents[b]
-        if p < 0:
-            out[:, k] = rest[b] @ basis[:, k]
-        else:
-            rel = np.linalg.inv(rest[p]) @ rest[b]
-            out[:, k] = out[:, local[int(p)]] @ (rel @ basis[:, k])
+    for ks, bone_ids, parent_ks in _levels(rig, bones):
+        own = rig.rest_links[bone_ids] @ basis[:, ks]
+        out[:, ks] = own if parent_ks is None else out[:, parent_ks] @ own
     return out
+
+
+def _levels(rig, bones):
+    """[(positions in `bones`, bone indices, parents' positions or None for roots)] grouped by depth."""
+    key = tuple(int(b) for b in bones)
+    cached = rig.level_cache.get(key)
+    if cached is not None:
+        return cached
+    local = {b: k for k, b in enumerate(key)}
+    depth = {}
+    for b in key:
+        p = int(rig.parents[b])
+        depth[b] = 0 if p < 0 else depth[p] + 1
+    levels = []
+    for d in range(max(depth.values()) + 1 if depth else 0):
+        ids = [b for b in key if depth[b] == d]
+        ks = np.array([local[b] for b in ids])
+        parent_ks = None if d == 0 else np.array([local[int(rig.parents[b])] for b in ids])
+        levels.append((ks, np.array(ids), parent_ks))
+    rig.level_cache[key] = levels
+    return levels
 
 
 @dataclass
@@ -408,39 +475,87 @@ class ActionSample:
 
 def read_action(rig, obj, action, frame_start=None, frame_end=None):
     """Every integer frame of an action on this rig, without frame_set and without changing anything."""
+    return next(read_actions(rig, obj, [action], frame_start, frame_end))
+
+
+def read_actions(rig, obj, actions, frame_start=None, frame_end=None, batch_frames=20000):
+    """ActionSample of each action in turn. The Blender side (curve sampling) runs per action; the NumPy side (FK,
+    links) runs on batches of up to `batch_frames` frames of several actions at once, so short actions cost little
+    and memory stays bounded."""
     bones = rig.needed
-    frames, values, animated = sample_channels(rig, obj, action, frame_start, frame_end, bones)
+    current = _current_channels(obj, [rig.bone_names[b] for b in bones])
+    pending, pending_frames = [], 0
+    for action in actions:
+        frames, values, animated = sample_channels(rig, obj, action, frame_start, frame_end, bones, current)
+        pending.append((action, frames, values, animated))
+        pending_frames += len(frames)
+        if pending_frames >= batch_frames:
+            yield from _evaluate_batch(rig, pending)
+            pending, pending_frames = [], 0
+    if pending:
+        yield from _evaluate_batch(rig, pending)
+
+
+def _evaluate_batch(rig, pending):
+    bones = rig.needed
+    values = {prop: np.concatenate([p[2][prop] for p in pending]) for prop in pending[0][2]}
+    unscaled = bool(np.all(values["scale"] == 1.0))
     basis = basis_matrices(rig, bones, values)
     pose = forward_all(rig, bones, basis)
     local_index = {int(b): k for k, b in enumerate(bones)}
     mask = rig.role_mask
-    count = len(frames)
+    count = basis.shape[0]
     eye = np.eye(3)
     local = np.broadcast_to(eye, (count, NUM_ROLES, 3, 3)).copy()
     rotations = np.broadcast_to(eye, (count, NUM_ROLES, 3, 3)).copy()
     positions = np.full((count, NUM_ROLES, 3), np.nan)
-    animated_roles = np.zeros(NUM_ROLES, dtype=bool)
-    for r in range(NUM_ROLES):
-        if not mask[r]:
-            continue
-        k = local_index[int(rig.role_bones[r])]
-        local[:, r] = _normalized_columns(basis[:, k, :3, :3])
-        rotations[:, r] = rig.to_character_rotations(pose[:, k, :3, :3])
-        positions[:, r] = rig.to_character_positions(pose[:, k, :3, 3])
-        animated_roles[r] = rig.bone_names[rig.role_bones[r]] in animated
-    bridges, offsets = relative_links(mask, rotations, np.nan_to_num(positions), local)
+    roles = np.where(mask)[0]
+    ks = [local_index[int(rig.role_bones[r])] for r in roles]
+    own = basis[:, ks, :3, :3]
+    local[:, roles] = own if unscaled else _normalized_columns(own)
+    # without any scale in the pose, the rotation parts are exact rotations already (rest matrices are orthonormal)
+    rotations[:, roles] = rig.to_character_rotations(pose[:, ks, :3, :3], normalize=not unscaled)
+    positions[:, roles] = rig.to_character_positions(pose[:, ks][..., :3, 3])
+    moving_rows = _moving_rows(rig, bones, basis, values)
     skel = rig.skeleton
-    bridge_error = np.max(np.abs(bridges - skel.bridges[None])) if count else 0.0
-    offset_error = np.max(np.abs(offsets - skel.offsets[None])) / skel.height if count else 0.0
-    first, last = action_frame_range(action)
-    return ActionSample(
-        name=action.name, frames=frames, frame_start=first, frame_end=last,
-        local_rotations=local, rotations=rotations, positions=positions,
-        hips_rotation=rotations[:, 0].copy(), hips_position=positions[:, 0].copy(),
-        bridges=bridges, offsets=offsets,
-        moving_links=bool(bridge_error > MOVING_TOLERANCE or offset_error > MOVING_TOLERANCE),
-        animated_roles=animated_roles,
-    )
+    start = 0
+    for action, frames, _, animated in pending:
+        rows = slice(start, start + len(frames))
+        start = rows.stop
+        n = len(frames)
+        moving = bool(np.any(moving_rows[rows]))
+        if moving:   # an in-between bone moves, or a mapped bone translates or scales: links per frame
+            bridges, offsets = relative_links(mask, rotations[rows], np.nan_to_num(positions[rows]), local[rows])
+        else:        # every in-between bone at rest: the rest skeleton's links hold exactly
+            bridges = np.broadcast_to(skel.bridges, (n, NUM_ROLES, 3, 3))
+            offsets = np.broadcast_to(skel.offsets, (n, NUM_ROLES, 3))
+        first, last = action_frame_range(action)
+        yield ActionSample(
+            name=action.name, frames=frames, frame_start=first, frame_end=last,
+            local_rotations=local[rows], rotations=rotations[rows], positions=positions[rows],
+            hips_rotation=rotations[rows, 0], hips_position=positions[rows, 0],
+            bridges=bridges, offsets=offsets, moving_links=moving,
+            animated_roles=np.array([bool(mask[r]) and rig.bone_names[rig.role_bones[r]] in animated
+                                     for r in range(NUM_ROLES)]),
+        )
+
+
+def _moving_rows(rig, bones, basis, values):
+    """(F,) True where the rest skeleton's bridges/offsets would not hold: an unmapped bone between mapped ones
+    is off its rest pose, or a mapped bone below the hips has a location or a scale."""
+    hips = int(rig.role_bones[0])
+    below_hips = np.array([_is_ancestor(rig.parents, hips, int(b)) for b in bones])
+    mapped = np.isin(bones, rig.role_bones[rig.role_mask])
+    between = below_hips & ~mapped
+    rows = np.zeros(basis.shape[0], dtype=bool)
+    if between.any():
+        rows |= np.any(np.abs(basis[:, between] - np.eye(4)) > MOVING_TOLERANCE, axis=(1, 2, 3))
+    chain = (below_hips & mapped) | (np.asarray(bones) == hips)
+    rows |= np.any(np.abs(values["scale"][:, chain] - 1.0) > MOVING_TOLERANCE, axis=(1, 2))
+    moved = below_hips & mapped
+    if moved.any():
+        rows |= np.any(np.abs(values["location"][:, moved]) > MOVING_TOLERANCE, axis=(1, 2))
+    return rows
 
 
 # ---- Blender's own evaluated pose (tests, evaluation, the naive benchmark) ----------------------------------------
@@ -604,7 +719,7 @@ def write_action(obj, rig, name, frames, local_rotations, hips_rotation=None, hi
         path = f'pose.bones["{bpy.utils.escape_identifier(bone)}"].'
         if mode == "QUATERNION":
             q = matrix_to_quaternion(mats)
-            q = _continuous_quaternions(q)
+            q = continuous_quaternions(q)
             for i in range(4):
                 _key_curve(container, path + "rotation_quaternion", i, bone, frames, q[:, i])
         elif mode == "AXIS_ANGLE":
@@ -627,7 +742,7 @@ def write_action(obj, rig, name, frames, local_rotations, hips_rotation=None, hi
     return action
 
 
-def _continuous_quaternions(q):
+def continuous_quaternions(q):
     """Flip signs so consecutive quaternions lie in the same hemisphere (smooth interpolation between keys)."""
     q = np.array(q, copy=True)
     for k in range(1, len(q)):
@@ -635,10 +750,3 @@ def _continuous_quaternions(q):
             q[k] = -q[k]
     return q
 
-
-__all__ = [
-    "RigError", "RigModel", "ActionSample", "read_rig", "read_action", "sample_channels", "basis_matrices",
-    "forward_all", "relative_links", "action_slot_for", "action_fcurves", "bone_channels", "animated_bones",
-    "action_frame_range", "write_pose", "write_action", "armature_pose_heads", "armature_pose_matrices",
-    "armature_pose_rotations", "character_basis", "rotation_property", "EULER_ORDERS", "ROLE_PARENTS",
-]

@@ -320,8 +320,7 @@ def extract_dataset(context, obj, mapping=None, actions=None):
     fps = scene.render.fps / (scene.render.fps_base or 1.0)
     total = sum(rig_io.action_frame_range(a)[1] - rig_io.action_frame_range(a)[0] + 1 for a, _ in chosen)
     builder = DatasetBuilder(rig.skeleton, fps, source=os.path.basename(bpy.data.filepath) or obj.name, capacity=total)
-    for action, _ in chosen:
-        sample = rig_io.read_action(rig, obj, action)
+    for (action, _), sample in zip(chosen, rig_io.read_actions(rig, obj, [a for a, _ in chosen])):
         override = getattr(action, "neural_ik_task", "AUTO")
         moving = sample.moving_links
         builder.add_action(sample.name, sample.frames, sample.frame_start, sample.frame_end, sample.local_rotations,

@@ -1,7 +1,7 @@
 """The bone-map list, the preset menu, and the "Neural IK" menu that makes every operator findable with F3.
 
 Blender's F3 search finds operators through menus, so every registered Neural IK operator is listed in a menu that
-hangs under the 3D viewport's Object menu.
+hangs under the 3D viewport's Object and Pose menus.
 """
 
 import bpy
@@ -88,9 +88,15 @@ def draw_object_menu(self, context):
 classes = (NEURAL_IK_UL_bone_map, NEURAL_IK_MT_bone_map_presets, NEURAL_IK_MT_operators)
 
 
+# Object mode and Pose mode each have their own menu in the 3D viewport header.
+HOST_MENUS = ("VIEW3D_MT_object", "VIEW3D_MT_pose")
+
+
 def register_extra():
-    bpy.types.VIEW3D_MT_object.append(draw_object_menu)
+    for name in HOST_MENUS:
+        getattr(bpy.types, name).append(draw_object_menu)
 
 
 def unregister_extra():
-    bpy.types.VIEW3D_MT_object.remove(draw_object_menu)
+    for name in HOST_MENUS:
+        getattr(bpy.types, name).remove(draw_object_menu)

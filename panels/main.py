@@ -48,11 +48,23 @@ def wrapped_label(layout, text, icon="NONE", width=44):
         column.label(text=line, icon=icon if first else "BLANK1")
 
 
+def act_on(layout, armature):
+    """Make the panel's buttons act on the picked armature.
+
+    The operators take `context.active_object` first; a button's context store overrides it, so pressing a button
+    here works on the armature chosen in the panel even when another object is active.
+    """
+    if armature is not None:
+        layout.context_pointer_set("active_object", armature)
+        layout.context_pointer_set("object", armature)
+
+
 def need_armature(layout, context):
-    """The chosen armature, or None after telling the user to choose one."""
+    """The chosen armature (set as the buttons' active object), or None after telling the user to choose one."""
     armature = chosen_armature(context)
     if armature is None:
         layout.label(text="Choose an armature in Rig first", icon="INFO")
+    act_on(layout, armature)
     return armature
 
 
@@ -136,6 +148,7 @@ class NEURAL_IK_PT_rig(NeuralIKPanel, bpy.types.Panel):
         if armature is None:
             layout.label(text="Choose the armature to map, train and drive", icon="INFO")
             return
+        act_on(layout, armature)
         row = layout.row(align=True)
         preset = armature.neural_ik.preset
         row.menu(NEURAL_IK_MT_bone_map_presets.bl_idname, text=preset or "Preset")
@@ -188,6 +201,7 @@ class NEURAL_IK_PT_training(NeuralIKPanel, bpy.types.Panel):
         layout = self.layout
         settings = scene_settings(context)
         training = state.training
+        act_on(layout, chosen_armature(context))
         col = layout.column(align=True)
         col.enabled = not training.running
         col.prop(settings, "epochs")

@@ -61,6 +61,10 @@ def draw_everything(capfd):
             drawn.append(cls.bl_idname)
         for menu in (lists.NEURAL_IK_MT_operators, lists.NEURAL_IK_MT_bone_map_presets):
             menu.draw(popup, context)
+        for host in lists.HOST_MENUS:   # Blender's Object/Pose menus, with the Neural IK submenu appended (F3)
+            menu = getattr(bpy.types, host)
+            assert lists.draw_object_menu in menu.draw._draw_funcs
+            menu.draw(popup, context)
     captured = capfd.readouterr()
     err = captured.out + captured.err
     problems = [line for line in err.splitlines() if BLENDER_UI_ERRORS.search(line)]
@@ -324,6 +328,10 @@ def test_operators_have_tooltips_and_say_why_unavailable(empty_scene):
         except RuntimeError as exc:
             if "context is incorrect" in str(exc):
                 silent_poll.append(class_name)
+    from neural_ik.panels.lists import MENU_OPERATORS
+
+    unlisted = [n for n in ops if n[len("NEURAL_IK_OT_"):] not in MENU_OPERATORS + ("apply_preset",)]
+    assert not unlisted, f"operators missing from the Neural IK menu (so not found by F3): {unlisted}"
     assert not missing_tooltip, f"operators without a tooltip: {missing_tooltip}"
     assert not silent_poll, f"operators whose poll fails without saying why: {silent_poll}"
 

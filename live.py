@@ -17,8 +17,8 @@ import numpy as np
 
 from . import rig_io
 from .neural_network.roles import NUM_ROLES, TASKS
-from .neural_network.rotations import matrix_to_quaternion, quaternion_to_axis_angle, quaternion_to_matrix
-from .neural_network.solver import OK, Solver, describe
+from .neural_network.rotations import quaternion_to_axis_angle, quaternion_to_matrix
+from .neural_network.solver import OK, Solver, describe, fast_matrix_to_quaternion
 from .properties import get_bone_map
 
 TARGET_SLOTS = ("target_root", "target_left_hand", "target_right_hand", "target_left_foot", "target_right_foot",
@@ -74,6 +74,11 @@ class LiveCharacter:
         self.quaternions = np.empty((self.count, 4), np.float32)
         self.saved = None
         self.saved_action = None
+        from mathutils import Matrix
+
+        basis = np.eye(4)
+        basis[:3, :3] = rig.scale * rig.basis
+        self.to_character = Matrix(basis.tolist())   # armature space -> character space
 
     # -- session start / stop ------------------------------------------------------------------------------------
     def start(self):
@@ -131,16 +136,13 @@ class LiveCharacter:
 
     # -- per tick ------------------------------------------------------------------------------------------------
     def read_targets(self, out):
-        """Write the six target matrices in character space into out (6, 4, 4)."""
+        """Write the six target matrices in character space into out (6, 4, 4) (mathutils products: no LAPACK)."""
         try:
-            world = np.array(self.obj.matrix_world, np.float64)
+            to_char = self.to_character @ self.obj.matrix_world.inverted_safe()
             for k, target in enumerate(self.targets):
-                out[k] = target.matrix_world
+                out[k] = to_char @ target.matrix_world
         except ReferenceError:
             raise LiveStopped(f"a target or the armature {self.name} was deleted: live IK stopped") from None
-        to_char = np.linalg.inv(world)
-        to_char[:3] = (self.rig.scale * self.rig.basis) @ to_char[:3]
-        out[:] = to_char @ out
 
     def settings(self, scene):
         s = self.obj.neural_ik
@@ -162,7 +164,7 @@ class LiveCharacter:
         C, s = self.rig.basis, self.rig.scale
         hips_basis = rot_t @ C.T @ hips_rotation
         if self.hips_is_quaternion:
-            q[self.hips_index] = matrix_to_quaternion(hips_basis)
+            q[self.hips_index] = fast_matrix_to_quaternion(hips_basis)
         pose_bones = self.obj.pose.bones
         pose_bones.foreach_set("rotation_quaternion", q.reshape(-1))
         self.hips_bone.location = frame_inv @ (C.T @ hips_position / s - frame_t)

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .features import NUM_INPUTS, build_inputs
+from .features import NUM_INPUTS
 from .refine import Refiner
-from .roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES
-from .rotations import axis_angle_to_matrix, matrix_to_quaternion
+from .roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES, TASKS
+from .rotations import axis_angle_to_matrix
 
 NUM_TARGETS = 6               # root, then the five effectors
 OK = 0
@@ -82,6 +82,83 @@ class OrtEngine:
         return self.outputs[:rows]
 
 
+_POSITION_COLUMNS = np.array([6 * k + a for k in range(5) for a in range(3)])
+_ROTATION_COLUMNS = _POSITION_COLUMNS + 3
+
+
+def fast_matrix_to_quaternion(R):
+    """(..., 3, 3) rotations -> (..., 4) (w, x, y, z), w >= 0: the copysign form, a handful of array operations."""
+    m00, m11, m22 = R[..., 0, 0], R[..., 1, 1], R[..., 2, 2]
+    q = np.empty(R.shape[:-2] + (4,))
+    q[..., 0] = 1 + m00 + m11 + m22
+    q[..., 1] = 1 + m00 - m11 - m22
+    q[..., 2] = 1 - m00 + m11 - m22
+    q[..., 3] = 1 - m00 - m11 + m22
+    np.sqrt(np.maximum(q, 0.0, out=q), out=q)
+    q *= 0.5
+    q[..., 1] = np.copysign(q[..., 1], R[..., 2, 1] - R[..., 1, 2])
+    q[..., 2] = np.copysign(q[..., 2], R[..., 0, 2] - R[..., 2, 0])
+    q[..., 3] = np.copysign(q[..., 3], R[..., 1, 0] - R[..., 0, 1])
+    q /= np.linalg.norm(q, axis=-1, keepdims=True)
+    return q
+
+
+class InputBuilder:
+    """features.build_inputs specialised for run time (the thighs follow from the hips transform): the same
+    numbers in a few array operations. tests/test_solver.py checks it against build_inputs."""
+
+    def __init__(self, skeleton, spec):
+        from .roles import ROLE_INDEX
+
+        self.spec = spec
+        self.lateral = skeleton.offsets[ROLE_INDEX["LeftThigh"]] - skeleton.offsets[ROLE_INDEX["RightThigh"]]
+        self.reference_t = np.swapaxes(np.asarray(spec.effector_reference, np.float64), -1, -2)[None]
+        self.hips_reference_t = np.asarray(spec.hips_reference, np.float64).T
+
+    def __call__(self, out, rot, pos, ground, contact, desired, phase, task):
+        """Fill out (K, 50) from targets rot (K, 6, 3, 3), pos (K, 6, 3) and the per-character settings."""
+        from .rotations import matrix_to_axis_angle
+
+        k = len(rot)
+        hips_R, hips_p = rot[:, 0], pos[:, 0]
+        lateral = hips_R @ self.lateral
+        fallback = hips_R[:, :, 0]
+        length = np.hypot(lateral[:, 0], lateral[:, 1])
+        use = length > 1e-6
+        fb_len = np.maximum(np.hypot(fallback[:, 0], fallback[:, 1]), 1e-9)
+        cx = np.where(use, lateral[:, 0] / np.maximum(length, 1e-12), fallback[:, 0] / fb_len)
+        sx = np.where(use, lateral[:, 1] / np.maximum(length, 1e-12), fallback[:, 1] / fb_len)
+        Rt = np.zeros((k, 3, 3))
+        Rt[:, 0, 0] = cx
+        Rt[:, 0, 1] = sx
+        Rt[:, 1, 0] = -sx
+        Rt[:, 1, 1] = cx
+        Rt[:, 2, 2] = 1.0
+        rel = (Rt[:, None] @ (pos[:, 1:] - hips_p[:, None])[..., None])[..., 0]
+        out[:, _POSITION_COLUMNS] = rel.reshape(k, 15)
+        A = self.reference_t @ (Rt[:, None] @ rot[:, 1:])
+        c = 0.5 * (A[..., 0, 0] + A[..., 1, 1] + A[..., 2, 2] - 1.0)
+        if np.any(c < -0.999):            # near a half turn: the careful conversion
+            aa = matrix_to_axis_angle(A)
+        else:
+            v = np.stack([A[..., 2, 1] - A[..., 1, 2], A[..., 0, 2] - A[..., 2, 0], A[..., 1, 0] - A[..., 0, 1]], -1)
+            sin = 0.5 * np.linalg.norm(v, axis=-1)
+            angle = np.arctan2(sin, c)
+            aa = v * np.where(sin > 1e-9, angle / (2 * np.maximum(sin, 1e-300)), 0.5)[..., None]
+        out[:, _ROTATION_COLUMNS] = aa.reshape(k, 15)
+        hips_rel = Rt @ hips_R @ self.hips_reference_t
+        out[:, 30:33] = hips_rel[:, :, 1]
+        out[:, 33:36] = hips_rel[:, :, 2]
+        out[:, [36, 42]] = pos[:, 3:5, 2] - ground
+        out[:, [37, 38, 43, 44]] = 0.0
+        out[:, [39, 45]] = 1.0
+        out[:, [40, 46]] = contact
+        out[:, [41, 47]] = desired
+        out[:, 48] = phase
+        out[:, 49] = np.asarray(task, np.float64) / (len(TASKS) - 1)
+        return out
+
+
 def make_engine(model, onnx_bytes=None, capacity=1, engine="auto"):
     """ONNX Runtime when available (and asked for), else NumPy."""
     if engine in ("auto", "onnxruntime"):
@@ -139,6 +216,7 @@ class Solver:
         self.engine = make_engine(model, onnx_bytes, capacity=2 * characters, engine=engine)
         self.refiner = Refiner(model.skeleton, model.mean_pose, model.limit_low, model.limit_high)
         self.spec = model.feature_spec
+        self.build_inputs = InputBuilder(model.skeleton, model.feature_spec)
         self.height = model.skeleton.height
         self.blend_ticks = max(1, int(blend_ticks))
         self.tolerance = tolerance
@@ -157,8 +235,6 @@ class Solver:
         feet = rest[list(FOOT_ROLES), 2]
         self.ankle_height = float(np.min(feet) - np.min(rest[mask, 2])) if mask.any() else 0.0
         self.previous_feet = None
-        self.positions = np.zeros((characters, NUM_ROLES, 3))
-        self.rotations = np.broadcast_to(np.eye(3), (characters, NUM_ROLES, 3, 3)).copy()
 
     @property
     def engine_name(self):
@@ -199,20 +275,15 @@ class Solver:
         desired = np.broadcast_to(np.asarray(desired_contact, np.float64), (k, 2))
         phase = np.broadcast_to(np.asarray(phase, np.float64), (k,))
         effectors = list(EFFECTOR_ROLES)
-        self.positions[:, 0], self.rotations[:, 0] = pos[:, 0], rot[:, 0]
-        self.positions[:, effectors], self.rotations[:, effectors] = pos[:, 1:], rot[:, 1:]
-        # the thighs are only read for the heading: they follow from the hips transform and the rest offsets
-        for thigh in (15, 19):
-            self.positions[:, thigh] = pos[:, 0] + rot[:, 0] @ self.skeleton.offsets[thigh]
         detected = self.contacts(pos[:, 3:5], ground, dt)
         contact = detected if contact is None else np.broadcast_to(np.asarray(contact, np.float64), (k, 2))
         blending = np.where(self.blend < 1.0)[0]
         rows = k + len(blending)
-        build = lambda sel, tasks: build_inputs(self.spec, self.positions[sel], self.rotations[sel], rot[sel, 0],
-                                                ground[sel], contact[sel], desired[sel], phase[sel], tasks)
-        self.engine.inputs[:k] = build(slice(None), self.task)
+        self.build_inputs(self.engine.inputs[:k], rot, pos, ground, contact, desired, phase, self.task)
         if len(blending):
-            self.engine.inputs[k:rows] = build(blending, self.previous_task[blending])
+            b = blending
+            self.build_inputs(self.engine.inputs[k:rows], rot[b], pos[b], ground[b], contact[b], desired[b], phase[b],
+                              self.previous_task[b])
         out = self.engine.run(rows).astype(np.float64)
         deltas = out[:k].copy()
         if len(blending):
@@ -240,4 +311,4 @@ class Solver:
         self.has_good |= good
         self.last_hips[0][good], self.last_hips[1][good] = hips_rotation[good], hips_position[good]
         errors = np.where(good[:, None], errors, np.nan)
-        return SolveResult(local, matrix_to_quaternion(local), hips_rotation, hips_position, status, errors)
+        return SolveResult(local, fast_matrix_to_quaternion(local), hips_rotation, hips_position, status, errors)

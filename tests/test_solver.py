@@ -113,3 +113,15 @@ def test_fuzz_never_gives_non_finite_rotations(model, poses, data):
 def test_describe_says_what_happened():
     assert "holding the last good pose" in solver_module.describe(HELD_BAD_TARGETS)
     assert solver_module.describe(OK) == "ok"
+
+
+def test_fast_quaternion_equals_the_careful_one():
+    from neural_ik.neural_network.rotations import axis_angle_to_matrix, matrix_to_quaternion
+
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=(2000, 3))
+    v *= (rng.uniform(0, np.pi, 2000) / np.linalg.norm(v, axis=-1))[:, None]
+    v[:10] *= 1e-9
+    R = axis_angle_to_matrix(v)
+    a, b = solver_module.fast_matrix_to_quaternion(R), matrix_to_quaternion(R)
+    assert np.max(np.abs(a - b)) < 1e-7

@@ -240,7 +240,8 @@ class LiveTick:
                 character.read_targets(targets[i])
                 ground[i], contact[i], task[i], phase[i], its = character.settings(scene)
                 iterations = max(iterations, its)
-            result = solver.solve(targets, ground, contact, task, phase, refine_iterations=iterations)
+            result = solver.solve(targets, ground, contact, task, phase, refine_iterations=iterations,
+                                  measure_errors=False)
             for i, character in enumerate(characters):
                 if not solver.has_good[i]:   # nothing good to hold yet: leave the rig as it is
                     self.status[character.name] = int(result.status[i])

@@ -262,10 +262,11 @@ class Solver:
         return (low & slow).astype(np.float64)
 
     def solve(self, targets, ground=0.0, desired_contact=1.0, task=None, phase=0.0, refine_iterations=0, dt=1 / 60,
-              contact=None):
+              contact=None, measure_errors=True):
         """One tick for K characters. targets (K, 6, 4, 4) character space; ground, desired_contact (K, 2) or
         scalars; task (K,) indices (None: unchanged); phase (K,) or scalar in [0, 1); contact (K, 2) overrides the
-        contact flags detected from the feet (a bake passes the source clip's own)."""
+        contact flags detected from the feet (a bake passes the source clip's own). Without refinement the effector
+        errors need one more FK pass: measure_errors=False skips it (errors are then NaN)."""
         k = self.k
         if task is not None:
             self.set_task(task)
@@ -296,10 +297,14 @@ class Solver:
         if refine_iterations > 0:
             local, _pose, errors = self.refiner.refine(local, rot[:, 0], pos[:, 0], pos[:, 1:], rot[:, 1:],
                                                        iterations=refine_iterations)
-        else:
+        elif measure_errors:
             pose = self.refiner.forward(local, rot[:, 0], pos[:, 0])
             errors = np.linalg.norm(pose.positions[:, effectors] - pos[:, 1:], axis=-1)
-        good = usable & np.isfinite(local).all(axis=(1, 2, 3)) & np.isfinite(errors).all(axis=1)
+        else:
+            errors = np.full((k, 5), np.nan)
+        good = usable & np.isfinite(local).all(axis=(1, 2, 3))
+        if refine_iterations > 0 or measure_errors:
+            good &= np.isfinite(errors).all(axis=1)
         status[~usable] |= HELD_BAD_TARGETS
         status[usable & ~good] |= HELD_BAD_OUTPUT
         if refine_iterations > 0:

@@ -239,7 +239,7 @@ class NEURAL_IK_PT_live(NeuralIKPanel, bpy.types.Panel):
         row.prop(settings, "model_path", text="")
         operator(row, "load_model", text="", icon="FILE_FOLDER", filepath=settings.model_path or None)
         if not settings.model_path:
-            layout.label(text="No model: the shipped default is used when it fits", icon="INFO")
+            layout.label(text="No model yet: train one or use Load Model", icon="INFO")
         operator(layout, "create_targets", text="Create Targets", icon="EMPTY_AXIS")
         session = state.live_sessions.get(armature.name)
         row = layout.row(align=True)

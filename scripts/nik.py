@@ -275,6 +275,69 @@ def _bake_command(parser):
     return run
 
 
+@command("demo", "The main job on the embedded default: demo rig -> extract -> train -> export -> evaluate")
+def _demo_command(parser):
+    parser.add_argument("--out", default=os.path.join("out", "demo"), help="folder for every file the demo writes")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the training actions (held-out ones use seed+1)")
+    parser.add_argument("--epochs", type=int, default=200, help="training epochs at most (default 200)")
+    parser.add_argument("--time-limit", type=float, default=300.0, help="training stops after this many seconds")
+    parser.add_argument("--refine", type=int, default=2, help="refinement iterations of the refined rows")
+    parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run Blender's IK constraint on the same frames")
+
+    def run(args):
+        import json
+        import time
+
+        import bpy
+
+        out = os.path.abspath(args.out)
+        try:
+            os.makedirs(out, exist_ok=True)
+        except OSError as exc:
+            raise CommandError(f"cannot create {out}: {exc.strerror or exc}") from None
+        paths = {name: os.path.join(out, name) for name in
+                 ("dataset.npz", "model.onnx", "evaluation.json", "evaluation.png", "train.blend", "heldout.blend")}
+        started = time.perf_counter()
+
+        def step(text):
+            print(f"[{time.perf_counter() - started:6.1f} s] {text}", flush=True)
+
+        step(f"demo rig with procedural actions (seed {args.seed}) for training")
+        bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
+        run_operator(bpy.ops.neural_ik.create_demo_rig, seed=args.seed)
+        rig = active_armature()
+        step(f"extract {len(bpy.data.actions)} actions of {rig.name!r}")
+        run_operator(bpy.ops.neural_ik.extract, filepath=paths["dataset.npz"])
+        from neural_ik import state
+        from neural_ik.neural_network.dataset import Dataset
+
+        print("    " + Dataset.load(paths["dataset.npz"]).summary_text())
+        step(f"train (at most {args.epochs} epochs, {args.time_limit:.0f} s)")
+        run_operator(bpy.ops.neural_ik.train, filepath=paths["dataset.npz"], directory=out, epochs=args.epochs,
+                     time_limit=args.time_limit, seed=args.seed, mode="SYNC")
+        print("    " + state.training.message)
+        model_path = state.training.checkpoint_path
+        step("export ONNX + JSON sidecar")
+        run_operator(bpy.ops.neural_ik.export_onnx, filepath=paths["model.onnx"])
+        save_blend(paths["train.blend"])
+        step(f"evaluate on held-out actions (demo seed {args.seed + 1}), network and Blender IK side by side")
+        bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
+        run_operator(bpy.ops.neural_ik.create_demo_rig, seed=args.seed + 1)
+        held_out = active_armature()
+        run_operator(bpy.ops.neural_ik.evaluate, armature=held_out.name, model_path=model_path,
+                     refine_iterations=args.refine, baseline=args.baseline, poles=args.baseline,
+                     json_path=paths["evaluation.json"], png_path=paths["evaluation.png"])
+        save_blend(paths["heldout.blend"])
+        with open(os.path.join(out, "metrics.json")) as handle:
+            metrics = json.load(handle)
+        step("done")
+        print(f"model: {model_path}\nonnx: {paths['model.onnx']} (+ .json sidecar)\n"
+              f"training metrics: {os.path.join(out, 'metrics.json')} ({len(metrics)} entries), loss plot: "
+              f"{os.path.join(out, 'loss.png')}\nevaluation: {paths['evaluation.json']}, {paths['evaluation.png']}")
+    return run
+
+
 def main(argv):
     parser = argparse.ArgumentParser(prog="nik", description="Neural IK: learned full-body IK for Blender rigs")
     sub = parser.add_subparsers(dest="command", metavar="command")

@@ -23,7 +23,6 @@ from .neural_network.rotations import (
     euler_to_matrix,
     matrix_to_axis_angle,
     matrix_to_quaternion,
-    quaternion_to_matrix,
 )
 from .neural_network.skeleton import Skeleton, nearest_mapped_parents
 
@@ -274,31 +273,61 @@ def action_slot_for_any(action):
     return next((s for s in slots if s.target_id_type in ("OBJECT", "UNSPECIFIED")), slots[0])
 
 
-def action_fcurves(action, slot):
-    """The F-curves of one slot of an action (Blender 5 channelbag), or action.fcurves on Blender 4.2."""
+def _curve_container(action, slot):
+    """The channelbag of a slot (Blender 5) or the legacy action (4.2): whatever holds `.fcurves` and `.groups`."""
     if slot is not None:
         from bpy_extras.anim_utils import action_get_channelbag_for_slot
 
-        channelbag = action_get_channelbag_for_slot(action, slot)
-        return list(channelbag.fcurves) if channelbag is not None else []
-    legacy = getattr(action, "fcurves", None)
-    return list(legacy) if legacy is not None else []
+        return action_get_channelbag_for_slot(action, slot)
+    return action if getattr(action, "fcurves", None) is not None else None
 
 
-def bone_channels(fcurves):
-    """{(bone, property, index): fcurve} for the pose-bone transform curves among fcurves."""
+def action_fcurves(action, slot):
+    """The F-curves of one slot of an action (Blender 5 channelbag), or action.fcurves on Blender 4.2."""
+    container = _curve_container(action, slot)
+    return list(container.fcurves) if container is not None else []
+
+
+def bone_channels(fcurves, skip_muted=False):
+    """{(bone, property, index): fcurve} for the pose-bone transform curves among fcurves (a list or an F-curve
+    collection; with a collection, indices and mute flags are read in one call each). skip_muted leaves out curves
+    Blender does not evaluate (muted, or in a muted group)."""
+    count = len(fcurves)
+    indices = np.zeros(count, dtype=np.int32)
+    muted = np.zeros(count, dtype=bool)
+    if hasattr(fcurves, "foreach_get"):
+        fcurves.foreach_get("array_index", indices)
+        if skip_muted:
+            fcurves.foreach_get("mute", muted)
+    else:
+        indices[:] = [fc.array_index for fc in fcurves]
+        if skip_muted:
+            muted[:] = [fc.mute for fc in fcurves]
     out = {}
-    for fc in fcurves:
+    for k, fc in enumerate(fcurves):
+        if muted[k]:
+            continue
         m = _BONE_PATH.match(fc.data_path)
         if m:
             name = m.group(1)
-            out[(_unescape(name) if "\\" in name else name, m.group(2), fc.array_index)] = fc
+            out[(_unescape(name) if "\\" in name else name, m.group(2), int(indices[k]))] = fc
+    return out
+
+
+def _channels_of(action, slot):
+    """bone_channels of the curves Blender would evaluate for a slot."""
+    container = _curve_container(action, slot)
+    if container is None:
+        return {}
+    out = bone_channels(container.fcurves, skip_muted=True)
+    if out and any(g.mute for g in container.groups):
+        out = {key: fc for key, fc in out.items() if fc.group is None or not fc.group.mute}
     return out
 
 
 def animated_bones(obj, action):
     """Names of the bones whose transform the action animates (through the slot that would drive obj)."""
-    return {bone for bone, _, _ in bone_channels(action_fcurves(action, action_slot_for(obj, action)))}
+    return {bone for bone, _, _ in _channels_of(action, action_slot_for(obj, action))}
 
 
 def action_frame_range(action):
@@ -343,26 +372,28 @@ def sample_channels(rig, obj, action, frame_start=None, frame_end=None, bones=No
     wanted = {}
     local = {name: k for k, name in enumerate(names)}
     slot = action_slot_for(obj, action)
-    for (bone, prop, i), fc in bone_channels(action_fcurves(action, slot)).items():
+    for key, fc in _channels_of(action, slot).items():     # muted curves are left out, as Blender does
+        bone, prop, i = key
         k = local.get(bone)
-        if fc.mute or (fc.group is not None and fc.group.mute):
-            continue          # Blender does not evaluate muted curves either
-        if k is not None and i < values[prop].shape[2] and prop in ("location", "scale", rotation_property(
+        if k is None or i >= values[prop].shape[2] or prop not in ("location", "scale", rotation_property(
                 rig.rotation_modes[bones[k]])):
-            wanted[(fc.data_path, i)] = (prop, k, i, fc)
+            continue
+        wanted[key] = (prop, k, i, fc)
     animated = {names[k] for (_, k, _, _) in wanted.values()}
     # Keys exactly on every frame (BVH imports, baked actions): the curve's value there is the key's value.
     remaining = {}
     direct = []
+    keys = np.empty((len(wanted), 2 * count), dtype=np.float32)
     for key, (prop, k, i, fc) in wanted.items():
-        if len(fc.keyframe_points) == count and not len(fc.modifiers):
+        row = len(direct)
+        points = fc.keyframe_points
+        if len(points) == count and not len(fc.modifiers):
+            points.foreach_get("co", keys[row])
             direct.append((key, prop, k, i, fc))
         else:
             remaining[key] = (prop, k, i)
     if direct:
-        keys = np.empty((len(direct), 2 * count), dtype=np.float32)
-        for row, (_, _, _, _, fc) in enumerate(direct):
-            fc.keyframe_points.foreach_get("co", keys[row])
+        keys = keys[:len(direct)]
         on_frames = np.all(keys[:, 0::2] == frames[None, :], axis=1)
         for row, (key, prop, k, i, _) in enumerate(direct):
             if on_frames[row]:
@@ -377,8 +408,8 @@ def sample_channels(rig, obj, action, frame_start=None, frame_end=None, bones=No
         copy_slot = None
         if slot is not None:
             copy_slot = next((s for s in copy.slots if s.identifier == slot.identifier), None)
-        for fc in action_fcurves(copy, copy_slot):
-            target = remaining.get((fc.data_path, fc.array_index))
+        for key, fc in _channels_of(copy, copy_slot).items():
+            target = remaining.get(key)
             if target is None:
                 continue
             prop, k, i = target
@@ -395,19 +426,18 @@ def sample_channels(rig, obj, action, frame_start=None, frame_end=None, bones=No
 
 
 def basis_matrices(rig, bones, values):
-    """(F, len(bones), 4, 4) matrix_basis from channel values, per bone in its rotation mode (Blender's formula);
-    bones sharing a mode are converted in one batch."""
+    """matrix_basis of `bones` from channel values, per bone in its rotation mode (Blender's formula), as its 3x3
+    part (F, len(bones), 3, 3) (rotation @ scale) and its location (F, len(bones), 3); bones sharing a mode are
+    converted in one batch."""
     count = values["location"].shape[0]
     nb = len(bones)
     rot = np.empty((count, nb, 3, 3))
     modes = [rig.rotation_modes[b] for b in bones]
     for mode in set(modes):
         ks = [k for k, m in enumerate(modes) if m == mode]
+        ks = slice(ks[0], ks[-1] + 1) if ks == list(range(ks[0], ks[-1] + 1)) else ks
         if mode == "QUATERNION":
-            q = values["rotation_quaternion"][:, ks]
-            bad = np.linalg.norm(q, axis=-1) < 1e-12
-            q = np.where(bad[..., None], [1.0, 0.0, 0.0, 0.0], q)
-            rot[:, ks] = quaternion_to_matrix(q)
+            rot[:, ks] = _quaternion_matrices(values["rotation_quaternion"][:, ks])
         elif mode == "AXIS_ANGLE":
             aa = values["rotation_axis_angle"][:, ks]
             axis = aa[..., 1:]
@@ -416,22 +446,72 @@ def basis_matrices(rig, bones, values):
             rot[:, ks] = axis_angle_to_matrix(unit * aa[..., :1])
         else:
             rot[:, ks] = euler_to_matrix(values["rotation_euler"][:, ks], mode)
-    out = np.zeros((count, nb, 4, 4))
     scale = values["scale"]
-    out[..., :3, :3] = rot if np.all(scale == 1.0) else rot * scale[:, :, None, :]
-    out[..., :3, 3] = values["location"]
-    out[..., 3, 3] = 1.0
+    if not np.all(scale == 1.0):
+        rot *= scale[:, :, None, :]
+    return rot, values["location"]
+
+
+def _quaternion_matrices(q):
+    """(..., 4) quaternions as Blender turns them into rotations: normalised first (zero -> identity)."""
+    w, x, y, z = np.moveaxis(q, -1, 0).copy()       # contiguous components: the products below run at full speed
+    norm2 = w * w + x * x + y * y + z * z
+    s = np.where(norm2 > 1e-24, 2.0 / np.where(norm2 > 1e-24, norm2, 1.0), 0.0)
+    xs, ys, zs = x * s, y * s, z * s
+    wx, wy, wz = w * xs, w * ys, w * zs
+    xx, xy, xz = x * xs, x * ys, x * zs
+    yy, yz, zz = y * ys, y * zs, z * zs
+    out = np.empty(q.shape[:-1] + (3, 3))
+    out[..., 0, 0] = 1.0 - (yy + zz)
+    out[..., 0, 1] = xy - wz
+    out[..., 0, 2] = xz + wy
+    out[..., 1, 0] = xy + wz
+    out[..., 1, 1] = 1.0 - (xx + zz)
+    out[..., 1, 2] = yz - wx
+    out[..., 2, 0] = xz - wy
+    out[..., 2, 1] = yz + wx
+    out[..., 2, 2] = 1.0 - (xx + yy)
+    return out
+
+
+def _constant_times(constants, matrices):
+    """constants (k, 3, 3) @ matrices (F, k, 3, 3), one BLAS product per bone (much faster than a batched matmul
+    of tiny matrices)."""
+    out = np.empty_like(matrices)
+    for j in range(constants.shape[0]):
+        out[:, j] = np.tensordot(matrices[:, j], constants[j], axes=([1], [1])).transpose(0, 2, 1)
+    return out
+
+
+def _batched_product(a, b):
+    """a @ b for (..., 3, 3) stacks, written out per entry (faster than np.matmul on tiny matrices)."""
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape))
+    for i in range(3):
+        for j in range(3):
+            out[..., i, j] = a[..., i, 0] * b[..., 0, j] + a[..., i, 1] * b[..., 1, j] + a[..., i, 2] * b[..., 2, j]
     return out
 
 
 def forward_all(rig, bones, basis):
-    """Armature-space pose matrices (F, len(bones), 4, 4) of `bones` (closed under parents, parents first),
-    one batched product per depth of the hierarchy."""
-    out = np.empty_like(basis)
+    """Armature-space pose of `bones` (closed under parents, parents first) from basis_matrices' (3x3, location):
+    (F, len(bones), 3, 3) matrix parts and (F, len(bones), 3) heads; one batched product per depth of the hierarchy.
+    Equal to Blender's pose_j = pose_parent @ rest_parent^-1 @ rest_j @ basis_j, split into its 3x3 and translation.
+    """
+    m3, loc = basis
+    R = np.empty_like(m3)
+    T = np.empty_like(loc)
+    link_r, link_t = rig.rest_links[:, :3, :3], rig.rest_links[:, :3, 3]
     for ks, bone_ids, parent_ks in _levels(rig, bones):
-        own = rig.rest_links[bone_ids] @ basis[:, ks]
-        out[:, ks] = own if parent_ks is None else out[:, parent_ks] @ own
-    return out
+        lr = link_r[bone_ids]
+        own_r = _constant_times(lr, m3[:, ks])
+        own_t = np.einsum("kij,fkj->fki", lr, loc[:, ks]) + link_t[bone_ids]
+        if parent_ks is None:
+            R[:, ks], T[:, ks] = own_r, own_t
+        else:
+            rp = R[:, parent_ks]
+            R[:, ks] = _batched_product(rp, own_r)
+            T[:, ks] = T[:, parent_ks] + np.einsum("fkij,fkj->fki", rp, own_t)
+    return R, T
 
 
 def _levels(rig, bones):
@@ -501,21 +581,27 @@ def _evaluate_batch(rig, pending):
     values = {prop: np.concatenate([p[2][prop] for p in pending]) for prop in pending[0][2]}
     unscaled = bool(np.all(values["scale"] == 1.0))
     basis = basis_matrices(rig, bones, values)
-    pose = forward_all(rig, bones, basis)
+    pose_r, pose_t = forward_all(rig, bones, basis)
     local_index = {int(b): k for k, b in enumerate(bones)}
     mask = rig.role_mask
-    count = basis.shape[0]
-    eye = np.eye(3)
-    local = np.broadcast_to(eye, (count, NUM_ROLES, 3, 3)).copy()
-    rotations = np.broadcast_to(eye, (count, NUM_ROLES, 3, 3)).copy()
-    positions = np.full((count, NUM_ROLES, 3), np.nan)
+    count = pose_t.shape[0]
     roles = np.where(mask)[0]
     ks = [local_index[int(rig.role_bones[r])] for r in roles]
-    own = basis[:, ks, :3, :3]
-    local[:, roles] = own if unscaled else _normalized_columns(own)
-    # without any scale in the pose, the rotation parts are exact rotations already (rest matrices are orthonormal)
-    rotations[:, roles] = rig.to_character_rotations(pose[:, ks, :3, :3], normalize=not unscaled)
-    positions[:, roles] = rig.to_character_positions(pose[:, ks][..., :3, 3])
+    if len(roles) == NUM_ROLES:
+        own, rotations = basis[0][:, ks], pose_r[:, ks]
+        local = own if unscaled else _normalized_columns(own)
+        positions = rig.to_character_positions(pose_t[:, ks])
+        rotations = rig.to_character_rotations(rotations, normalize=not unscaled)
+    else:
+        eye = np.eye(3)
+        local = np.broadcast_to(eye, (count, NUM_ROLES, 3, 3)).copy()
+        rotations = np.broadcast_to(eye, (count, NUM_ROLES, 3, 3)).copy()
+        positions = np.full((count, NUM_ROLES, 3), np.nan)
+        own = basis[0][:, ks]
+        local[:, roles] = own if unscaled else _normalized_columns(own)
+        # without any scale in the pose, the rotation parts are exact rotations (rest matrices are orthonormal)
+        rotations[:, roles] = rig.to_character_rotations(pose_r[:, ks], normalize=not unscaled)
+        positions[:, roles] = rig.to_character_positions(pose_t[:, ks])
     moving_rows = _moving_rows(rig, bones, basis, values)
     skel = rig.skeleton
     start = 0
@@ -543,19 +629,31 @@ def _evaluate_batch(rig, pending):
 def _moving_rows(rig, bones, basis, values):
     """(F,) True where the rest skeleton's bridges/offsets would not hold: an unmapped bone between mapped ones
     is off its rest pose, or a mapped bone below the hips has a location or a scale."""
-    hips = int(rig.role_bones[0])
-    below_hips = np.array([_is_ancestor(rig.parents, hips, int(b)) for b in bones])
-    mapped = np.isin(bones, rig.role_bones[rig.role_mask])
-    between = below_hips & ~mapped
-    rows = np.zeros(basis.shape[0], dtype=bool)
-    if between.any():
-        rows |= np.any(np.abs(basis[:, between] - np.eye(4)) > MOVING_TOLERANCE, axis=(1, 2, 3))
-    chain = (below_hips & mapped) | (np.asarray(bones) == hips)
+    between, chain, moved = _link_masks(rig, bones)
+    m3, loc = basis
+    rows = np.zeros(m3.shape[0], dtype=bool)
+    if len(between):
+        rows |= np.any(np.abs(m3[:, between] - np.eye(3)) > MOVING_TOLERANCE, axis=(1, 2, 3))
+        rows |= np.any(np.abs(loc[:, between]) > MOVING_TOLERANCE, axis=(1, 2))
     rows |= np.any(np.abs(values["scale"][:, chain] - 1.0) > MOVING_TOLERANCE, axis=(1, 2))
-    moved = below_hips & mapped
-    if moved.any():
-        rows |= np.any(np.abs(values["location"][:, moved]) > MOVING_TOLERANCE, axis=(1, 2))
+    if len(moved):
+        rows |= np.any(np.abs(loc[:, moved]) > MOVING_TOLERANCE, axis=(1, 2))
     return rows
+
+
+def _link_masks(rig, bones):
+    """Positions in `bones` of the in-between bones, the hips and mapped bones below, and mapped bones below the
+    hips (cached per rig)."""
+    key = ("links",) + tuple(int(b) for b in bones)
+    cached = rig.level_cache.get(key)
+    if cached is None:
+        hips = int(rig.role_bones[0])
+        below = np.array([_is_ancestor(rig.parents, hips, int(b)) for b in bones])
+        mapped = np.isin(bones, rig.role_bones[rig.role_mask])
+        cached = (np.where(below & ~mapped)[0], np.where((below & mapped) | (np.asarray(bones) == hips))[0],
+                  np.where(below & mapped)[0])
+        rig.level_cache[key] = cached
+    return cached
 
 
 # ---- Blender's own evaluated pose (tests, evaluation, the naive benchmark) ----------------------------------------

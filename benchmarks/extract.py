@@ -67,9 +67,11 @@ def bench_rig(label, obj, mapping, repeats):
     best_extract = min(_timed(lambda: extract_dataset(bpy.context, obj, mapping)) for _ in range(repeats))
     samples = project()
     frames = sum(len(s.frames) for s in samples)
-    t0 = time.perf_counter()
-    naive = [naive_read(obj, rig, a, s.frames) for a, s in zip(actions, samples)]
-    naive_time = time.perf_counter() - t0
+    naive_time = float("inf")
+    for _ in range(repeats):      # best of each path: the machines are shared and noisy
+        t0 = time.perf_counter()
+        naive = [naive_read(obj, rig, a, s.frames) for a, s in zip(actions, samples)]
+        naive_time = min(naive_time, time.perf_counter() - t0)
     pos_err = rot_err = 0.0
     for s, m in zip(samples, naive):
         heads = rig.to_character_positions(m[:, mask][..., :3, 3])

@@ -325,9 +325,14 @@ def _channels_of(action, slot):
     return out
 
 
-def animated_bones(obj, action):
+def action_channels(obj, action):
+    """{(bone, property, index): fcurve} of the curves that would drive obj (unmuted, through its slot)."""
+    return _channels_of(action, action_slot_for(obj, action))
+
+
+def animated_bones(obj, action, channels=None):
     """Names of the bones whose transform the action animates (through the slot that would drive obj)."""
-    return {bone for bone, _, _ in _channels_of(action, action_slot_for(obj, action))}
+    return {bone for bone, _, _ in (action_channels(obj, action) if channels is None else channels)}
 
 
 def action_frame_range(action):
@@ -351,12 +356,13 @@ def _current_channels(obj, names):
     return values
 
 
-def sample_channels(rig, obj, action, frame_start=None, frame_end=None, bones=None, current=None):
+def sample_channels(rig, obj, action, frame_start=None, frame_end=None, bones=None, current=None, channels=None):
     """Per-frame channel values of `bones` (indices into rig.bone_names; default rig.needed) for every integer
     frame of the action, without frame_set and without changing the action.
 
     current: the pose's own channel values of `bones` (read once by read_actions); channels without a curve keep
-    them, as in Blender. Returns (frames (F,), {property: (F, len(bones), width)}, animated: bone names with curves).
+    them, as in Blender. channels: the action's parsed curves when the caller has them (see action_channels).
+    Returns (frames (F,), {property: (F, len(bones), width)}, animated: bone names with curves).
     """
     bones = rig.needed if bones is None else np.asarray(bones, dtype=np.int64)
     names = [rig.bone_names[b] for b in bones]
@@ -372,7 +378,8 @@ def sample_channels(rig, obj, action, frame_start=None, frame_end=None, bones=No
     wanted = {}
     local = {name: k for k, name in enumerate(names)}
     slot = action_slot_for(obj, action)
-    for key, fc in _channels_of(action, slot).items():     # muted curves are left out, as Blender does
+    channels = _channels_of(action, slot) if channels is None else channels
+    for key, fc in channels.items():     # muted curves are left out, as Blender does
         bone, prop, i = key
         k = local.get(bone)
         if k is None or i >= values[prop].shape[2] or prop not in ("location", "scale", rotation_property(
@@ -558,15 +565,16 @@ def read_action(rig, obj, action, frame_start=None, frame_end=None):
     return next(read_actions(rig, obj, [action], frame_start, frame_end))
 
 
-def read_actions(rig, obj, actions, frame_start=None, frame_end=None, batch_frames=20000):
+def read_actions(rig, obj, actions, frame_start=None, frame_end=None, batch_frames=20000, channels=None):
     """ActionSample of each action in turn. The Blender side (curve sampling) runs per action; the NumPy side (FK,
     links) runs on batches of up to `batch_frames` frames of several actions at once, so short actions cost little
-    and memory stays bounded."""
+    and memory stays bounded. channels: each action's action_channels, when the caller parsed them already."""
     bones = rig.needed
     current = _current_channels(obj, [rig.bone_names[b] for b in bones])
     pending, pending_frames = [], 0
-    for action in actions:
-        frames, values, animated = sample_channels(rig, obj, action, frame_start, frame_end, bones, current)
+    for n, action in enumerate(actions):
+        frames, values, animated = sample_channels(rig, obj, action, frame_start, frame_end, bones, current,
+                                                   None if channels is None else channels[n])
         pending.append((action, frames, values, animated))
         pending_frames += len(frames)
         if pending_frames >= batch_frames:

@@ -284,23 +284,23 @@ class DatasetBuilder:
         return FeatureSpec(orthonormalize(mean[:5]), orthonormalize(mean[5]))
 
     def finish(self, extra_meta=None):
-        """The Dataset; inputs are built per action straight into their rows."""
+        """The Dataset; the inputs are built once the references are known."""
         if not self.actions:
             raise ValueError("no actions were added")
         spec = self.feature_spec()
         n = self._count
         arrays = {name: buf[:n] for name, buf in self._buffers.items()}
         effector_rotations = arrays.pop("_effector_rotations")
-        start = 0
-        for info in self.actions:
-            rows = slice(start, start + info["samples"])
-            rotations = np.broadcast_to(np.eye(3), (info["samples"], NUM_ROLES, 3, 3)).copy()
+        chunk = 65536     # the inputs are row-wise: build them in large chunks, straight into their rows
+        for start in range(0, n, chunk):
+            rows = slice(start, min(n, start + chunk))
+            count = rows.stop - rows.start
+            rotations = np.broadcast_to(np.eye(3), (count, NUM_ROLES, 3, 3)).copy()
             rotations[:, list(EFFECTOR_ROLES)] = effector_rotations[rows]
             arrays["inputs"][rows] = build_inputs(
                 spec, np.nan_to_num(arrays["positions"][rows].astype(np.float64)), rotations,
                 arrays["hips_rotation"][rows].astype(np.float64), arrays["ground"][rows], arrays["contacts"][rows],
                 arrays["contacts"][rows], arrays["phase"][rows], arrays["task"][rows])
-            start = rows.stop
         skel = self.skeleton
         arrays["role_mask"] = skel.role_mask
         arrays["action_names"] = np.array([a["name"] for a in self.actions], dtype=str)

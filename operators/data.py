@@ -281,19 +281,19 @@ def target_armature(context):
 
 
 def usable_actions(obj, rig):
-    """([(action, animated role count)], [notes]) for every action in the file, by name."""
+    """([(action, its parsed channels)], [notes]) for every action in the file, by name."""
     mapped = {rig.bone_names[b] for b in rig.role_bones if b >= 0}
     usable, notes = [], []
     for action in sorted(bpy.data.actions, key=lambda a: a.name):
-        animated = rig_io.animated_bones(obj, action) & mapped
-        if not animated:
+        channels = rig_io.action_channels(obj, action)
+        if not rig_io.animated_bones(obj, action, channels) & mapped:
             notes.append(f"skipped action {action.name!r}: it animates none of the mapped bones")
             continue
         first, last = rig_io.action_frame_range(action)
         if last < first:
             notes.append(f"skipped action {action.name!r}: it has no whole frame")
             continue
-        usable.append((action, len(animated)))
+        usable.append((action, channels))
     return usable, notes
 
 
@@ -320,7 +320,8 @@ def extract_dataset(context, obj, mapping=None, actions=None):
     fps = scene.render.fps / (scene.render.fps_base or 1.0)
     total = sum(rig_io.action_frame_range(a)[1] - rig_io.action_frame_range(a)[0] + 1 for a, _ in chosen)
     builder = DatasetBuilder(rig.skeleton, fps, source=os.path.basename(bpy.data.filepath) or obj.name, capacity=total)
-    for (action, _), sample in zip(chosen, rig_io.read_actions(rig, obj, [a for a, _ in chosen])):
+    samples = rig_io.read_actions(rig, obj, [a for a, _ in chosen], channels=[c for _, c in chosen])
+    for (action, _), sample in zip(chosen, samples):
         override = getattr(action, "neural_ik_task", "AUTO")
         moving = sample.moving_links
         builder.add_action(sample.name, sample.frames, sample.frame_start, sample.frame_end, sample.local_rotations,

@@ -788,7 +788,10 @@ def _new_action(obj, name):
 
 
 def _key_curve(container, data_path, index, group, frames, values):
-    fc = container.fcurves.new(data_path, index=index, group_name=group)
+    try:
+        fc = container.fcurves.new(data_path, index=index, group_name=group)
+    except TypeError:      # Blender 4.2: a legacy action's fcurves.new names the group action_group
+        fc = container.fcurves.new(data_path, index=index, action_group=group)
     fc.keyframe_points.add(len(frames))
     co = np.empty(2 * len(frames), dtype=np.float32)
     co[0::2] = frames

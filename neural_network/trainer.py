@@ -52,7 +52,7 @@ class TrainConfig:
     time_limit: float = 0.0             # seconds, 0 for none
     limit_margin: float = 0.15          # radians added to the data's delta range for the joint limits
     std_floor: float = 0.05             # floor of the input standard deviation
-    position_unit: float = 0.0          # loss unit of length; 0: a tenth of the rig's height
+    position_unit: float = 0.0          # loss unit of length; 0: a thirtieth of the rig's standing height
     loss_weights: losses.LossWeights = field(default_factory=losses.LossWeights)
     role_weights: tuple = None          # 23 FK weights; None: losses.default_role_weights()
 
@@ -274,7 +274,7 @@ class Trainer:
         self.val = TrainingArrays(val_set)
         self.stats = data_statistics(self.train, config)
         self.train.attach_mean_pose(self.stats["mean_pose"])
-        unit = config.position_unit or standing_height(skeleton) / 10.0
+        unit = config.position_unit or standing_height(skeleton) / 30.0
         self.loss_context = losses.LossContext(
             skeleton, self.stats["mean_pose"], self.stats["limit_low"], self.stats["limit_high"],
             self.stats["contact_height"], unit,

@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
-from synthetic import synthetic_dataset
+from synthetic import humanoid_skeleton, synthetic_dataset
 
-from neural_ik.neural_network import losses, rotations
+from neural_ik.neural_network import kinematics, losses, rotations
 from neural_ik.neural_network.roles import NUM_ROLES
 from neural_ik.neural_network.trainer import TrainConfig, Trainer
 
@@ -97,3 +97,29 @@ def test_losses_vanish_on_the_true_pose(setup):
     result = losses.evaluate(ctx, losses.LossWeights(contact=0, limit=0, slip=0), truth, batch)
     assert result.parts["fk"] < 1e-12 and result.parts["pose"] < 1e-12 and result.parts["orientation"] < 1e-12
     assert np.abs(result.grad).max() < 1e-5
+
+
+@pytest.mark.parametrize("per_sample", [False, True])
+def test_batched_fk_path_equals_the_small_batch_path(per_sample):
+    """kinematics switches to a batch-last layout for large batches (training); it must give the same numbers."""
+    rng = np.random.default_rng(7)
+    skel = humanoid_skeleton()
+    n = 2 * kinematics.BATCH_LAST_FROM
+    local = rotations.axis_angle_to_matrix(rng.normal(size=(n, NUM_ROLES, 3)))
+    hips_R = rotations.axis_angle_to_matrix(rng.normal(size=(n, 3)))
+    hips_x = rng.normal(size=(n, 3))
+    bridges = rotations.axis_angle_to_matrix(rng.normal(size=(n, NUM_ROLES, 3))) if per_sample else None
+    offsets = rng.normal(size=(n, NUM_ROLES, 3)) * 0.2 if per_sample else None
+    g_rot, g_pos = rng.normal(size=(n, NUM_ROLES, 3, 3)), rng.normal(size=(n, NUM_ROLES, 3))
+    big = kinematics.forward(skel, local, hips_R, hips_x, bridges, offsets)
+    assert big.soa is not None
+    g_big = kinematics.backward(skel, big, g_rot, g_pos)
+    half = kinematics.BATCH_LAST_FROM // 2
+    for start in range(0, n, half):
+        part = slice(start, start + half)
+        small = kinematics.forward(skel, local[part], hips_R[part], hips_x[part],
+                                   None if bridges is None else bridges[part], None if offsets is None else offsets[part])
+        assert small.soa is None
+        assert np.allclose(small.rotations, big.rotations[part], atol=1e-12)
+        assert np.allclose(small.positions, big.positions[part], atol=1e-12)
+        assert np.allclose(kinematics.backward(skel, small, g_rot[part], g_pos[part]), g_big[part], atol=1e-10)

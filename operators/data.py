@@ -301,6 +301,8 @@ def extract_dataset(context, obj, mapping=None, actions=None):
     """(Dataset, notes) of every frame of every usable action of `obj`; changes nothing in the file."""
     if obj is None or obj.type != "ARMATURE":
         raise DataError("select an armature first (no armature is active or chosen in the Neural IK panel)")
+    if obj.mode == "EDIT":
+        raise DataError(f"{obj.name!r} is in Edit Mode: switch to Object or Pose Mode first")
     if not bpy.data.actions:
         raise DataError("this file has no actions to learn from: import BVH files or create the demo rig")
     mapping = bone_map_of(obj) if mapping is None else mapping
@@ -322,14 +324,26 @@ def extract_dataset(context, obj, mapping=None, actions=None):
     builder = DatasetBuilder(rig.skeleton, fps, source=os.path.basename(bpy.data.filepath) or obj.name, capacity=total)
     samples = rig_io.read_actions(rig, obj, [a for a, _ in chosen], channels=[c for _, c in chosen])
     for (action, _), sample in zip(chosen, samples):
+        if not _finite(rig, sample):
+            notes.append(f"skipped action {action.name!r}: its keys hold NaN or infinite values")
+            continue
         override = getattr(action, "neural_ik_task", "AUTO")
         moving = sample.moving_links
         builder.add_action(sample.name, sample.frames, sample.frame_start, sample.frame_end, sample.local_rotations,
                            sample.rotations, sample.positions, sample.hips_rotation, sample.hips_position,
                            bridges=sample.bridges if moving else None, offsets=sample.offsets if moving else None,
                            task=task_index(action.name, override))
+    if not builder.actions:
+        raise DataError(f"no action of {obj.name!r} could be extracted: {'; '.join(notes[-3:])}")
     dataset = builder.finish({"armature": obj.name, "bone_map": {r: mapping.get(r, "") for r in ROLES}})
     return dataset, notes
+
+
+def _finite(rig, sample):
+    """False when an action's keys hold NaN or infinite values (they would poison the whole training set)."""
+    mask = rig.role_mask
+    return bool(np.isfinite(sample.local_rotations).all() and np.isfinite(sample.hips_rotation).all()
+                and np.isfinite(sample.hips_position).all() and np.isfinite(sample.positions[:, mask]).all())
 
 
 # ---- operators ----------------------------------------------------------------------------------------------------

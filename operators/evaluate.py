@@ -165,10 +165,10 @@ def action_frames(action):
 
 def mean_pose_from_model(path, bone_map):
     """{bone: 3x3}: the model's mean local pose per role (the training clips' mean)."""
-    from ..neural_network.files import load_npz
+    from ..neural_network.onnx_export import load_model_file
 
-    _meta, arrays = load_npz(path, "neural_ik.model", required=("mean_pose",))
-    mean = arrays["mean_pose"].astype(np.float64)
+    model, _data = load_model_file(path)       # checkpoint or ONNX, fully checked (FileRefused says why not)
+    mean = np.asarray(model.mean_pose, np.float64)
     return {bone_map[role]: mean[j] for j, role in enumerate(ROLES) if bone_map.get(role)}
 
 
@@ -194,10 +194,10 @@ def limits_from(mean_pose, bone_map, model_path=None, local_rotations=None, marg
     range of the given training rotations plus a margin."""
     mean = np.stack([mean_pose.get(bone_map.get(role, ""), np.eye(3)) for role in ROLES])
     if model_path:
-        from ..neural_network.files import load_npz
+        from ..neural_network.onnx_export import load_model_file
 
-        _meta, arrays = load_npz(model_path, "neural_ik.model", required=("limit_low", "limit_high"))
-        return mean, arrays["limit_low"].astype(np.float64), arrays["limit_high"].astype(np.float64)
+        model, _data = load_model_file(model_path)
+        return mean, np.asarray(model.limit_low, np.float64), np.asarray(model.limit_high, np.float64)
     if local_rotations is None:
         return None
     delta = metrics.matrix_to_axis_angle(np.swapaxes(mean, -1, -2)[None] @ local_rotations)
@@ -239,6 +239,8 @@ def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path
     reader = PoseReader(obj, names)
     play(scene, [reader], frames)
     out["reference"] = (reader.motion(), 0.0)
+    if not np.isfinite(out["reference"][0].positions[:, reader.mask]).all():
+        raise EvaluationError(f"action {action.name!r} holds NaN or infinite values: fix its keys before evaluating")
     reference_frames = None
     if "blender_ik_poles" in methods:
         positions, axes = reader.world()
@@ -310,6 +312,11 @@ def import_bvh(path):
     """One armature per file through Blender's own BVH importer; returns the new armature object."""
     import addon_utils
 
+    from .data import check_bvh_file
+
+    problem = check_bvh_file(path)
+    if problem:
+        raise EvaluationError(f"{os.path.basename(path)} {problem}")
     addon_utils.enable("io_anim_bvh", default_set=False)
     before = set(bpy.data.objects)
     bpy.ops.import_anim.bvh(filepath=path, global_scale=0.01, update_scene_fps=True, update_scene_duration=False)
@@ -446,6 +453,7 @@ def run_evaluation(context, options):
         chosen = _actions(obj, bone_map, options.get("actions", ""))
         mean_pose = _mean_pose(options, bone_map, model_path, (obj, chosen))
         previous = obj.animation_data.action if obj.animation_data else None
+        saved = _saved_settings(context, obj)
         try:
             _store_model(obj, bone_map, model_path)
             for action in chosen:
@@ -454,6 +462,9 @@ def run_evaluation(context, options):
         finally:
             if previous is not None:
                 assign_action(obj, previous)
+            elif obj.animation_data is not None:
+                obj.animation_data.action = None
+            _restore_settings(context, obj, saved)
     limits = limits_from(mean_pose, bone_map, model_path,
                          _concatenate(collector.motions["reference"]).local_rotations if not model_path else None)
     report, frames, actions = collector.report(limits, {"model": model_path, "refine_iterations": refine,
@@ -481,6 +492,8 @@ def _armature(context, name):
         obj = getattr(context.scene.neural_ik, "armature", None) or context.active_object
     if obj is None or obj.type != "ARMATURE":
         raise EvaluationError("choose an armature to evaluate (or give a BVH folder)")
+    if obj.mode == "EDIT":
+        raise EvaluationError(f"{obj.name!r} is in Edit Mode: switch to Object or Pose Mode first")
     return obj
 
 
@@ -541,6 +554,24 @@ def _store_model(obj, bone_map, model_path):
     obj.neural_ik.model_path = model_path
 
 
+def _saved_settings(context, obj):
+    """What evaluating an armature of the file changes on the way (model path, bone map, chosen armature)."""
+    return (obj.neural_ik.model_path, [(i.role, i.bone) for i in obj.neural_ik.bone_map],
+            context.scene.neural_ik.armature, context.view_layer.objects.active)
+
+
+def _restore_settings(context, obj, saved):
+    model_path, items, armature, active = saved
+    obj.neural_ik.model_path = model_path
+    if [(i.role, i.bone) for i in obj.neural_ik.bone_map] != items:
+        obj.neural_ik.bone_map.clear()
+        for role, bone in items:
+            item = obj.neural_ik.bone_map.add()
+            item.role, item.bone = role, bone
+    context.scene.neural_ik.armature = armature
+    context.view_layer.objects.active = active
+
+
 def _remove_baked(obj):
     action = obj.animation_data.action if obj.animation_data else None
     if action is None:
@@ -582,11 +613,14 @@ class NIK_OT_evaluate(bpy.types.Operator):
     def execute(self, context):
         global last_report
         options = {name: getattr(self, name) for name in self.__annotations__}
+        frame = context.scene.frame_current
         try:
             report = run_evaluation(context, options)
         except (EvaluationError, OSError, ValueError) as exc:
-            self.report({"ERROR"}, str(exc))
+            self.report({"ERROR"}, str(exc).strip() or type(exc).__name__)
             return {"CANCELLED"}
+        finally:
+            context.scene.frame_set(frame)      # playing the clips moved it; the user's frame stays theirs
         last_report = report
         text = eval_report.table(report["results"], report["methods"])
         print(text)

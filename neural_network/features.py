@@ -53,6 +53,8 @@ class FeatureSpec:
 
     @classmethod
     def from_json(cls, data):
+        if not isinstance(data, dict):
+            raise ValueError(f"an input layout must be a JSON object, not {type(data).__name__}")
         if data.get("layout_version") != LAYOUT_VERSION:
             raise ValueError(f"input layout version {data.get('layout_version')} is not {LAYOUT_VERSION}")
         spec = cls(np.asarray(data["effector_reference"], np.float64).reshape(5, 3, 3),

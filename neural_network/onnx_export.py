@@ -197,6 +197,9 @@ def model_from_onnx_proto(proto, name="ONNX file"):
         limits = json.loads(meta["neural_ik.limits"])
         layer_sizes = json.loads(meta["neural_ik.layer_sizes"])
         fingerprint = meta["neural_ik.rig_fingerprint"]
+        if not isinstance(limits, dict) or not isinstance(layer_sizes, list) or len(layer_sizes) < 2 or not all(
+                isinstance(s, int) and 0 < s < 100000 for s in layer_sizes):
+            raise FileRefused(f"{name} has malformed joint limits or layer sizes in its metadata")
     except FileRefused:
         raise
     except (KeyError, ValueError, TypeError) as exc:

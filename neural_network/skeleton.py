@@ -101,6 +101,8 @@ class Skeleton:
 
     @classmethod
     def from_json(cls, data):
+        if not isinstance(data, dict):
+            raise ValueError(f"a skeleton must be a JSON object, not {type(data).__name__}")
         if list(data.get("roles", ROLES)) != list(ROLES):
             raise ValueError("skeleton was saved with a different role list")
         skel = cls(

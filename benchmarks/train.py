@@ -72,9 +72,11 @@ class TorchReference:
         eye = torch.eye(3, dtype=v.dtype)
         return eye + a[..., None, None] * K + b[..., None, None] * (K @ K)
 
-    def fk(self, local, hips_rotation, hips_position):
+    def fk(self, local, hips_rotation, hips_position, bridges=None, offsets=None):
+        """Per-sample bridges (already times the mean pose) and offsets when the rig has moving in-between bones."""
         torch = self.torch
-        blocks = self.bridges[None] @ local
+        blocks = (self.bridges[None] if bridges is None else bridges) @ local
+        offs = self.offsets[None] if offsets is None else offsets
         rot = [None] * len(self.mask)
         pos = [None] * len(self.mask)
         rot[0], pos[0] = hips_rotation, hips_position
@@ -82,7 +84,7 @@ class TorchReference:
             r_p = torch.stack([rot[p] for p in par], 1)
             x_p = torch.stack([pos[p] for p in par], 1)
             r = r_p @ blocks[:, idx_t]
-            x = x_p + (r_p @ self.offsets[idx_t][None, :, :, None])[..., 0]
+            x = x_p + (r_p @ offs[:, idx_t][..., None])[..., 0]
             for k, j in enumerate(idx):
                 rot[j], pos[j] = r[:, k], x[:, k]
         for j in range(1, len(self.mask)):
@@ -101,7 +103,7 @@ class TorchReference:
         n = h.shape[0]
         d = h.reshape(n, -1, 3)
         local = self.exp_map(d)
-        rot, pos = self.fk(local, batch["hips_rotation"], batch["hips_position"])
+        rot, pos = self.fk(local, batch["hips_rotation"], batch["hips_position"], batch.get("bridges"), batch.get("offsets"))
         diff = (pos - batch["positions"]) * self.scale
         total = w.fk * (self.position_weights[None, :, None] * diff * diff).sum() / n
         eff = self.effectors
@@ -141,6 +143,7 @@ def main():
     import tempfile
 
     import torch
+
     from addon_loader import load_package
 
     load_package()
@@ -168,6 +171,7 @@ def main():
     tb = {k: torch.as_tensor(v) for k, v in batch.items()}
     loss_t = ref.loss(torch.as_tensor(x), tb, config.loss_weights)
     loss_t.backward()
+    loss_t = loss_t.detach()
     worst = max(float(np.abs(g - w.grad.numpy()).max() / (np.abs(w.grad.numpy()).max() + 1e-12))
                 for g, w in zip(grads, ref.weights))
     print(f"loss: numpy {result.total:.6f}  torch {float(loss_t):.6f}  (relative difference "

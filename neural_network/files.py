@@ -12,6 +12,8 @@ import zipfile
 
 import numpy as np
 
+MAX_NPZ_BYTES = 8 * 1024 ** 3     # more than any dataset or model this add-on writes; a larger file is refused unread
+
 
 class FileRefused(ValueError):
     """A file that cannot be used, with a message meant for the user."""
@@ -59,6 +61,14 @@ def load_npz(path, kind, required=()):
         raise FileRefused(f"{path} is a folder, not a file")
     if os.path.getsize(path) == 0:
         raise FileRefused(f"{path} is empty (0 bytes)")
+    try:
+        with zipfile.ZipFile(path) as archive:   # sizes first: a small compressed file may claim gigabytes
+            unpacked = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise FileRefused(f"{os.path.basename(path)} is not a readable .npz file (truncated or corrupt): {exc}") from None
+    if unpacked > MAX_NPZ_BYTES:
+        raise FileRefused(f"{os.path.basename(path)} would unpack to {unpacked / 1024 ** 3:.1f} GB, more than a Neural IK "
+                          f"file can hold ({MAX_NPZ_BYTES / 1024 ** 3:.0f} GB)")
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {name: data[name] for name in data.files}

@@ -234,3 +234,20 @@ def test_tick_never_raises_and_never_writes_non_finite_rotations(live_tick, data
     finally:
         for target, m in zip(targets, originals):
             target.matrix_world = Matrix(m.tolist())
+
+
+def test_sizes_are_checked_before_arrays_are_read(tmp_path, monkeypatch):
+    """A small compressed file that unpacks to more than a Neural IK file can hold is refused unread."""
+    import json
+
+    from neural_ik.neural_network import files
+
+    path = tmp_path / "bomb.npz"
+    np.savez_compressed(path, meta=np.array(json.dumps({"kind": "neural_ik.model"})), big=np.zeros(4_000_000, np.uint8))
+    assert path.stat().st_size < 100_000
+    monkeypatch.setattr(files, "MAX_NPZ_BYTES", 1_000_000)
+    with pytest.raises(files.FileRefused, match="would unpack to"):
+        files.load_npz(path, "neural_ik.model")
+    monkeypatch.setattr(files, "MAX_NPZ_BYTES", 8_000_000)
+    meta, arrays = files.load_npz(path, "neural_ik.model")
+    assert arrays["big"].shape == (4_000_000,)

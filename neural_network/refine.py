@@ -13,12 +13,21 @@ Two stages, both batched over characters (K):
    pose is kept), then each effector takes its target's orientation. After stage 1 these corrections are tiny, so
    they do not push joints past their limits in any way that matters.
 
+Run time (`refine_quaternions`, what the solver calls every tick) turns the order round, because the closed form is
+exact whenever it can reach: one forward pass over a level-by-lane layout of the chain (8 batched 4x4 products for all
+characters), then the two-bone solve of all five chains (both arms, both legs, and the neck - NeckLower, NeckUpper,
+Head - for the head) and the effector orientations at once, vectorised over chains and characters. Only characters
+whose targets that leaves out of reach (a clavicle or the spine must move, or the rig has a single neck bone) go
+through the least-squares stage - `iterations` steps of it - and then the closed form again. So the iteration count
+is the least-squares budget for unreachable targets; `last_least_squares` says how many characters needed it.
+
 The hips transform is given and never moves. Pure NumPy; no bpy.
 """
 
 import numpy as np
 
 from . import kinematics
+from .quaternion_math import QUATERNION_TO_MATRIX, SKEW, matrices_to_quaternions, quaternions_to_matrices, rotations_about
 from .roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX
 from .rotations import axis_angle_to_matrix, matrix_to_axis_angle
 
@@ -28,6 +37,16 @@ LIMBS = (("LeftArm", "LeftForeArm", "LeftHand"), ("RightArm", "RightForeArm", "R
 JOINT_WEIGHTS = {"Spine": 0.15, "Spine1": 0.15, "Spine2": 0.15, "NeckLower": 0.4, "NeckUpper": 0.4,
                  "LeftShoulder": 0.4, "RightShoulder": 0.4}
 MAX_STEP = 0.6   # radians: the largest joint change one least-squares step may make
+# The chain laid out level by level in three lanes (torso/neck, left, right), so one batched 4x4 product per level
+# is the whole forward pass; every slot's parent is the slot above it in its lane, except level 4 whose three
+# slots (NeckLower, both clavicles) hang off Spine2. "" pads. Toes are left out: no effector lies below them.
+LEVELS = (("Hips", "Hips", "Hips"), ("Spine", "LeftThigh", "RightThigh"), ("Spine1", "LeftShin", "RightShin"),
+          ("Spine2", "LeftFoot", "RightFoot"), ("NeckLower", "LeftShoulder", "RightShoulder"),
+          ("NeckUpper", "LeftArm", "RightArm"), ("Head", "LeftForeArm", "RightForeArm"), ("", "LeftHand", "RightHand"))
+# The five chains in effector order: (parent of the upper bone, upper, mid, end = the effector).
+CHAINS = (("LeftShoulder", "LeftArm", "LeftForeArm", "LeftHand"), ("RightShoulder", "RightArm", "RightForeArm", "RightHand"),
+          ("Hips", "LeftThigh", "LeftShin", "LeftFoot"), ("Hips", "RightThigh", "RightShin", "RightFoot"),
+          ("Spine2", "NeckLower", "NeckUpper", "Head"))
 
 
 def _axis_angle_matrix(axis, angle):
@@ -63,6 +82,163 @@ class Refiner:
         self.limb_ok = all(mask[i] for limb in self.limbs for i in limb) and all(
             parents[limb[1]] == limb[0] and parents[limb[2]] == limb[1] for limb in self.limbs)
         self.effector_parents = parents[list(EFFECTOR_ROLES)]
+        self._chain_layout(skeleton, mask, parents)
+        self.last_least_squares = 0
+
+    def _chain_layout(self, skeleton, mask, parents):
+        """Constants of the run-time path: slot roles, per-slot bridge-times-quadratic-form, offsets, chain slots."""
+        slot_of = {}
+        roles = []
+        for level, names in enumerate(LEVELS):
+            for lane, name in enumerate(names):
+                j = ROLE_INDEX[name] if name else -1
+                roles.append(j)
+                if j >= 0 and level > 0:
+                    slot_of[j] = 3 * level + lane
+        slot_of[0] = 0
+        roles = np.array(roles)
+        mapped = np.array([j > 0 and mask[j] for j in roles])
+        # vec(bridge_j @ R(q_j)) = vec(q q^T) @ D_j; a pass-through slot (unmapped or padding) gets |q|^2 I = I
+        through = np.zeros((16, 9))
+        for a in range(4):
+            through[5 * a] = np.eye(3).reshape(9)
+        D = np.empty((len(roles), 16, 9))
+        offsets = np.zeros((len(roles), 3))
+        form = QUATERNION_TO_MATRIX.reshape(16, 3, 3)
+        for s, j in enumerate(roles):
+            if mapped[s]:
+                D[s] = (skeleton.bridges[j] @ form).reshape(16, 9)
+                offsets[s] = skeleton.offsets[j]
+            else:
+                D[s] = through
+        self.slot_roles = np.where(mapped, roles, 0)          # quaternion read per slot (any unit one when passing)
+        self.slot_forms = D                                   # (24, 16, 9)
+        self.slot_offsets = offsets
+        self.chain_slots = np.array([[slot_of[ROLE_INDEX[n]] if n != "Hips" else 0 for n in chain] for chain in CHAINS])
+        self.chain_roles = np.array([[ROLE_INDEX[n] for n in chain[1:]] for chain in CHAINS])       # (5, 3)
+        self.chain_valid = np.array([all(mask[j] for j in chain) and parents[chain[1]] == chain[0]
+                                     and parents[chain[2]] == chain[1] for chain in self.chain_roles])
+        self.all_chains_valid = bool(self.chain_valid.all())
+        bridges = np.asarray(skeleton.bridges, np.float64)
+        self.chain_bridges = bridges[self.chain_roles][None]                                     # (1, 5, 3, 3, 3)
+        upper, mid, end = (np.asarray(skeleton.offsets)[self.chain_roles[:, i]] for i in range(3))
+        l1 = np.linalg.norm(mid, axis=-1)
+        l2 = np.linalg.norm(end, axis=-1)
+        l1 = np.where(self.chain_valid, l1, 1.0)
+        l2 = np.where(self.chain_valid, l2, 1.0)
+        self.lengths = (l1, l2, l1 * l1 + l2 * l2, 1.0 / (2 * l1 * l2))
+        self.chain_reach = ((l1 + l2) * (1 - 1e-9), np.abs(l1 - l2) * (1 + 1e-9) + 1e-9)
+        written = [(c, i) for c in range(5) for i in range(3) if mask[self.chain_roles[c, i]]]
+        self.written_flat = np.array([3 * c + i for c, i in written])
+        self.written_roles = np.array([self.chain_roles[c, i] for c, i in written])
+        self.valid_weight = self.chain_valid.astype(np.float64)
+        self._buffers = {}
+
+    def _buffers_for(self, k):
+        buf = self._buffers.get(k)
+        if buf is None:
+            G = np.zeros((k, 24, 4, 4))
+            G[:, :, :3, 3] = self.slot_offsets
+            G[:, :, 3, 3] = 1.0
+            T = np.zeros((k, 8, 3, 4, 4))
+            frames = np.empty((k, 5, 4, 3, 3))                 # parent of upper, upper, mid (new), end target
+            buf = self._buffers[k] = (G, T, frames)
+        return buf
+
+    # -- run time --------------------------------------------------------------------------------------------
+    def chain_forward(self, q, hips):
+        """q (K, 23, 4) local quaternions, hips (K, 4, 4) -> (K, 24, 4, 4) world transforms of the slots."""
+        G, T, _frames = self._buffers_for(len(q))
+        qs = q[:, self.slot_roles]
+        outer = qs[..., :, None] * qs[..., None, :]
+        rot = outer.reshape(len(q), 24, 1, 16) @ self.slot_forms
+        G[:, :, :3, :3] = rot.reshape(len(q), 24, 3, 3)
+        G = G.reshape(len(q), 8, 3, 4, 4)
+        T[:, 0] = hips[:, None]
+        for level in range(1, 8):
+            parent = T[:, 3, :1] if level == 4 else T[:, level - 1]
+            np.matmul(parent, G[:, level], out=T[:, level])
+        return T.reshape(len(q), 24, 4, 4)
+
+    def closed_form(self, q, world, target_positions, target_rotations):
+        """Two-bone solve of the five chains and the effector orientations, in place on q (K, 23, 4).
+
+        Returns the effector errors (K, 5) the solve leaves (exactly |d - clipped d| for a valid chain: the end lands
+        on the line to its target at the reachable distance)."""
+        k = len(q)
+        _G, _T, frames = self._buffers_for(k)
+        S = world[:, self.chain_slots]                                    # (K, 5, 4, 4, 4)
+        a, b, c = S[:, :, 1, :3, 3], S[:, :, 2, :3, 3], S[:, :, 3, :3, 3]
+        R_up, R_mid = S[:, :, 1, :3, :3], S[:, :, 2, :3, :3]
+        l1, l2, sum_sq, inv_2l1l2 = self.lengths
+        u, v, tv = b - a, c - b, target_positions - a
+        d = np.sqrt(np.einsum("kci,kci->kc", tv, tv))
+        dc = np.clip(d, self.chain_reach[1], self.chain_reach[0])
+        normal = ((u @ SKEW).reshape(k, 5, 3, 3) @ v[..., None])[..., 0]
+        n_len = np.sqrt(np.einsum("kci,kci->kc", normal, normal))
+        if n_len.min() <= 1e-6 * (l1 * l2).min():                        # a straight limb: bend about the mid bone's x
+            fallback = R_mid[..., :, 0] - np.einsum("kci,kci->kc", R_mid[..., :, 0], u)[..., None] * u / (l1 * l1)[:, None]
+            fallback /= np.maximum(np.linalg.norm(fallback, axis=-1, keepdims=True), 1e-30)
+            straight = (n_len <= 1e-6 * l1 * l2)[..., None]
+            n = np.where(straight, fallback, normal / np.maximum(n_len, 1e-300)[..., None])
+        else:
+            n = normal / n_len[..., None]
+        bend_now = np.arctan2(n_len, np.einsum("kci,kci->kc", u, v))
+        cos_inner = (sum_sq - dc * dc) * inv_2l1l2
+        phi = np.pi - np.arccos(np.clip(cos_inner, -1.0, 1.0, out=cos_inner)) - bend_now
+        if not self.all_chains_valid:
+            phi *= self.valid_weight
+        Q1 = rotations_about(n, phi)
+        p = b + (Q1 @ v[..., None])[..., 0] - a
+        axis = ((p @ SKEW).reshape(k, 5, 3, 3) @ tv[..., None])[..., 0]
+        s = np.sqrt(np.einsum("kci,kci->kc", axis, axis))
+        angle = np.arctan2(s, np.einsum("kci,kci->kc", p, tv))
+        if not self.all_chains_valid:
+            angle *= self.valid_weight
+        axis /= np.maximum(s, 1e-300)[..., None]
+        Q2 = rotations_about(axis, angle)
+        frames[:, :, 0] = S[:, :, 0, :3, :3]
+        np.matmul(Q2, R_up, out=frames[:, :, 1])
+        np.matmul(Q2, Q1 @ R_mid, out=frames[:, :, 2])
+        frames[:, :, 3] = target_rotations
+        # local = (world of the parent @ bridge)^T @ world, for upper, mid and end at once
+        local = np.swapaxes(frames[:, :, :3] @ self.chain_bridges, -1, -2) @ frames[:, :, 1:]
+        quats = matrices_to_quaternions(local.reshape(k, 15, 3, 3)[:, self.written_flat])
+        q[:, self.written_roles] = quats
+        errors = np.abs(d - dc)
+        if not self.all_chains_valid:                                    # chains the closed form leaves alone
+            miss = np.sqrt(np.einsum("kci,kci->kc", c - target_positions, c - target_positions))
+            errors = np.where(self.chain_valid, errors, miss)
+        return errors
+
+    def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4):
+        """Run-time refinement on (K, 23, 4) local quaternions (modified in place); hips (K, 4, 4) transforms.
+
+        Closed form for everyone; least squares (`iterations` steps) then the closed form again only for characters
+        the closed form leaves more than `tolerance` metres away, when that brings them closer. Returns errors (K, 5).
+        """
+        errors = self.closed_form(q, self.chain_forward(q, hips), target_positions, target_rotations)
+        self.last_least_squares = 0
+        if iterations <= 0:
+            return errors
+        need = np.nonzero(errors.max(axis=1) > tolerance)[0]
+        if len(need):
+            self.last_least_squares = len(need)
+            hips_R, hips_p = hips[need, :3, :3], hips[need, :3, 3]
+            local = quaternions_to_matrices(q[need])
+            local[:, ~self.skeleton.role_mask] = np.eye(3)
+            tp = target_positions[need]
+            for _ in range(iterations):
+                local, err = self.least_squares_step(local, hips_R, hips_p, tp)
+                if np.max(np.abs(err)) < tolerance:
+                    break
+            q_more = matrices_to_quaternions(local)
+            q_more[:, ~self.skeleton.role_mask] = (1.0, 0.0, 0.0, 0.0)
+            more = self.closed_form(q_more, self.chain_forward(q_more, hips[need]), tp, target_rotations[need])
+            better = more.max(axis=1) < errors[need].max(axis=1)
+            q[need[better]] = q_more[better]
+            errors[need[better]] = more[better]
+        return errors
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def forward(self, local, hips_rotation, hips_position):
@@ -154,20 +330,19 @@ class Refiner:
     # -- all of it -------------------------------------------------------------------------------------------
     def refine(self, local, hips_rotation, hips_position, target_positions, target_rotations, iterations=2,
                tolerance=1e-4):
-        """(K, 23, 3, 3) network pose -> (refined local, pose, effector errors (K, 5) in metres).
-
-        Stops the least-squares stage early once every effector is within `tolerance` metres.
-        """
+        """(K, 23, 3, 3) network pose -> (refined local, pose, effector errors (K, 5) in metres), through the run-time
+        path (refine_quaternions); the errors are measured by an independent FK pass of the returned rotations."""
         local = np.array(local, np.float64, copy=True)
-        for _ in range(iterations):
-            local, err = self.least_squares_step(local, hips_rotation, hips_position, target_positions)
-            if np.max(np.abs(err)) < tolerance:
-                break
-        if iterations > 0 and self.limb_ok:
-            pose = self.forward(local, hips_rotation, hips_position)
-            local = self.two_bone(local, pose, target_positions)
-        pose = self.forward(local, hips_rotation, hips_position)
         if iterations > 0:
-            local = self.orient_effectors(local, pose, target_rotations)
+            k = len(local)
+            q = matrices_to_quaternions(local)
+            q[:, ~self.skeleton.role_mask] = (1.0, 0.0, 0.0, 0.0)
+            hips = np.zeros((k, 4, 4))
+            hips[:, :3, :3], hips[:, :3, 3], hips[:, 3, 3] = hips_rotation, hips_position, 1.0
+            self.refine_quaternions(q, hips, np.asarray(target_positions, np.float64),
+                                    np.asarray(target_rotations, np.float64), iterations, tolerance)
+            local = quaternions_to_matrices(q)
+            local[:, ~self.skeleton.role_mask] = np.eye(3)
+        pose = self.forward(local, hips_rotation, hips_position)
         errors = np.linalg.norm(pose.positions[:, EFFECTOR_ROLES] - target_positions, axis=-1)
         return local, pose, errors

@@ -10,14 +10,13 @@ task in the same call, and the two delta sets are mixed. Targets that are not fi
 never reach the network: the character keeps its last good pose and its status says so. Pure NumPy (+onnxruntime).
 """
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from .features import NUM_INPUTS
+from .quaternion_math import SKEW, exp_quaternions, left_matrices, matrices_to_quaternions, quaternions_to_matrices
 from .refine import Refiner
-from .roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES, TASKS
-from .rotations import axis_angle_to_matrix
+from .roles import FOOT_ROLES, NUM_ROLES, TASKS
+from .rotations import matrix_to_quaternion
 
 NUM_TARGETS = 6               # root, then the five effectors
 OK = 0
@@ -82,81 +81,118 @@ class OrtEngine:
         return self.outputs[:rows]
 
 
-_POSITION_COLUMNS = np.array([6 * k + a for k in range(5) for a in range(3)])
-_ROTATION_COLUMNS = _POSITION_COLUMNS + 3
-
-
 def fast_matrix_to_quaternion(R):
     """(..., 3, 3) rotations -> (..., 4) (w, x, y, z), w >= 0: the copysign form, a handful of array operations."""
-    m00, m11, m22 = R[..., 0, 0], R[..., 1, 1], R[..., 2, 2]
-    q = np.empty(R.shape[:-2] + (4,))
-    q[..., 0] = 1 + m00 + m11 + m22
-    q[..., 1] = 1 + m00 - m11 - m22
-    q[..., 2] = 1 - m00 + m11 - m22
-    q[..., 3] = 1 - m00 - m11 + m22
-    np.sqrt(np.maximum(q, 0.0, out=q), out=q)
-    q *= 0.5
-    q[..., 1] = np.copysign(q[..., 1], R[..., 2, 1] - R[..., 1, 2])
-    q[..., 2] = np.copysign(q[..., 2], R[..., 0, 2] - R[..., 2, 0])
-    q[..., 3] = np.copysign(q[..., 3], R[..., 1, 0] - R[..., 0, 1])
-    q /= np.linalg.norm(q, axis=-1, keepdims=True)
-    return q
+    return matrices_to_quaternions(np.asarray(R, np.float64))
+
+
+def _linear_features(G, reference, hips_reference):
+    """The part of the 50 inputs (plus the five traces minus one) that is linear in G (6, 4, 4), the targets turned
+    into the root frame. Used only to build InputBuilder's constant matrix, by probing with unit inputs."""
+    f = np.zeros(NUM_FEATURES)
+    for e in range(5):
+        t = e + 1
+        f[6 * e:6 * e + 3] = G[t, :3, 3] - G[0, :3, 3]
+        A = reference[e].T @ G[t, :3, :3]
+        f[6 * e + 3:6 * e + 6] = (A[2, 1] - A[1, 2], A[0, 2] - A[2, 0], A[1, 0] - A[0, 1])
+        f[NUM_INPUTS + e] = np.trace(A) - G[0, 3, 3]
+    H = G[0, :3, :3] @ hips_reference.T
+    f[30:33], f[33:36] = H[:, 1], H[:, 2]
+    f[36], f[42] = G[3, 2, 3], G[4, 2, 3]
+    f[39] = f[45] = G[0, 3, 3]          # ground normal +Z (G[0, 3, 3] is the constant 1)
+    return f
+
+
+NUM_FEATURES = NUM_INPUTS + 5                     # the inputs, then trace - 1 of each effector's relative rotation
+NUM_SETTINGS = 8                                  # -ground (2), contact (2), desired contact (2), phase, task code
+_SETTING_COLUMNS = (36, 42, 40, 46, 41, 47, 48, 49)
 
 
 class InputBuilder:
-    """features.build_inputs specialised for run time (the thighs follow from the hips transform): the same
-    numbers in a few array operations. tests/test_solver.py checks it against build_inputs."""
+    """features.build_inputs specialised for run time: the same numbers (tests/test_solver.py checks them against
+    build_inputs) from very few array operations.
+
+    Everything but the root heading and the axis-angle conversion is linear in the normalised target matrices, and the
+    heading enters as a rotation about +Z, R_root^T = cos * Cx + sin * Sx + Ez. So one constant matrix maps
+    [vec(targets) (96), settings (8)] to three blocks of features (one per heading basis) plus the thigh-to-thigh
+    axis; the heading's cosine and sine then mix the blocks in a second small product, and only the five rotations
+    need a few element-wise calls (axis-angle from the antisymmetric part and the trace).
+    """
 
     def __init__(self, skeleton, spec):
         from .roles import ROLE_INDEX
 
-        self.spec = spec
-        self.lateral = skeleton.offsets[ROLE_INDEX["LeftThigh"]] - skeleton.offsets[ROLE_INDEX["RightThigh"]]
-        self.reference_t = np.swapaxes(np.asarray(spec.effector_reference, np.float64), -1, -2)[None]
-        self.hips_reference_t = np.asarray(spec.hips_reference, np.float64).T
+        lateral = skeleton.offsets[ROLE_INDEX["LeftThigh"]] - skeleton.offsets[ROLE_INDEX["RightThigh"]]
+        reference = np.asarray(spec.effector_reference, np.float64)
+        hips_reference = np.asarray(spec.hips_reference, np.float64)
+        cx, sx, ez = np.zeros((4, 4)), np.zeros((4, 4)), np.zeros((4, 4))
+        cx[0, 0] = cx[1, 1] = 1.0
+        sx[0, 1], sx[1, 0] = 1.0, -1.0
+        ez[2, 2] = ez[3, 3] = 1.0
+        width = 96 + NUM_SETTINGS
+        M = np.zeros((width, 3 * NUM_FEATURES + 2))
+        for u in range(96):
+            probe = np.zeros(96)
+            probe[u] = 1.0
+            probe = probe.reshape(6, 4, 4)
+            for b, basis in enumerate((cx, sx, ez)):
+                M[u, b * NUM_FEATURES:(b + 1) * NUM_FEATURES] = _linear_features(basis @ probe, reference, hips_reference)
+            M[u, 3 * NUM_FEATURES:] = (probe[0, :3, :3] @ lateral)[:2]
+        for i, column in enumerate(_SETTING_COLUMNS):   # settings pass straight through the constant block
+            M[96 + i, 2 * NUM_FEATURES + column] = 1.0
+        self.matrix = M
+        self.reference = reference
 
-    def __call__(self, out, rot, pos, ground, contact, desired, phase, task):
-        """Fill out (K, 50) from targets rot (K, 6, 3, 3), pos (K, 6, 3) and the per-character settings."""
+    def buffers(self, k):
+        """x (K, 104): vec(normalised targets) then settings; y; mixing weights (K, 1, 3) = (cos, sin, 1); features."""
+        x = np.zeros((k, 96 + NUM_SETTINGS))
+        y = np.empty((k, 3 * NUM_FEATURES + 2))
+        weights = np.ones((k, 1, 3))
+        features = np.empty((k, 1, NUM_FEATURES))
+        return x, y, weights, features
+
+    def __call__(self, buffers, out):
+        """Fill out (K, 50) float32 from buffers[0] (targets normalised in place, settings set); returns features."""
+        x, y, weights, features = buffers
+        k = len(x)
+        np.matmul(x, self.matrix, out=y)
+        lateral = y[:, 3 * NUM_FEATURES:]
+        length = np.hypot(lateral[:, 0], lateral[:, 1])
+        if length.min() > 1e-6:
+            np.divide(lateral, length[:, None], out=weights[:, 0, :2])
+        else:                                            # thighs vertically aligned: the hips' own x axis
+            self._fallback_heading(x, lateral, length, weights)
+        np.matmul(weights, y[:, :3 * NUM_FEATURES].reshape(k, 3, NUM_FEATURES), out=features)
+        f = features[:, 0]
+        v = f[:, :30].reshape(k, 5, 6)[:, :, 3:]         # 2 sin(angle) axis, in place of the axis-angle columns
+        trace_m1 = f[:, NUM_INPUTS:]                       # 2 cos(angle)
+        if trace_m1.min() < -1.998:                        # near a half turn: the careful conversion
+            self._careful_rotations(x, weights, v)
+        else:
+            two_sin = np.sqrt(np.einsum("kei,kei->ke", v, v))
+            factor = np.arctan2(two_sin, trace_m1)
+            factor /= np.maximum(two_sin, 1e-300)
+            v *= factor[..., None]
+        np.copyto(out, f[:, :NUM_INPUTS])
+        return f
+
+    def _fallback_heading(self, x, lateral, length, weights):
+        hips_x = x[:, :96].reshape(-1, 6, 4, 4)[:, 0, :2, 0]
+        fb = hips_x / np.maximum(np.hypot(hips_x[:, 0], hips_x[:, 1]), 1e-9)[:, None]
+        use = (length > 1e-6)[:, None]
+        weights[:, 0, :2] = np.where(use, lateral / np.maximum(length, 1e-12)[:, None], fb)
+
+    def _careful_rotations(self, x, weights, v):
+        """Near a half turn the antisymmetric part loses the axis: convert the whole relative matrices instead."""
         from .rotations import matrix_to_axis_angle
 
-        k = len(rot)
-        hips_R, hips_p = rot[:, 0], pos[:, 0]
-        lateral = hips_R @ self.lateral
-        fallback = hips_R[:, :, 0]
-        length = np.hypot(lateral[:, 0], lateral[:, 1])
-        use = length > 1e-6
-        fb_len = np.maximum(np.hypot(fallback[:, 0], fallback[:, 1]), 1e-9)
-        cx = np.where(use, lateral[:, 0] / np.maximum(length, 1e-12), fallback[:, 0] / fb_len)
-        sx = np.where(use, lateral[:, 1] / np.maximum(length, 1e-12), fallback[:, 1] / fb_len)
-        Rt = np.zeros((k, 3, 3))
-        Rt[:, 0, 0] = cx
-        Rt[:, 0, 1] = sx
-        Rt[:, 1, 0] = -sx
-        Rt[:, 1, 1] = cx
-        Rt[:, 2, 2] = 1.0
-        rel = (Rt[:, None] @ (pos[:, 1:] - hips_p[:, None])[..., None])[..., 0]
-        out[:, _POSITION_COLUMNS] = rel.reshape(k, 15)
-        A = self.reference_t @ (Rt[:, None] @ rot[:, 1:])
-        c = 0.5 * (A[..., 0, 0] + A[..., 1, 1] + A[..., 2, 2] - 1.0)
-        if np.any(c < -0.999):            # near a half turn: the careful conversion
-            aa = matrix_to_axis_angle(A)
-        else:
-            v = np.stack([A[..., 2, 1] - A[..., 1, 2], A[..., 0, 2] - A[..., 2, 0], A[..., 1, 0] - A[..., 0, 1]], -1)
-            sin = 0.5 * np.linalg.norm(v, axis=-1)
-            angle = np.arctan2(sin, c)
-            aa = v * np.where(sin > 1e-9, angle / (2 * np.maximum(sin, 1e-300)), 0.5)[..., None]
-        out[:, _ROTATION_COLUMNS] = aa.reshape(k, 15)
-        hips_rel = Rt @ hips_R @ self.hips_reference_t
-        out[:, 30:33] = hips_rel[:, :, 1]
-        out[:, 33:36] = hips_rel[:, :, 2]
-        out[:, [36, 42]] = pos[:, 3:5, 2] - ground
-        out[:, [37, 38, 43, 44]] = 0.0
-        out[:, [39, 45]] = 1.0
-        out[:, [40, 46]] = contact
-        out[:, [41, 47]] = desired
-        out[:, 48] = phase
-        out[:, 49] = np.asarray(task, np.float64) / (len(TASKS) - 1)
-        return out
+        k = len(x)
+        targets = x[:, :96].reshape(k, 6, 4, 4)
+        c, s = weights[:, 0, 0], weights[:, 0, 1]
+        root_t = np.zeros((k, 3, 3))
+        root_t[:, 0, 0], root_t[:, 0, 1], root_t[:, 1, 0], root_t[:, 1, 1], root_t[:, 2, 2] = c, s, -s, c, 1.0
+        A = np.swapaxes(self.reference, -1, -2)[None] @ (root_t[:, None] @ targets[:, 1:, :3, :3])
+        v[...] = matrix_to_axis_angle(A)
 
 
 def make_engine(model, onnx_bytes=None, capacity=1, engine="auto"):
@@ -176,43 +212,42 @@ def make_engine(model, onnx_bytes=None, capacity=1, engine="auto"):
     return NumpyEngine(model, capacity)
 
 
-@dataclass
 class SolveResult:
-    local: np.ndarray          # (K, 23, 3, 3) local rotations (Blender's matrix_basis rotation per role)
-    quaternions: np.ndarray    # (K, 23, 4) the same as (w, x, y, z)
-    hips_rotation: np.ndarray  # (K, 3, 3) from the root target, orthonormal
-    hips_position: np.ndarray  # (K, 3)
-    status: np.ndarray         # (K,) bit set of OK / HELD_* / MISSED
-    errors: np.ndarray         # (K, 5) effector distance to target (metres) after the solve
+    """One solve of K characters; owns its arrays. `local` (K, 23, 3, 3) is made from the quaternions on demand."""
+
+    def __init__(self, quaternions, hips_rotation, hips_position, status, errors):
+        self.quaternions = quaternions    # (K, 23, 4) local rotations (w, x, y, z); identity where the rig lacks the role
+        self.hips_rotation = hips_rotation  # (K, 3, 3) from the root target, orthonormal
+        self.hips_position = hips_position  # (K, 3)
+        self.status = status              # (K,) bit set of OK / HELD_* / MISSED
+        self.errors = errors              # (K, 5) effector distance to target (metres) after the solve; NaN if not measured
+        self._local = None
+
+    @property
+    def local(self):
+        """(K, 23, 3, 3) local rotations (Blender's matrix_basis rotation per role)."""
+        if self._local is None:
+            self._local = quaternions_to_matrices(self.quaternions)
+        return self._local
 
 
-def clean_targets(targets, height):
-    """(K, 6, 4, 4) -> (rotations (K, 6, 3, 3) orthonormal, positions (K, 6, 3), usable (K,) bool).
-
-    Column normalisation removes an empty's uniform scale; a shear or reflection, a zero axis, non-finite numbers or a
-    position more than ABSURD_DISTANCE rig heights away make the whole character unusable this tick.
-    """
-    t = np.asarray(targets, np.float64)
-    finite = np.isfinite(t).all(axis=(1, 2, 3))
-    t = np.where(finite[:, None, None, None], t, np.eye(4))
-    m = t[..., :3, :3]
-    norms = np.linalg.norm(m, axis=-2, keepdims=True)
-    ok = finite & (norms > 1e-9).all(axis=(1, 2, 3))
-    rot = m / np.maximum(norms, 1e-9)
-    gram = np.swapaxes(rot, -1, -2) @ rot
-    ok &= (np.abs(gram - np.eye(3)).max(axis=(1, 2, 3)) < 1e-3) & (np.linalg.det(rot).min(axis=1) > 0)
-    pos = t[..., :3, 3]
-    ok &= np.abs(pos).max(axis=(1, 2)) < ABSURD_DISTANCE * height
-    return rot, pos, ok
+ROTATION_TOLERANCE = 2e-3     # |c0 x c1 - c2| of a target's normalised rotation columns: orthonormal, right-handed
+_AFFINE_ROW = np.array([0.0, 0.0, 0.0, 1.0])
 
 
 class Solver:
-    """Solves K characters of one model per call; keeps each character's last good pose and task blend."""
+    """Solves K characters of one model per call; keeps each character's last good pose and task blend.
+
+    Every buffer is allocated once for K characters, so a tick is a fixed, short list of whole-array calls:
+    normalise and check the targets, the input builder, one inference call, q = q_mean * exp(delta) as one product
+    with the mean pose's quaternion matrices, and (when asked) the refiner's closed form. `step()` leaves its results
+    in `q`, `hips`, `status` and `errors`; `solve()` wraps the same in a SolveResult that owns copies.
+    """
 
     def __init__(self, model, onnx_bytes=None, characters=1, engine="auto", blend_ticks=8, tolerance=1e-3):
         self.model = model
         self.skeleton = model.skeleton
-        self.k = characters
+        self.k = k = characters
         self.engine = make_engine(model, onnx_bytes, capacity=2 * characters, engine=engine)
         self.refiner = Refiner(model.skeleton, model.mean_pose, model.limit_low, model.limit_high)
         self.spec = model.feature_spec
@@ -223,22 +258,61 @@ class Solver:
         self.mean_pose = np.asarray(model.mean_pose, np.float64)
         mask = model.skeleton.role_mask
         self.mask = mask
-        start = np.where(mask[:, None, None], self.mean_pose, np.eye(3))
-        self.last_local = np.broadcast_to(start, (characters, NUM_ROLES, 3, 3)).copy()
-        self.has_good = np.zeros(characters, bool)   # False until a character's first usable tick
-        self.last_hips = (np.broadcast_to(np.eye(3), (characters, 3, 3)).copy(), np.zeros((characters, 3)))
-        self.task = np.zeros(characters, np.int64)
-        self.previous_task = np.zeros(characters, np.int64)
-        self.blend = np.ones(characters)
+        mean_q = matrix_to_quaternion(self.mean_pose)
+        self.mean_left = np.where(mask[:, None, None], left_matrices(mean_q), 0.0)
+        self.unmapped_bias = np.where(mask[:, None], 0.0, np.array([1.0, 0.0, 0.0, 0.0]))
+        self.any_unmapped = not mask.all()
+        start = np.where(mask[:, None], mean_q, np.array([1.0, 0.0, 0.0, 0.0]))
+        self.last_q = np.broadcast_to(start, (k, NUM_ROLES, 4)).copy()
+        self.has_good = np.zeros(k, bool)   # False until a character's first usable tick
+        self.last_hips = np.broadcast_to(np.eye(4), (k, 4, 4)).copy()
+        self.task = np.zeros(k, np.int64)
+        self.previous_task = np.zeros(k, np.int64)
+        self.blend = np.ones(k)
         self.started = False
         rest = model.skeleton.rest_positions
         feet = rest[list(FOOT_ROLES), 2]
         self.ankle_height = float(np.min(feet) - np.min(rest[mask, 2])) if mask.any() else 0.0
-        self.previous_feet = None
+        # buffers
+        self.input_buffers = self.build_inputs.buffers(k)
+        x = self.input_buffers[0]
+        self.normalised = x[:, :96].reshape(k, NUM_TARGETS, 4, 4)     # targets with unit rotation columns (a view)
+        self.settings = x[:, 96:]                                       # -ground, contact, desired, phase, task code
+        self.norms = np.ones((k, NUM_TARGETS, 1, 4))
+        self.check = np.empty((k, NUM_TARGETS, 10))
+        self.position_scale = ROTATION_TOLERANCE / (ABSURD_DISTANCE * self.height)
+        self.contact_threshold = np.empty((k, 2))
+        self.previous_feet = np.zeros((k, 2, 3))
+        self.have_previous_feet = False
+        self.half_deltas = np.empty((k, NUM_ROLES, 3))
+        self.exp = np.empty((k, NUM_ROLES, 4))
+        self.q = np.empty((k, NUM_ROLES, 4))
+        self.status = np.zeros(k, np.int64)
+        self.no_errors = np.full((k, 5), np.nan)
+        self.errors = self.no_errors
+        self.effector_slots = self.refiner.chain_slots[:, 3]
+        self.set_settings(0.0, 1.0, 0.0)
 
     @property
     def engine_name(self):
         return self.engine.name
+
+    @property
+    def hips(self):
+        """(K, 4, 4) the hips transform each character was solved with (held with its pose)."""
+        return self.last_hips
+
+    def set_settings(self, ground=None, desired_contact=None, phase=None):
+        """Per-character settings that stay until changed: ground height (K, 2), desired contact (K, 2), phase (K,)."""
+        k = self.k
+        if ground is not None:
+            ground = np.broadcast_to(np.asarray(ground, np.float64), (k, 2))
+            self.settings[:, 0:2] = -ground
+            self.contact_threshold[:] = ground + (self.ankle_height + 0.08 * self.height)
+        if desired_contact is not None:
+            self.settings[:, 4:6] = np.broadcast_to(np.asarray(desired_contact, np.float64), (k, 2))
+        if phase is not None:
+            self.settings[:, 6] = np.broadcast_to(np.asarray(phase, np.float64), (k,))
 
     def set_task(self, task):
         """Start blending from each character's current task to `task` (K,) where it changes."""
@@ -246,74 +320,131 @@ class Solver:
         changed = task != self.task
         if not self.started:
             self.task[:] = task
-            return
-        self.previous_task = np.where(changed, self.task, self.previous_task)
-        self.blend = np.where(changed, 0.0, self.blend)
-        self.task = task.copy()
-
-    def contacts(self, foot_positions, ground, dt):
-        """Contact flags (K, 2) as in training: the ankle low above the ground and moving slowly."""
-        low = foot_positions[..., 2] - ground < self.ankle_height + 0.08 * self.height
-        if self.previous_feet is None or dt <= 0:
-            slow = np.ones_like(low)
         else:
-            slow = np.linalg.norm(foot_positions - self.previous_feet, axis=-1) / dt < 0.6 * self.height
-        self.previous_feet = foot_positions.copy()
-        return (low & slow).astype(np.float64)
+            self.previous_task = np.where(changed, self.task, self.previous_task)
+            self.blend = np.where(changed, 0.0, self.blend)
+            self.task = task.copy()
+        self.settings[:, 7] = self.task / (len(TASKS) - 1)
 
-    def solve(self, targets, ground=0.0, desired_contact=1.0, task=None, phase=0.0, refine_iterations=0, dt=1 / 60,
-              contact=None, measure_errors=True):
-        """One tick for K characters. targets (K, 6, 4, 4) character space; ground, desired_contact (K, 2) or
-        scalars; task (K,) indices (None: unchanged); phase (K,) or scalar in [0, 1); contact (K, 2) overrides the
-        contact flags detected from the feet (a bake passes the source clip's own). Without refinement the effector
-        errors need one more FK pass: measure_errors=False skips it (errors are then NaN)."""
+    def contacts(self, feet, dt):
+        """Contact flags as in training, into the settings: the ankle low above the ground and moving slowly."""
+        low = feet[..., 2] < self.contact_threshold
+        if self.have_previous_feet and dt > 0:
+            step = feet - self.previous_feet
+            low &= np.einsum("kfi,kfi->kf", step, step) < (0.6 * self.height * dt) ** 2
+        self.settings[:, 2:4] = low
+        self.previous_feet[:] = feet
+        self.have_previous_feet = True
+
+    def _normalise_and_check(self, targets):
+        """Targets (K, 6, 4, 4) -> unit rotation columns in self.normalised; None when every character is usable,
+        else the (K,) usable mask (unusable characters get identity targets so the rest of the tick stays finite).
+
+        Non-finite numbers, a shear or reflection, a zero axis, a projective bottom row or a position more than
+        ABSURD_DISTANCE rig heights away make a character unusable this tick (comparisons with NaN are False)."""
+        k = self.k
+        square = np.einsum("ktij,ktij->ktj", targets[..., :3, :3], targets[..., :3, :3])
+        np.sqrt(square, out=self.norms[..., 0, :3])
+        t = np.divide(targets, self.norms, out=self.normalised)
+        chk = self.check
+        cross = ((t[..., :3, 0] @ SKEW).reshape(k, NUM_TARGETS, 3, 3) @ t[..., :3, 1:2])[..., 0]
+        np.subtract(cross, t[..., :3, 2], out=chk[..., :3])
+        np.multiply(t[..., :3, 3], self.position_scale, out=chk[..., 3:6])
+        np.subtract(t[..., 3, :], _AFFINE_ROW, out=chk[..., 6:])
+        worst = np.abs(chk, out=chk).max()
+        if worst < ROTATION_TOLERANCE:
+            return None
+        usable = chk.max(axis=(1, 2)) < ROTATION_TOLERANCE    # NaN compares False
+        t[~usable] = np.eye(4)
+        return usable
+
+    def step(self, targets, ground=0.0, desired_contact=1.0, task=None, phase=0.0, refine_iterations=0, dt=1 / 60,
+             contact=None, measure_errors=True):
+        """One tick for K characters; results in self.q, self.hips, self.status, self.errors (no copies).
+
+        targets (K, 6, 4, 4) character space; ground, desired_contact (K, 2) or scalars, phase (K,) or a scalar:
+        None keeps the last value (so a live tick passes settings only when they change); task (K,) indices (None:
+        unchanged); contact (K, 2) overrides the contact flags detected from the feet (a bake passes the clip's)."""
         k = self.k
         if task is not None:
             self.set_task(task)
+        elif not self.started:
+            self.settings[:, 7] = self.task / (len(TASKS) - 1)
         self.started = True
-        rot, pos, usable = clean_targets(targets, self.height)
-        ground = np.broadcast_to(np.asarray(ground, np.float64), (k, 2))
-        desired = np.broadcast_to(np.asarray(desired_contact, np.float64), (k, 2))
-        phase = np.broadcast_to(np.asarray(phase, np.float64), (k,))
-        effectors = list(EFFECTOR_ROLES)
-        detected = self.contacts(pos[:, 3:5], ground, dt)
-        contact = detected if contact is None else np.broadcast_to(np.asarray(contact, np.float64), (k, 2))
-        blending = np.where(self.blend < 1.0)[0]
-        rows = k + len(blending)
-        self.build_inputs(self.engine.inputs[:k], rot, pos, ground, contact, desired, phase, self.task)
-        if len(blending):
-            b = blending
-            self.build_inputs(self.engine.inputs[k:rows], rot[b], pos[b], ground[b], contact[b], desired[b], phase[b],
-                              self.previous_task[b])
-        out = self.engine.run(rows).astype(np.float64)
-        deltas = out[:k].copy()
-        if len(blending):
-            w = self.blend[blending, None]
-            deltas[blending] = w * deltas[blending] + (1 - w) * out[k:rows]
-            self.blend[blending] = np.minimum(1.0, self.blend[blending] + 1.0 / self.blend_ticks)
-        local = self.mean_pose[None] @ axis_angle_to_matrix(deltas.reshape(k, NUM_ROLES, 3))
-        local[:, ~self.mask] = np.eye(3)
-        status = np.zeros(k, np.int64)
-        if refine_iterations > 0:
-            local, _pose, errors = self.refiner.refine(local, rot[:, 0], pos[:, 0], pos[:, 1:], rot[:, 1:],
-                                                       iterations=refine_iterations)
-        elif measure_errors:
-            pose = self.refiner.forward(local, rot[:, 0], pos[:, 0])
-            errors = np.linalg.norm(pose.positions[:, effectors] - pos[:, 1:], axis=-1)
+        if ground is not None or desired_contact is not None or phase is not None:
+            self.set_settings(ground, desired_contact, phase)
+        usable = self._normalise_and_check(np.asarray(targets, np.float64))
+        t = self.normalised
+        if contact is None:
+            self.contacts(t[:, 3:5, :3, 3], dt)
         else:
-            errors = np.full((k, 5), np.nan)
-        good = usable & np.isfinite(local).all(axis=(1, 2, 3))
-        if refine_iterations > 0 or measure_errors:
-            good &= np.isfinite(errors).all(axis=1)
+            self.settings[:, 2:4] = np.broadcast_to(np.asarray(contact, np.float64), (k, 2))
+        inputs = self.engine.inputs
+        self.build_inputs(self.input_buffers, inputs[:k])
+        rows = k
+        blending = None
+        if self.blend.min() < 1.0:
+            blending = np.nonzero(self.blend < 1.0)[0]
+            rows = k + len(blending)
+            inputs[k:rows] = inputs[blending]
+            inputs[k:rows, NUM_INPUTS - 1] = self.previous_task[blending] / (len(TASKS) - 1)
+        out = self.engine.run(rows)
+        half = self.half_deltas
+        np.multiply(out[:k].reshape(k, NUM_ROLES, 3), 0.5, out=half)
+        if blending is not None:
+            w = self.blend[blending, None, None]
+            half[blending] = w * half[blending] + (1 - w) * 0.5 * out[k:rows].reshape(-1, NUM_ROLES, 3)
+            self.blend[blending] = np.minimum(1.0, self.blend[blending] + 1.0 / self.blend_ticks)
+        exp_quaternions(half, self.exp)
+        q = self.q
+        np.matmul(self.mean_left, self.exp[..., None], out=q[..., None])
+        if self.any_unmapped:
+            q += self.unmapped_bias
+        hips = t[:, 0]
+        if refine_iterations > 0:
+            self.errors = self.refiner.refine_quaternions(q, hips, t[:, 1:, :3, 3], t[:, 1:, :3, :3],
+                                                          iterations=refine_iterations)
+            check = q.sum() + self.errors.sum()
+        elif measure_errors:
+            world = self.refiner.chain_forward(q, hips)
+            miss = world[:, self.effector_slots][..., :3, 3] - t[:, 1:, :3, 3]
+            self.errors = np.sqrt(np.einsum("kei,kei->ke", miss, miss))
+            check = q.sum() + self.errors.sum()
+        else:
+            self.errors = self.no_errors
+            check = q.sum()
+        status = self.status
+        status.fill(OK)
+        if usable is None and np.isfinite(check):
+            np.copyto(self.last_q, q)
+            np.copyto(self.last_hips, hips)
+            self.has_good[:] = True
+            if refine_iterations > 0:
+                status[self.errors.max(axis=1) > self.tolerance] |= MISSED
+            return
+        self._hold(usable, refine_iterations > 0 or measure_errors, refine_iterations > 0)
+
+    def _hold(self, usable, errors_measured, refined):
+        """Characters with unusable targets or non-finite results keep their last good pose; the others update it."""
+        q, status = self.q, self.status
+        usable = np.ones(self.k, bool) if usable is None else usable
+        good = usable & np.isfinite(q).all(axis=(1, 2))
+        if errors_measured:
+            good &= np.isfinite(self.errors).all(axis=1)
         status[~usable] |= HELD_BAD_TARGETS
         status[usable & ~good] |= HELD_BAD_OUTPUT
-        if refine_iterations > 0:
-            status[good & (errors.max(axis=1) > self.tolerance)] |= MISSED
-        local = np.where(good[:, None, None, None], local, self.last_local)
-        hips_rotation = np.where(good[:, None, None], rot[:, 0], self.last_hips[0])
-        hips_position = np.where(good[:, None], pos[:, 0], self.last_hips[1])
-        self.last_local[good] = local[good]
+        if refined:
+            status[good & (np.nan_to_num(self.errors, nan=np.inf).max(axis=1) > self.tolerance)] |= MISSED
+        q[~good] = self.last_q[~good]
+        self.last_q[good] = q[good]
+        self.last_hips[good] = self.normalised[good, 0]
         self.has_good |= good
-        self.last_hips[0][good], self.last_hips[1][good] = hips_rotation[good], hips_position[good]
-        errors = np.where(good[:, None], errors, np.nan)
-        return SolveResult(local, fast_matrix_to_quaternion(local), hips_rotation, hips_position, status, errors)
+        self.errors = np.where(good[:, None], self.errors, np.nan)
+
+    def solve(self, targets, ground=0.0, desired_contact=1.0, task=None, phase=0.0, refine_iterations=0, dt=1 / 60,
+              contact=None, measure_errors=True):
+        """One tick for K characters (see step) -> SolveResult with its own copies. Without refinement the effector
+        errors need one more FK pass: measure_errors=False skips it (errors are then NaN)."""
+        self.step(targets, ground, desired_contact, task, phase, refine_iterations, dt, contact, measure_errors)
+        return SolveResult(self.q.copy(), self.last_hips[:, :3, :3].copy(), self.last_hips[:, :3, 3].copy(),
+                           self.status.copy(), np.array(self.errors, copy=True))

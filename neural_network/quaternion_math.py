@@ -1,0 +1,95 @@
+"""Rotation conversions for the run-time tick, each a handful of whole-array NumPy calls (no per-element loops).
+
+On arrays of a few dozen rotations NumPy costs about half a microsecond per call whatever the size, so the tick's
+budget is counted in calls: these helpers write quaternion <-> matrix maps as small constant matrices applied with
+one matmul (a rotation matrix is a quadratic form of its unit quaternion, a cross-product matrix is linear in its
+vector). Quaternions are (w, x, y, z) like Blender's; matrices act on column vectors.
+"""
+
+import numpy as np
+
+
+def _homogeneous_matrix(q):
+    """R(q) without normalisation: exact for unit q, scaled by |q|^2 otherwise (a quadratic form of q)."""
+    w, x, y, z = q
+    return np.array([
+        [w * w + x * x - y * y - z * z, 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), w * w - x * x + y * y - z * z, 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z]])
+
+
+def _quadratic_form():
+    """(16, 9): vec(R(q)) = vec(q q^T) @ this, by polarisation of the quadratic form."""
+    eye = np.eye(4)
+    out = np.zeros((4, 4, 9))
+    for a in range(4):
+        for b in range(4):
+            out[a, b] = ((_homogeneous_matrix(eye[a] + eye[b]) - _homogeneous_matrix(eye[a] - eye[b])) / 4).reshape(9)
+    return out.reshape(16, 9)
+
+
+QUATERNION_TO_MATRIX = _quadratic_form()
+SKEW = np.zeros((3, 9))               # vec([v]x) = v @ SKEW
+SKEW[0, [7, 5]] = 1.0, -1.0
+SKEW[1, [2, 6]] = 1.0, -1.0
+SKEW[2, [3, 1]] = 1.0, -1.0
+
+# vec(R) (9) -> (1 + m00 + m11 + m22, 1 + m00 - m11 - m22, 1 - m00 + m11 - m22, 1 - m00 - m11 + m22,
+#                m21 - m12, m02 - m20, m10 - m01) after adding _SQUARES_BIAS: 4 * |q_i|^2 and the signs of x, y, z.
+MATRIX_TO_SQUARES = np.zeros((9, 7))
+MATRIX_TO_SQUARES[[0, 4, 8], 0] = 1, 1, 1
+MATRIX_TO_SQUARES[[0, 4, 8], 1] = 1, -1, -1
+MATRIX_TO_SQUARES[[0, 4, 8], 2] = -1, 1, -1
+MATRIX_TO_SQUARES[[0, 4, 8], 3] = -1, -1, 1
+MATRIX_TO_SQUARES[[7, 5], 4] = 1, -1
+MATRIX_TO_SQUARES[[2, 6], 5] = 1, -1
+MATRIX_TO_SQUARES[[3, 1], 6] = 1, -1
+SQUARES_BIAS = np.array([1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
+
+
+def quaternions_to_matrices(q):
+    """(..., 4) unit quaternions -> (..., 3, 3): one outer product and one matmul."""
+    outer = q[..., :, None] * q[..., None, :]
+    return (outer.reshape(q.shape[:-1] + (16,)) @ QUATERNION_TO_MATRIX).reshape(q.shape[:-1] + (3, 3))
+
+
+def squares_to_quaternions(s, out=None):
+    """(..., 7) from MATRIX_TO_SQUARES (bias included) -> (..., 4) unit quaternions, w >= 0 (the copysign form)."""
+    q = np.maximum(s[..., :4], 0.0, out=out)
+    np.sqrt(q, out=q)
+    np.copysign(q[..., 1:], s[..., 4:], out=q[..., 1:])
+    q /= np.sqrt(np.einsum("...i,...i->...", q, q))[..., None]
+    return q
+
+
+def matrices_to_quaternions(R, out=None):
+    """(..., 3, 3) rotations -> (..., 4) unit quaternions with w >= 0."""
+    s = R.reshape(R.shape[:-2] + (9,)) @ MATRIX_TO_SQUARES
+    s += SQUARES_BIAS
+    return squares_to_quaternions(s, out)
+
+
+def exp_quaternions(v, out):
+    """(..., 3) axis-angle -> unit quaternions written into out (..., 4); v is the half angle times the axis."""
+    half = np.sqrt(np.einsum("...i,...i->...", v, v))
+    np.cos(half, out=out[..., 0])
+    scale = np.sin(half)
+    scale /= np.maximum(half, 1e-300)        # sin(h)/h: exact for tiny h, and v = 0 gives 0 * 0
+    np.multiply(v, scale[..., None], out=out[..., 1:])
+    return out
+
+
+def rotations_about(axis, angle):
+    """(..., 3) unit axes and (...,) angles -> (..., 3, 3) rotation matrices (through the half-angle quaternion)."""
+    half = 0.5 * angle
+    q = np.empty(axis.shape[:-1] + (4,))
+    np.cos(half, out=q[..., 0])
+    np.multiply(axis, np.sin(half)[..., None], out=q[..., 1:])
+    return quaternions_to_matrices(q)
+
+
+def left_matrices(q):
+    """(..., 4) -> (..., 4, 4) L(q) with q * p = L(q) @ p (Hamilton product, (w, x, y, z))."""
+    w, x, y, z = (q[..., i] for i in range(4))
+    return np.stack([np.stack([w, -x, -y, -z], -1), np.stack([x, w, -z, y], -1),
+                     np.stack([y, z, w, -x], -1), np.stack([z, -y, x, w], -1)], -2)

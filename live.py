@@ -16,9 +16,10 @@ from collections import deque
 import numpy as np
 
 from . import rig_io
+from .neural_network.quaternion_math import MATRIX_TO_SQUARES, SQUARES_BIAS, squares_to_quaternions
 from .neural_network.roles import NUM_ROLES, TASKS
 from .neural_network.rotations import quaternion_to_axis_angle, quaternion_to_matrix
-from .neural_network.solver import OK, Solver, describe, fast_matrix_to_quaternion
+from .neural_network.solver import OK, Solver, describe
 from .properties import get_bone_map
 
 TARGET_SLOTS = ("target_root", "target_left_hand", "target_right_hand", "target_left_foot", "target_right_foot",
@@ -79,6 +80,15 @@ class LiveCharacter:
         basis = np.eye(4)
         basis[:3, :3] = rig.scale * rig.basis
         self.to_character = Matrix(basis.tolist())   # armature space -> character space
+        self.to_character_np = basis
+
+    def pose_buffer(self, quaternions, hips_quaternion):
+        """This rig's whole rotation_quaternion buffer (flat) with the solved roles and hips put in."""
+        q = self.quaternions
+        q[self.quaternion_bones] = quaternions[self.quaternion_roles]
+        if self.hips_is_quaternion:
+            q[self.hips_index] = hips_quaternion
+        return q.reshape(-1)
 
     # -- session start / stop ------------------------------------------------------------------------------------
     def start(self):
@@ -136,7 +146,7 @@ class LiveCharacter:
 
     # -- per tick ------------------------------------------------------------------------------------------------
     def read_targets(self, out):
-        """Write the six target matrices in character space into out (6, 4, 4) (mathutils products: no LAPACK)."""
+        """Write the six target matrices in character space into out (6, 4, 4) (one character; Bake samples with it)."""
         try:
             to_char = self.to_character @ self.obj.matrix_world.inverted_safe()
             for k, target in enumerate(self.targets):
@@ -145,78 +155,256 @@ class LiveCharacter:
             raise LiveStopped(f"a target or the armature {self.name} was deleted: live IK stopped") from None
 
     def settings(self, scene):
+        """(ground (2,) in character space, desired contact (2,), task index, phase, phase follows time, iterations)."""
         s = self.obj.neural_ik
-        origin_z = self.obj.matrix_world.translation.z
-        unit = self.rig.scale / max(self.obj.matrix_world.to_scale().z, 1e-12)
-        ground = ((s.ground_left - origin_z) * unit, (s.ground_right - origin_z) * unit)
-        contact = (float(s.contact_left), float(s.contact_right))
-        phase = s.phase
-        if s.phase_follows_time:
-            length = max(scene.frame_end - scene.frame_start + 1, 1)
-            phase = ((scene.frame_current - scene.frame_start) / length) % 1.0
-        return ground, contact, TASKS.index(s.task.lower()), phase, s.refine_iterations
+        world = self.obj.matrix_world
+        unit = self.rig.scale / max(world.to_scale().z, 1e-12)
+        origin_z = world.translation.z
+        return ((s.ground_left - origin_z) * unit, (s.ground_right - origin_z) * unit,
+                float(s.contact_left), float(s.contact_right), TASKS.index(s.task.lower()), s.phase,
+                bool(s.phase_follows_time), s.refine_iterations)
 
-    def write(self, quaternions, hips_rotation, hips_position):
-        """Write the solved rotations (23, 4) and the hips transform (character space)."""
-        q = self.quaternions
-        q[self.quaternion_bones] = quaternions[self.quaternion_roles]
+    def hips_map(self):
+        """(16, 10): vec(hips transform, character space) -> 7 quaternion squares of the hips' matrix_basis rotation
+        (quaternion_math.MATRIX_TO_SQUARES, bias included) and the hips' location, so one product gives both."""
         rot_t, frame_inv, frame_t = self.frame
         C, s = self.rig.basis, self.rig.scale
-        hips_basis = rot_t @ C.T @ hips_rotation
-        if self.hips_is_quaternion:
-            q[self.hips_index] = fast_matrix_to_quaternion(hips_basis)
+        turn = rot_t @ C.T
+        M = np.zeros((16, 10))
+        for u in range(16):
+            probe = np.zeros(16)
+            probe[u] = 1.0
+            probe = probe.reshape(4, 4)
+            M[u, :7] = (turn @ probe[:3, :3]).reshape(9) @ MATRIX_TO_SQUARES + SQUARES_BIAS * probe[3, 3]
+            M[u, 7:] = frame_inv @ (C.T @ probe[:3, 3] / s - frame_t * probe[3, 3])
+        return M
+
+    def write_other_bones(self, quaternions, hips_rotation):
+        """Mapped bones not in quaternion mode (and a non-quaternion hips): set one by one through mathutils."""
+        from mathutils import Matrix
+
         pose_bones = self.obj.pose.bones
-        pose_bones.foreach_set("rotation_quaternion", q.reshape(-1))
-        self.hips_bone.location = frame_inv @ (C.T @ hips_position / s - frame_t)
         for r, name in self.other_bones:
             pb = pose_bones[name]
-            m = self._local_matrix(quaternions[r])
             if pb.rotation_mode == "AXIS_ANGLE":
                 aa = quaternion_to_axis_angle(quaternions[r])
                 angle = float(np.linalg.norm(aa))
                 pb.rotation_axis_angle = (angle, *(aa / angle if angle > 1e-12 else (0.0, 1.0, 0.0)))
             else:
-                from mathutils import Matrix
-
+                m = quaternion_to_matrix(np.asarray(quaternions[r], np.float64))
                 pb.rotation_euler = Matrix(m.tolist()).to_euler(pb.rotation_mode, pb.rotation_euler)
         if not self.hips_is_quaternion:
-            from mathutils import Matrix
-
+            rot_t = self.frame[0]
+            hips_basis = rot_t @ self.rig.basis.T @ hips_rotation
             self.hips_bone.rotation_euler = Matrix(hips_basis.tolist()).to_euler(self.hips_bone.rotation_mode)
-        self.obj.update_tag()
 
-    @staticmethod
-    def _local_matrix(q):
-        return quaternion_to_matrix(np.asarray(q, np.float64))
+
+class TargetReader:
+    """Reads every character's armature and six target world matrices per tick, in as few calls as Blender allows.
+
+    When the file holds few objects besides ours, two `bpy.data.objects.foreach_get` calls (session_uid, then
+    matrix_world) read every object at once and the tick picks its own by index; the uids confirm that no object was
+    added, removed or renamed (which re-sorts the list) since the indices were taken, else they are taken again (a
+    deleted target then stops the session). In a file with many objects that read would cost more than it saves,
+    so each object's matrix_world is read on its own.
+    """
+    SHARED_READ_LIMIT = 40       # objects read per object we need, at most, for the one-call read
+
+    def __init__(self, characters):
+        self.characters = characters
+        self.objects = [o for c in characters for o in [c.obj] + c.targets]
+        self.k = len(characters)
+        self.matrices = np.zeros((self.k, 7, 4, 4), np.float32)      # transposed world matrices (column-major)
+        self.armature_bytes = b""
+        self.to_character = np.stack([np.asarray(c.to_character_np) for c in characters])
+        self.armature_to_character = np.zeros((self.k, 1, 4, 4))
+        self._index()
+
+    def _index(self):
+        import bpy
+
+        objects = bpy.data.objects
+        try:
+            uids = [o.session_uid for o in self.objects]
+        except ReferenceError:
+            raise LiveStopped("a target or an armature was deleted: live IK stopped") from None
+        count = len(objects)
+        self.shared = count <= self.SHARED_READ_LIMIT * len(self.objects)
+        if not self.shared:
+            return
+        self.uid_buffer = np.empty(count + 1, np.int32)
+        self.uid_buffer.fill(-1)
+        objects.foreach_get("session_uid", self.uid_buffer[:count])
+        where = {int(u): i for i, u in enumerate(self.uid_buffer[:count])}
+        if any(u not in where for u in uids):
+            raise LiveStopped("a target or an armature is no longer in the file: live IK stopped")
+        self.index = np.array([where[u] for u in uids], np.int64)
+        self.expected = np.array(uids, np.int32).tobytes()
+        self.count = count
+        self.all_matrices = np.empty(count * 16, np.float32)         # flat: foreach_get wants the exact size
+        self.all_view = self.all_matrices.reshape(count, 4, 4)
+
+    def read(self, out):
+        """Fill out (K, 6, 4, 4) with the targets in character space; LiveStopped when an object is gone."""
+        if self.shared:
+            import bpy
+
+            objects = bpy.data.objects
+            uids = self.uid_buffer
+            uids.fill(-1)
+            try:
+                objects.foreach_get("session_uid", uids)
+            except RuntimeError:                 # more objects than the buffer holds
+                uids[-1] = 0
+            if uids[-1] != -1 or uids.take(self.index).tobytes() != self.expected:
+                self._index()
+                return self.read(out)
+            objects.foreach_get("matrix_world", self.all_matrices)
+            np.take(self.all_view, self.index, axis=0, out=self.matrices.reshape(-1, 4, 4))
+        else:
+            self._read_each()
+        m = self.matrices
+        arm = m[:, 0].tobytes()
+        if arm != self.armature_bytes:           # the armature moved (or the first tick): character space again
+            world = np.swapaxes(m[:, 0], -1, -2).astype(np.float64)
+            self.armature_to_character[:, 0] = self.to_character @ np.linalg.pinv(world)
+            self.armature_bytes = arm
+        np.matmul(self.armature_to_character, np.swapaxes(m[:, 1:], -1, -2), out=out)
+
+    def _read_each(self):
+        flat = self.matrices.reshape(-1, 4, 4)
+        try:
+            for i, o in enumerate(self.objects):
+                flat[i] = o.matrix_world.transposed()
+        except ReferenceError:
+            raise LiveStopped("a target or an armature was deleted: live IK stopped") from None
+
+
+class LiveGroup:
+    """Characters that share a model: one Solver, one inference call, one product for all their pose buffers."""
+
+    def __init__(self, model, onnx_bytes, characters, engine):
+        self.characters = characters
+        self.k = k = len(characters)
+        self.solver = Solver(model, onnx_bytes, characters=k, engine=engine)
+        self.targets = np.zeros((k, 6, 4, 4))
+        first = characters[0]
+        self.uniform = all(c.count == first.count and c.hips_index == first.hips_index
+                           and np.array_equal(c.quaternion_bones, first.quaternion_bones)
+                           and np.array_equal(c.quaternion_roles, first.quaternion_roles) for c in characters)
+        self.hips_out = np.empty((k, 1, 10))
+        self.hips_q = np.empty((k, 4))
+        self.cached = [None] * k
+        self.iteration_counts = np.zeros(k, np.int64)
+        self.iterations = 0
+        self.follows_time = np.zeros(0, np.int64)
+        self.slow_bones = [c for c in characters if c.other_bones or not c.hips_is_quaternion]
+
+    def start(self):
+        """Write buffers from each rig's current pose (after the characters' start): the unmapped bones keep their
+        rotations, and the hips' frame is its parent's pose now."""
+        k = self.k
+        self.hips_maps = np.stack([c.hips_map() for c in self.characters])             # (K, 16, 10)
+        if self.uniform:
+            c0 = self.characters[0]
+            width = 4 * c0.count
+            self.select = np.zeros((NUM_ROLES * 4, width), np.float32)
+            for r, b in zip(c0.quaternion_roles, c0.quaternion_bones):
+                self.select[4 * r:4 * r + 4, 4 * b:4 * b + 4] = np.eye(4)
+            keep = np.ones((c0.count, 4), np.float32)
+            keep[c0.quaternion_bones] = 0.0
+            keep[c0.hips_index] = 0.0
+            self.bias = np.stack([c.quaternions * keep for c in self.characters]).reshape(k, width)
+            self.buffer = np.empty((k, width), np.float32)
+            self.rows = [self.buffer[i] for i in range(k)]
+            self.hips_slot = self.buffer.reshape(k, c0.count, 4)[:, c0.hips_index]
+
+    def refresh_settings(self, scene, which):
+        """Re-read the settings of characters `which`; pass them to the solver when any changed."""
+        changed = not self.solver.started
+        for i in which:
+            row = self.characters[i].settings(scene)
+            self.iteration_counts[i] = row[7]
+            if row[:7] != self.cached[i]:
+                self.cached[i] = row[:7]
+                changed = True
+        self.iterations = int(self.iteration_counts.max())
+        if changed:
+            v = np.array(self.cached, np.float64)
+            self.solver.set_settings(ground=v[:, 0:2], desired_contact=v[:, 2:4], phase=v[:, 5])
+            self.solver.set_task(v[:, 4].astype(np.int64))
+            self.follows_time = np.nonzero(v[:, 6] > 0)[0]
+
+    def solve_and_write(self, phase_now):
+        """Solve every character of the group and write their poses (one foreach_set and one property set each)."""
+        solver = self.solver
+        if len(self.follows_time):
+            solver.settings[self.follows_time, 6] = phase_now
+        solver.step(self.targets, None, None, None, None, refine_iterations=self.iterations, measure_errors=False)
+        np.matmul(solver.last_hips.reshape(self.k, 1, 16), self.hips_maps, out=self.hips_out)
+        squares_to_quaternions(self.hips_out[:, 0, :7], out=self.hips_q)
+        locations = self.hips_out[:, 0, 7:].tolist()
+        q = solver.q
+        if not solver.has_good.all():
+            good = solver.has_good
+        else:
+            good = None
+        if self.uniform:
+            np.matmul(q.reshape(self.k, NUM_ROLES * 4), self.select, out=self.buffer)
+            self.buffer += self.bias
+            self.hips_slot[:] = self.hips_q
+            rows = self.rows
+        else:
+            rows = [c.pose_buffer(q[i], self.hips_q[i]) for i, c in enumerate(self.characters)]
+        for i, (character, row, location) in enumerate(zip(self.characters, rows, locations)):
+            if good is not None and not good[i]:       # nothing good to hold yet: leave the rig as it is
+                continue
+            bones = character.obj.pose.bones
+            bones.foreach_set("rotation_quaternion", row)
+            bones[character.hips_index].location = location   # also tags the armature for re-evaluation
+        for character in self.slow_bones:
+            i = self.characters.index(character)
+            if good is None or good[i]:
+                character.write_other_bones(q[i], solver.last_hips[i, :3, :3])
 
 
 class LiveTick:
-    """Drives several armatures: groups them by model, one Solver (one inference call) per group."""
+    """Drives several armatures: groups them by model, one Solver (one inference call) per group.
+
+    Per tick: one read of every target (TargetReader), the solve, and per character one `foreach_set` and one
+    property set. The panel settings (ground, contact, task, phase, refinement) are re-read every tick for up to
+    SETTINGS_EVERY_TICK characters; with more, each tick re-reads the next slice of them, so every character's
+    settings are at most SETTINGS_ROUNDS ticks old (0.13 s at 60 Hz) - reading them all costs about 2 us per character.
+    """
+    SETTINGS_EVERY_TICK = 8
+    SETTINGS_ROUNDS = 8
 
     def __init__(self, entries, engine="auto", history=600):
         """entries: [(armature object, Model, onnx bytes or None)]; each armature must be mapped and have targets."""
-        self.groups = []
+        from .neural_network.onnx_export import check_rig
+
         by_model = {}
         for obj, model, onnx_bytes in entries:
             rig = rig_io.read_rig(obj, get_bone_map(obj))
-            from .neural_network.onnx_export import check_rig
-
             check_rig(model, rig.skeleton, f"the model of {obj.name}")
             by_model.setdefault(id(model), (model, onnx_bytes, []))[2].append(LiveCharacter(obj, rig, model))
-        for model, onnx_bytes, characters in by_model.values():
-            solver = Solver(model, onnx_bytes, characters=len(characters), engine=engine)
-            self.groups.append((solver, characters, np.zeros((len(characters), 6, 4, 4))))
+        self.live_groups = [LiveGroup(model, data, chars, engine) for model, data, chars in by_model.values()]
+        self.groups = [(g.solver, g.characters, g.targets) for g in self.live_groups]
+        self.readers = [TargetReader(g.characters) for g in self.live_groups]
         self.times = deque(maxlen=history)
         self.status = {}
         self.running = False
+        self.rounds = 0
 
     @property
     def characters(self):
-        return [c for _, chars, _ in self.groups for c in chars]
+        return [c for g in self.live_groups for c in g.characters]
 
     def start(self):
         for character in self.characters:
             character.start()
+        for group in self.live_groups:
+            group.start()
         self.running = True
 
     def stop(self):
@@ -229,25 +417,28 @@ class LiveTick:
     def tick(self, scene):
         """One tick for every character; raises LiveStopped when the session cannot go on."""
         began = time.perf_counter()
-        for solver, characters, targets in self.groups:
-            k = len(characters)
-            ground = np.empty((k, 2))
-            contact = np.empty((k, 2))
-            task = np.empty(k, np.int64)
-            phase = np.empty(k)
-            iterations = 0
-            for i, character in enumerate(characters):
-                character.read_targets(targets[i])
-                ground[i], contact[i], task[i], phase[i], its = character.settings(scene)
-                iterations = max(iterations, its)
-            result = solver.solve(targets, ground, contact, task, phase, refine_iterations=iterations,
-                                  measure_errors=False)
-            for i, character in enumerate(characters):
-                if not solver.has_good[i]:   # nothing good to hold yet: leave the rig as it is
-                    self.status[character.name] = int(result.status[i])
-                    continue
-                character.write(result.quaternions[i], result.hips_rotation[i], result.hips_position[i])
-                self.status[character.name] = int(result.status[i])
+        start, length = scene.frame_start, scene.frame_end - scene.frame_start + 1
+        phase_now = ((scene.frame_current - start) / max(length, 1)) % 1.0
+        self.rounds += 1
+        for group, reader in zip(self.live_groups, self.readers):
+            reader.read(group.targets)
+            k = group.k
+            if k <= self.SETTINGS_EVERY_TICK or not group.solver.started:
+                group.refresh_settings(scene, range(k))
+            else:
+                step = -(-k // self.SETTINGS_ROUNDS)
+                first = (self.rounds % self.SETTINGS_ROUNDS) * step
+                group.refresh_settings(scene, range(first, min(first + step, k)))
+            try:
+                group.solve_and_write(phase_now)
+            except ReferenceError:
+                raise LiveStopped("an armature was deleted: live IK stopped") from None
+            status = group.solver.status
+            if status.any() or self.status:
+                for character, code in zip(group.characters, status.tolist()):
+                    self.status[character.name] = code
+                if not status.any():
+                    self.status = {}
         self.times.append(time.perf_counter() - began)
 
     def messages(self):

@@ -17,13 +17,19 @@ from dataclasses import dataclass, field
 import bpy
 import numpy as np
 
-from .neural_network.roles import ESSENTIAL_ROLES, NUM_ROLES, ROLES
-from .neural_network.rotations import (
-    axis_angle_to_matrix,
-    euler_to_matrix,
-    matrix_to_axis_angle,
-    matrix_to_quaternion,
+from .neural_network.armature_fk import (
+    BoneChain,
+    axis_angle_quaternions,
+    conjugate,
+    euler_quaternions,
+    normalized,
+    quaternion_axis_angles,
+    quaternion_matrices,
+    quaternion_product,
 )
+from .neural_network.dataset import ActionBatch
+from .neural_network.roles import EFFECTOR_ROLES, ESSENTIAL_ROLES, NUM_ROLES, ROLES
+from .neural_network.rotations import matrix_to_axis_angle, matrix_to_quaternion
 from .neural_network.skeleton import Skeleton, nearest_mapped_parents
 
 ROTATION_PROPERTY = {"QUATERNION": "rotation_quaternion", "AXIS_ANGLE": "rotation_axis_angle"}
@@ -71,10 +77,15 @@ class RigModel:
     level_cache: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.rest_links is None:
-            inverse = np.linalg.inv(self.rest)
-            self.rest_links = np.array([self.rest[b] if p < 0 else inverse[p] @ self.rest[b]
-                                        for b, p in enumerate(self.parents)]).reshape(-1, 4, 4)
+        if self.rest_links is None:      # rest matrices are rigid: rest_p^-1 = [R_p^T, -R_p^T t_p]
+            parent = np.where(self.parents < 0, 0, self.parents)
+            r_pt = np.swapaxes(self.rest[parent, :3, :3], -1, -2)
+            links = np.array(self.rest, dtype=np.float64)
+            links[:, :3, :3] = r_pt @ self.rest[:, :3, :3]
+            links[:, :3, 3] = (r_pt @ (self.rest[:, :3, 3] - self.rest[parent, :3, 3])[..., None])[..., 0]
+            roots = self.parents < 0
+            links[roots] = self.rest[roots]
+            self.rest_links = links
 
     @property
     def role_mask(self):
@@ -144,8 +155,12 @@ def read_rig(obj, bone_map, require_essentials=True):
     names = [raw_names[i] for i in order]
     index = {n: i for i, n in enumerate(names)}
     parents = np.array([index[raw_parents[i]] if raw_parents[i] else -1 for i in order], dtype=np.int64)
-    rest = np.array([np.array(bones[n].matrix_local, dtype=np.float64) for n in names]).reshape(-1, 4, 4)
-    modes = [obj.pose.bones[n].rotation_mode for n in names]
+    flat = np.empty(16 * len(bones), dtype=np.float32)
+    bones.foreach_get("matrix_local", flat)          # column-major 4x4s
+    rest = np.swapaxes(flat.reshape(-1, 4, 4), -1, -2).astype(np.float64)[order]
+    rest[:, 3] = (0.0, 0.0, 0.0, 1.0)
+    pose_modes = {pb.name: pb.rotation_mode for pb in obj.pose.bones}
+    modes = [pose_modes[n] for n in names]
 
     mapping = {role: (bone_map.get(role, "") or "") for role in ROLES}
     problems = []
@@ -288,11 +303,18 @@ def action_fcurves(action, slot):
     return list(container.fcurves) if container is not None else []
 
 
-def bone_channels(fcurves, skip_muted=False):
-    """{(bone, property, index): fcurve} for the pose-bone transform curves among fcurves (a list or an F-curve
-    collection; with a collection, indices and mute flags are read in one call each). skip_muted leaves out curves
-    Blender does not evaluate (muted, or in a muted group)."""
-    count = len(fcurves)
+def _parse_layout(paths, indices):
+    """[(position, (bone, property, index))] of the pose-bone transform curves among data paths."""
+    layout = []
+    for k, path in enumerate(paths):
+        m = _BONE_PATH.match(path)
+        if m:
+            name = m.group(1)
+            layout.append((k, (_unescape(name) if "\\" in name else name, m.group(2), int(indices[k]))))
+    return layout
+
+
+def _curve_flags(fcurves, count, skip_muted):
     indices = np.zeros(count, dtype=np.int32)
     muted = np.zeros(count, dtype=bool)
     if hasattr(fcurves, "foreach_get"):
@@ -303,31 +325,45 @@ def bone_channels(fcurves, skip_muted=False):
         indices[:] = [fc.array_index for fc in fcurves]
         if skip_muted:
             muted[:] = [fc.mute for fc in fcurves]
-    out = {}
-    for k, fc in enumerate(fcurves):
-        if muted[k]:
-            continue
-        m = _BONE_PATH.match(fc.data_path)
-        if m:
-            name = m.group(1)
-            out[(_unescape(name) if "\\" in name else name, m.group(2), int(indices[k]))] = fc
-    return out
+    return indices, muted
 
 
-def _channels_of(action, slot):
-    """bone_channels of the curves Blender would evaluate for a slot."""
+def bone_channels(fcurves, skip_muted=False, layouts=None):
+    """{(bone, property, index): fcurve} for the pose-bone transform curves among fcurves (a list or an F-curve
+    collection; with a collection, indices and mute flags are read in one call each). skip_muted leaves out curves
+    Blender does not evaluate (muted). layouts: a dict shared over one extraction; actions whose curves have the
+    same paths and indices (every file of one BVH folder, every action of one rig) are parsed once."""
+    curves = list(fcurves)
+    indices, muted = _curve_flags(fcurves, len(curves), skip_muted)
+    paths = tuple(fc.data_path for fc in curves)
+    key = (paths, indices.tobytes())
+    layout = None if layouts is None else layouts.get(key)
+    if layout is None:
+        layout = _parse_layout(paths, indices)
+        if layouts is not None:
+            layouts[key] = layout
+    return {channel: curves[k] for k, channel in layout if not muted[k]}
+
+
+def _channels_of(action, slot, layouts=None):
+    """bone_channels of the curves Blender would evaluate for a slot (muted curves and groups left out)."""
     container = _curve_container(action, slot)
     if container is None:
         return {}
-    out = bone_channels(container.fcurves, skip_muted=True)
-    if out and any(g.mute for g in container.groups):
-        out = {key: fc for key, fc in out.items() if fc.group is None or not fc.group.mute}
+    out = bone_channels(container.fcurves, skip_muted=True, layouts=layouts)
+    groups = container.groups
+    if out and len(groups):
+        group_muted = np.zeros(len(groups), dtype=bool)
+        groups.foreach_get("mute", group_muted)
+        if group_muted.any():
+            out = {key: fc for key, fc in out.items() if fc.group is None or not fc.group.mute}
     return out
 
 
-def action_channels(obj, action):
-    """{(bone, property, index): fcurve} of the curves that would drive obj (unmuted, through its slot)."""
-    return _channels_of(action, action_slot_for(obj, action))
+def action_channels(obj, action, layouts=None):
+    """{(bone, property, index): fcurve} of the curves that would drive obj (unmuted, through its slot).
+    layouts: see bone_channels (one dict per extraction)."""
+    return _channels_of(action, action_slot_for(obj, action), layouts)
 
 
 def animated_bones(obj, action, channels=None):
@@ -341,205 +377,361 @@ def action_frame_range(action):
     return int(math.ceil(start - 1e-6)), int(math.floor(end + 1e-6))
 
 
+CHANNEL_WIDTHS = {"location": 3, "rotation_quaternion": 4, "rotation_euler": 3, "rotation_axis_angle": 4, "scale": 3}
+
+
 def _current_channels(obj, names):
-    """Current pose-bone channel values of `names` (what Blender uses where an action has no curve)."""
+    """Current pose-bone channel values of `names` as {property: (width, len(names))}: what Blender uses where an
+    action has no curve."""
     pose_bones = obj.pose.bones
     n = len(pose_bones)
     order = {pb.name: i for i, pb in enumerate(pose_bones)}
+    rows = [order[name] for name in names]
     values = {}
-    for prop, width in (("location", 3), ("rotation_quaternion", 4), ("rotation_euler", 3),
-                        ("rotation_axis_angle", 4), ("scale", 3)):
+    for prop, width in CHANNEL_WIDTHS.items():
         buf = np.empty(n * width, dtype=np.float32)
         pose_bones.foreach_get(prop, buf)
-        buf = buf.reshape(n, width).astype(np.float64)
-        values[prop] = buf[[order[name] for name in names]]
+        values[prop] = np.ascontiguousarray(buf.reshape(n, width)[rows].T, dtype=np.float64)
     return values
 
 
-def sample_channels(rig, obj, action, frame_start=None, frame_end=None, bones=None, current=None, channels=None):
-    """Per-frame channel values of `bones` (indices into rig.bone_names; default rig.needed) for every integer
-    frame of the action, without frame_set and without changing the action.
+def bone_chain(rig):
+    """The BoneChain of the bones extraction reads (rig.needed), built once per rig."""
+    chain = rig.level_cache.get("chain")
+    if chain is None:
+        chain = BoneChain.build(rig.parents, rig.rest_links, rig.needed)
+        rig.level_cache["chain"] = chain
+    return chain
 
-    current: the pose's own channel values of `bones` (read once by read_actions); channels without a curve keep
-    them, as in Blender. channels: the action's parsed curves when the caller has them (see action_channels).
-    Returns (frames (F,), {property: (F, len(bones), width)}, animated: bone names with curves).
-    """
-    bones = rig.needed if bones is None else np.asarray(bones, dtype=np.int64)
-    names = [rig.bone_names[b] for b in bones]
-    first, last = action_frame_range(action)
-    first = first if frame_start is None else int(frame_start)
-    last = last if frame_end is None else int(frame_end)
-    if last < first:
-        raise RigError(f"action {action.name!r} has no frames in {first}..{last}")
-    frames = np.arange(first, last + 1)
-    count = len(frames)
-    current = _current_channels(obj, names) if current is None else current
-    values = {prop: np.broadcast_to(v, (count,) + v.shape).copy() for prop, v in current.items()}
-    wanted = {}
+
+@dataclass
+class PoseBatch:
+    """Every frame of several actions evaluated at once, frames on the last axis (armature space).
+
+    Rows start[a]:start[a+1] are action a's frames. K = the chain's bones (BoneChain order)."""
+    actions: list
+    frames: np.ndarray            # (N,) scene frames
+    starts: np.ndarray            # (A+1,) row offsets
+    ranges: list                  # (first, last) frame range of each action
+    animated: list                # set of animated bone names per action
+    local: np.ndarray             # (4, K, N) unit quaternions of matrix_basis' rotation
+    world: np.ndarray             # (4, K, N) unit quaternions of the pose rotations
+    matrices: np.ndarray          # (3, 3, K, N) the same as matrices
+    heads: np.ndarray             # (3, K, N) bone heads
+    moving: np.ndarray            # (A,) bool: the rest skeleton's bridges/offsets do not hold for the action
+
+    def rows(self, a):
+        return slice(int(self.starts[a]), int(self.starts[a + 1]))
+
+
+def read_pose_batches(rig, obj, actions, frame_start=None, frame_end=None, batch_frames=20000, channels=None):
+    """PoseBatch of up to `batch_frames` frames (at least one action) at a time, for every action in turn, without
+    frame_set and without changing anything. channels: each action's action_channels when the caller has them."""
+    chain = bone_chain(rig)
+    names = [rig.bone_names[b] for b in chain.bones]
+    current = _current_channels(obj, names)
+    layouts = {}
+    pending, pending_frames = [], 0
+    for n, action in enumerate(actions):
+        first, last = action_frame_range(action)
+        first = first if frame_start is None else int(frame_start)
+        last = last if frame_end is None else int(frame_end)
+        if last < first:
+            raise RigError(f"action {action.name!r} has no frames in {first}..{last}")
+        own = _channels_of(action, action_slot_for(obj, action), layouts) if channels is None else channels[n]
+        pending.append((action, first, last, own))
+        pending_frames += last - first + 1
+        if pending_frames >= batch_frames:
+            yield _pose_batch(rig, obj, chain, names, current, pending)
+            pending, pending_frames = [], 0
+    if pending:
+        yield _pose_batch(rig, obj, chain, names, current, pending)
+
+
+def _pose_batch(rig, obj, chain, names, current, pending):
+    counts = np.array([last - first + 1 for _, first, last, _ in pending])
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    frames = np.concatenate([np.arange(first, last + 1) for _, first, last, _ in pending])
+    values, animated = _read_channels(rig, obj, chain, names, current, pending, starts)
+    local = _basis_quaternions(rig, chain, values)
+    scale = values.get("scale")
+    moving_rows = _moving_rows(rig, chain, local, values)
+    moving = np.logical_or.reduceat(moving_rows, starts[:-1]) if len(moving_rows) else np.zeros(len(pending), bool)
+    if scale is None:
+        location = values.get("location")
+        moved = None
+        if location is not None:
+            ks = np.where(np.any(location != 0.0, axis=(0, 2)))[0]
+            moved = (ks, location[:, ks]) if len(ks) else None
+        world, matrices, heads = chain.forward(local, moved)
+    else:       # the general form: rotation @ scale, orientations are the normalised columns
+        location = values.get("location")
+        if location is None:
+            location = np.zeros((3,) + local.shape[1:])
+        rot = quaternion_matrices(local) * scale[None]
+        scaled, heads = chain.forward_scaled(rot, location)
+        matrices = scaled / np.sqrt(np.sum(scaled * scaled, axis=0, keepdims=True))
+        world = np.moveaxis(matrix_to_quaternion(np.moveaxis(matrices, (0, 1), (-2, -1))), -1, 0)
+    return PoseBatch([p[0] for p in pending], frames, starts, [(p[1], p[2]) for p in pending], animated, local,
+                     world, matrices, heads, moving)
+
+
+def _read_channels(rig, obj, chain, names, current, pending, starts):
+    """{property: (width, K, N)} channel values of the chain's bones for every frame of the pending actions, and
+    the animated bone names of each action. Location and scale are left out (None) where nothing moves them."""
+    N = int(starts[-1])
     local = {name: k for k, name in enumerate(names)}
-    slot = action_slot_for(obj, action)
-    channels = _channels_of(action, slot) if channels is None else channels
-    for key, fc in channels.items():     # muted curves are left out, as Blender does
-        bone, prop, i = key
-        k = local.get(bone)
-        if k is None or i >= values[prop].shape[2] or prop not in ("location", "scale", rotation_property(
-                rig.rotation_modes[bones[k]])):
-            continue
-        wanted[key] = (prop, k, i, fc)
-    animated = {names[k] for (_, k, _, _) in wanted.values()}
-    # Keys exactly on every frame (BVH imports, baked actions): the curve's value there is the key's value.
-    remaining = {}
-    direct = []
-    keys = np.empty((len(wanted), 2 * count), dtype=np.float32)
-    for key, (prop, k, i, fc) in wanted.items():
-        row = len(direct)
-        points = fc.keyframe_points
-        if len(points) == count and not len(fc.modifiers):
-            points.foreach_get("co", keys[row])
-            direct.append((key, prop, k, i, fc))
+    modes = [rig.rotation_modes[b] for b in chain.bones]
+    rotation_props = [rotation_property(m) for m in modes]
+    wanted = []            # per action: [(property, k, index, fcurve)]
+    used = set(rotation_props)
+    for _, _, _, channels in pending:
+        mine = []
+        for (bone, prop, i), fc in channels.items():
+            k = local.get(bone)
+            if k is None or i >= CHANNEL_WIDTHS[prop] or (prop != "location" and prop != "scale"
+                                                           and prop != rotation_props[k]):
+                continue
+            mine.append((prop, k, i, fc))
+            used.add(prop)
+        wanted.append(mine)
+    if "location" not in used and not np.any(current["location"]):
+        used.discard("location")
+    else:
+        used.add("location")
+    if "scale" not in used and np.all(current["scale"] == 1.0):
+        used.discard("scale")
+    else:
+        used.add("scale")
+    values = {prop: np.repeat(current[prop][:, :, None], N, axis=2) for prop in used}
+    animated = []
+    for (action, first, last, _), mine, row in zip(pending, wanted, starts[:-1]):
+        animated.append({names[k] for _, k, _, _ in mine})
+        _read_action_keys(action, obj, first, last, mine, values, int(row))
+    return values, animated
+
+
+def _read_action_keys(action, obj, first, last, wanted, values, row):
+    """Write one action's curve values for frames first..last into values[prop][i, k, row:row + count]."""
+    count = last - first + 1
+    rows = slice(row, row + count)
+    direct, remaining = [], []
+    for item in wanted:     # keys exactly on every frame (BVH imports, baked actions): the value is the key's
+        fc = item[3]
+        if len(fc.keyframe_points) == count and not len(fc.modifiers):
+            direct.append(item)
         else:
-            remaining[key] = (prop, k, i)
+            remaining.append(item)
     if direct:
-        keys = keys[:len(direct)]
-        on_frames = np.all(keys[:, 0::2] == frames[None, :], axis=1)
-        for row, (key, prop, k, i, _) in enumerate(direct):
-            if on_frames[row]:
-                values[prop][:, k, i] = keys[row, 1::2]
+        keys = np.empty((len(direct), 2 * count), dtype=np.float32)
+        for j, item in enumerate(direct):
+            item[3].keyframe_points.foreach_get("co", keys[j])
+        on_frames = np.all(keys[:, 0::2] == np.arange(first, last + 1, dtype=np.float32), axis=1)
+        for j, (prop, k, i, _) in enumerate(direct):
+            if on_frames[j]:
+                values[prop][i, k, rows] = keys[j, 1::2]
             else:
-                remaining[key] = (prop, k, i)
+                remaining.append(direct[j])
+    if remaining:
+        _sample_curves(action, obj, first, last, remaining, values, rows)
+
+
+def _sample_curves(action, obj, first, last, items, values, rows):
+    """Curves whose keys are not on every frame: Blender's own evaluation of a throwaway copy's curves
+    (convert_to_samples replaces keys, so it never runs on the user's action)."""
+    count = last - first + 1
+    slot = action_slot_for(obj, action)
+    targets = {}
+    for prop, k, i, fc in items:
+        targets[(fc.data_path, fc.array_index)] = (prop, k, i)
     buf = np.empty(2 * count, dtype=np.float32)
-    if not remaining:
-        return frames, values, animated
-    copy = action.copy()       # convert_to_samples replaces keys, so it runs on a throwaway copy
+    copy = action.copy()
     try:
         copy_slot = None
         if slot is not None:
             copy_slot = next((s for s in copy.slots if s.identifier == slot.identifier), None)
-        for key, fc in _channels_of(copy, copy_slot).items():
-            target = remaining.get(key)
+        for fc in _channels_of(copy, copy_slot).values():
+            target = targets.get((fc.data_path, fc.array_index))
             if target is None:
                 continue
             prop, k, i = target
             fc.convert_to_samples(first, last + 1)
             points = fc.sampled_points
             if len(points) != count:   # a curve that refuses sampling: evaluate it point by point
-                values[prop][:, k, i] = [fc.evaluate(float(f)) for f in frames]
+                values[prop][i, k, rows] = [fc.evaluate(float(f)) for f in range(first, last + 1)]
                 continue
             points.foreach_get("co", buf)
-            values[prop][:, k, i] = buf[1::2]
+            values[prop][i, k, rows] = buf[1::2]
     finally:
         bpy.data.actions.remove(copy)
-    return frames, values, animated
 
 
-def basis_matrices(rig, bones, values):
-    """matrix_basis of `bones` from channel values, per bone in its rotation mode (Blender's formula), as its 3x3
-    part (F, len(bones), 3, 3) (rotation @ scale) and its location (F, len(bones), 3); bones sharing a mode are
-    converted in one batch."""
-    count = values["location"].shape[0]
-    nb = len(bones)
-    rot = np.empty((count, nb, 3, 3))
-    modes = [rig.rotation_modes[b] for b in bones]
+def _basis_quaternions(rig, chain, values):
+    """(4, K, N) unit quaternions of each bone's matrix_basis rotation, per bone in its rotation mode (Blender's
+    conversions; bones sharing a mode in one batch)."""
+    K = len(chain.bones)
+    N = next(iter(values.values())).shape[2]
+    out = np.empty((4, K, N))
+    modes = [rig.rotation_modes[b] for b in chain.bones]
     for mode in set(modes):
         ks = [k for k, m in enumerate(modes) if m == mode]
-        ks = slice(ks[0], ks[-1] + 1) if ks == list(range(ks[0], ks[-1] + 1)) else ks
+        ks = slice(ks[0], ks[-1] + 1) if ks == list(range(ks[0], ks[-1] + 1)) else np.array(ks)
         if mode == "QUATERNION":
-            rot[:, ks] = _quaternion_matrices(values["rotation_quaternion"][:, ks])
+            out[:, ks] = normalized(values["rotation_quaternion"][:, ks])
         elif mode == "AXIS_ANGLE":
-            aa = values["rotation_axis_angle"][:, ks]
-            axis = aa[..., 1:]
-            length = np.linalg.norm(axis, axis=-1, keepdims=True)
-            unit = np.where(length > 1e-12, axis / np.maximum(length, 1e-12), 0.0)
-            rot[:, ks] = axis_angle_to_matrix(unit * aa[..., :1])
+            out[:, ks] = axis_angle_quaternions(values["rotation_axis_angle"][:, ks])
         else:
-            rot[:, ks] = euler_to_matrix(values["rotation_euler"][:, ks], mode)
-    scale = values["scale"]
-    if not np.all(scale == 1.0):
-        rot *= scale[:, :, None, :]
-    return rot, values["location"]
-
-
-def _quaternion_matrices(q):
-    """(..., 4) quaternions as Blender turns them into rotations: normalised first (zero -> identity)."""
-    w, x, y, z = np.moveaxis(q, -1, 0).copy()       # contiguous components: the products below run at full speed
-    norm2 = w * w + x * x + y * y + z * z
-    s = np.where(norm2 > 1e-24, 2.0 / np.where(norm2 > 1e-24, norm2, 1.0), 0.0)
-    xs, ys, zs = x * s, y * s, z * s
-    wx, wy, wz = w * xs, w * ys, w * zs
-    xx, xy, xz = x * xs, x * ys, x * zs
-    yy, yz, zz = y * ys, y * zs, z * zs
-    out = np.empty(q.shape[:-1] + (3, 3))
-    out[..., 0, 0] = 1.0 - (yy + zz)
-    out[..., 0, 1] = xy - wz
-    out[..., 0, 2] = xz + wy
-    out[..., 1, 0] = xy + wz
-    out[..., 1, 1] = 1.0 - (xx + zz)
-    out[..., 1, 2] = yz - wx
-    out[..., 2, 0] = xz - wy
-    out[..., 2, 1] = yz + wx
-    out[..., 2, 2] = 1.0 - (xx + yy)
+            out[:, ks] = euler_quaternions(values["rotation_euler"][:, ks], mode)
     return out
 
 
-def _constant_times(constants, matrices):
-    """constants (k, 3, 3) @ matrices (F, k, 3, 3), one BLAS product per bone (much faster than a batched matmul
-    of tiny matrices)."""
-    out = np.empty_like(matrices)
-    for j in range(constants.shape[0]):
-        out[:, j] = np.tensordot(matrices[:, j], constants[j], axes=([1], [1])).transpose(0, 2, 1)
-    return out
+def _moving_rows(rig, chain, local, values):
+    """(N,) True where the rest skeleton's bridges/offsets would not hold: an unmapped bone between mapped ones is
+    off its rest pose, or a mapped bone below the hips has a location or a scale."""
+    between, below_chain, moved = _link_masks(rig, chain)
+    rows = np.zeros(local.shape[2], dtype=bool)
+    loc, scale = values.get("location"), values.get("scale")
+    half = 0.5 * MOVING_TOLERANCE      # a quaternion's vector part is half the rotation angle
+    if len(between):
+        rows |= np.any(np.abs(local[1:, between]) > half, axis=(0, 1))
+        if loc is not None:
+            rows |= np.any(np.abs(loc[:, between]) > MOVING_TOLERANCE, axis=(0, 1))
+    if scale is not None:
+        rows |= np.any(np.abs(scale[:, below_chain] - 1.0) > MOVING_TOLERANCE, axis=(0, 1))
+        if len(between):
+            rows |= np.any(np.abs(scale[:, between] - 1.0) > MOVING_TOLERANCE, axis=(0, 1))
+    if loc is not None and len(moved):
+        rows |= np.any(np.abs(loc[:, moved]) > MOVING_TOLERANCE, axis=(0, 1))
+    return rows
 
 
-def _batched_product(a, b):
-    """a @ b for (..., 3, 3) stacks, written out per entry (faster than np.matmul on tiny matrices)."""
-    out = np.empty(np.broadcast_shapes(a.shape, b.shape))
-    for i in range(3):
-        for j in range(3):
-            out[..., i, j] = a[..., i, 0] * b[..., 0, j] + a[..., i, 1] * b[..., 1, j] + a[..., i, 2] * b[..., 2, j]
-    return out
+def _link_masks(rig, chain):
+    """Positions in the chain of the in-between bones, the hips and mapped bones below, and mapped bones below the
+    hips (cached per rig)."""
+    cached = rig.level_cache.get("links")
+    if cached is None:
+        bones = chain.bones
+        hips = int(rig.role_bones[0])
+        below = np.array([_is_ancestor(rig.parents, hips, int(b)) for b in bones])
+        mapped = np.isin(bones, rig.role_bones[rig.role_mask])
+        cached = (np.where(below & ~mapped)[0], np.where((below & mapped) | (bones == hips))[0],
+                  np.where(below & mapped)[0])
+        rig.level_cache["links"] = cached
+    return cached
 
 
-def forward_all(rig, bones, basis):
-    """Armature-space pose of `bones` (closed under parents, parents first) from basis_matrices' (3x3, location):
-    (F, len(bones), 3, 3) matrix parts and (F, len(bones), 3) heads; one batched product per depth of the hierarchy.
-    Equal to Blender's pose_j = pose_parent @ rest_parent^-1 @ rest_j @ basis_j, split into its 3x3 and translation.
+def _role_positions(rig, chain):
+    """(mapped roles, their positions in the chain)."""
+    cached = rig.level_cache.get("roles")
+    if cached is None:
+        position = {int(b): k for k, b in enumerate(chain.bones)}
+        roles = np.where(rig.role_mask)[0]
+        cached = (roles, np.array([position[int(rig.role_bones[r])] for r in roles], dtype=np.int64))
+        rig.level_cache["roles"] = cached
+    return cached
+
+
+def _rows_last(a):
+    """(..., N) -> (N, ...)"""
+    return np.moveaxis(a, -1, 0)
+
+
+def batch_role_arrays(rig, batch, rotations="effectors"):
+    """Role-order arrays (N, 23, ...) in character space from a PoseBatch:
+
+    local_axis_angle (N, 23, 3) (zero where unmapped), positions (N, 23, 3) (NaN where unmapped), hips_rotation
+    (N, 3, 3), hips_position (N, 3), and `rotations`: "effectors" gives effector_rotations (N, 5, 3, 3), "all" gives
+    rotations and local_rotations (N, 23, 3, 3) (identity where unmapped). bridges (N, 23, 3, 3) and offsets
+    (N, 23, 3) are computed for the rows of moving actions (None when no action of the batch moves).
     """
-    m3, loc = basis
-    R = np.empty_like(m3)
-    T = np.empty_like(loc)
-    link_r, link_t = rig.rest_links[:, :3, :3], rig.rest_links[:, :3, 3]
-    for ks, bone_ids, parent_ks in _levels(rig, bones):
-        lr = link_r[bone_ids]
-        own_r = _constant_times(lr, m3[:, ks])
-        own_t = np.einsum("kij,fkj->fki", lr, loc[:, ks]) + link_t[bone_ids]
-        if parent_ks is None:
-            R[:, ks], T[:, ks] = own_r, own_t
-        else:
-            rp = R[:, parent_ks]
-            R[:, ks] = _batched_product(rp, own_r)
-            T[:, ks] = T[:, parent_ks] + np.einsum("fkij,fkj->fki", rp, own_t)
-    return R, T
+    roles, ks = _role_positions(rig, bone_chain(rig))
+    n = len(batch.frames)
+    full = len(roles) == NUM_ROLES
+    out = {}
+    aa = quaternion_axis_angles(batch.local[:, ks])                    # (3, R, N)
+    local_aa = np.zeros((n, NUM_ROLES, 3))
+    local_aa[:, roles] = _rows_last(aa).swapaxes(1, 2)
+    out["local_axis_angle"] = local_aa
+    heads = batch.heads[:, ks]
+    if not _identity(rig.basis):
+        heads = np.tensordot(rig.basis, heads, axes=([1], [0]))
+    heads = rig.scale * heads if rig.scale != 1.0 else heads
+    positions = np.empty((n, NUM_ROLES, 3)) if full else np.full((n, NUM_ROLES, 3), np.nan)
+    positions[:, roles] = _rows_last(heads).swapaxes(1, 2)
+    out["positions"] = positions
+    out["hips_position"] = positions[:, 0]
+    needed_roles = EFFECTOR_ROLES if rotations == "effectors" else tuple(range(NUM_ROLES))
+    chain_of = dict(zip(roles.tolist(), ks.tolist()))
+    which = [r for r in needed_roles if r in chain_of]
+    hips = chain_of.get(0, ks[0])
+    mats = _character_rotations(rig, batch.matrices[:, :, [hips] + [chain_of[r] for r in which]])
+    world = _rows_last(mats).transpose(0, 3, 1, 2)                       # (N, 1 + len(which), 3, 3)
+    out["hips_rotation"] = world[:, 0]
+    if rotations == "effectors":
+        eff = np.broadcast_to(np.eye(3), (n, len(EFFECTOR_ROLES), 3, 3)).copy()
+        eff[:, [EFFECTOR_ROLES.index(r) for r in which]] = world[:, 1:]
+        out["effector_rotations"] = eff
+    else:
+        rot = np.broadcast_to(np.eye(3), (n, NUM_ROLES, 3, 3)).copy()
+        rot[:, which] = world[:, 1:]
+        out["rotations"] = rot
+        local = np.broadcast_to(np.eye(3), (n, NUM_ROLES, 3, 3)).copy()
+        local[:, roles] = _rows_last(quaternion_matrices(batch.local[:, ks])).transpose(0, 3, 1, 2)
+        out["local_rotations"] = local
+    out["bridges"], out["offsets"] = _batch_links(rig, batch, roles, ks) if batch.moving.any() else (None, None)
+    return out
 
 
-def _levels(rig, bones):
-    """[(positions in `bones`, bone indices, parents' positions or None for roots)] grouped by depth."""
-    key = tuple(int(b) for b in bones)
-    cached = rig.level_cache.get(key)
-    if cached is not None:
-        return cached
-    local = {b: k for k, b in enumerate(key)}
-    depth = {}
-    for b in key:
-        p = int(rig.parents[b])
-        depth[b] = 0 if p < 0 else depth[p] + 1
-    levels = []
-    for d in range(max(depth.values()) + 1 if depth else 0):
-        ids = [b for b in key if depth[b] == d]
-        ks = np.array([local[b] for b in ids])
-        parent_ks = None if d == 0 else np.array([local[int(rig.parents[b])] for b in ids])
-        levels.append((ks, np.array(ids), parent_ks))
-    rig.level_cache[key] = levels
-    return levels
+def _identity(m):
+    return bool(np.array_equal(m, np.eye(3)))
+
+
+def _character_rotations(rig, matrices):
+    """(3, 3, ...) armature-space rotations -> character space (C @ R)."""
+    if _identity(rig.basis):
+        return matrices
+    return np.tensordot(rig.basis, matrices, axes=([1], [0]))
+
+
+def _batch_links(rig, batch, roles, ks):
+    """Per-frame bridges (N, 23, 3, 3) and offsets (N, 23, 3): bridge_j = R_p^T R_j L_j^T and
+    offset_j = R_p^T (x_j - x_p) for each mapped role j with mapped parent p (identity / zero elsewhere)."""
+    n = len(batch.frames)
+    parents = nearest_mapped_parents(rig.role_mask)
+    chain_of = dict(zip(roles.tolist(), ks.tolist()))
+    js = [int(j) for j in roles if parents[j] >= 0]
+    bridges = np.broadcast_to(np.eye(3), (n, NUM_ROLES, 3, 3)).copy()
+    offsets = np.zeros((n, NUM_ROLES, 3))
+    if not js:
+        return bridges, offsets
+    kj = [chain_of[j] for j in js]
+    kp = [chain_of[int(parents[j])] for j in js]
+    rel = quaternion_product(conjugate(batch.world[:, kp]),
+                             quaternion_product(batch.world[:, kj], conjugate(batch.local[:, kj])))
+    bridges[:, js] = _rows_last(quaternion_matrices(rel)).transpose(0, 3, 1, 2)
+    d = batch.heads[:, kj] - batch.heads[:, kp]
+    r = batch.matrices[:, :, kp]
+    local_d = r[0] * d[0] + r[1] * d[1] + r[2] * d[2]          # R_p^T d: row i = column i of R_p dotted with d
+    offsets[:, js] = rig.scale * _rows_last(local_d).swapaxes(1, 2)
+    return bridges, offsets
+
+
+def read_dataset_batches(rig, obj, actions, tasks, channels=None, batch_frames=20000):
+    """dataset.ActionBatch of up to `batch_frames` frames at a time (whole actions), for every action in turn: what
+    DatasetBuilder.add_batch takes. tasks: the task index of each action."""
+    done = 0
+    for batch in read_pose_batches(rig, obj, actions, batch_frames=batch_frames, channels=channels):
+        arrays = batch_role_arrays(rig, batch)
+        count = len(batch.actions)
+        ranges = np.array([action_frame_range(a) for a in batch.actions]).reshape(-1, 2)
+        yield ActionBatch(
+            names=[a.name for a in batch.actions], frame_start=ranges[:, 0], frame_end=ranges[:, 1],
+            starts=batch.starts, frames=batch.frames, local_axis_angle=arrays["local_axis_angle"],
+            positions=arrays["positions"], hips_rotation=arrays["hips_rotation"],
+            hips_position=arrays["hips_position"], effector_rotations=arrays["effector_rotations"],
+            tasks=np.asarray(tasks[done:done + count], dtype=np.int64), moving=batch.moving,
+            bridges=arrays["bridges"], offsets=arrays["offsets"])
+        done += count
 
 
 @dataclass
@@ -566,102 +758,30 @@ def read_action(rig, obj, action, frame_start=None, frame_end=None):
 
 
 def read_actions(rig, obj, actions, frame_start=None, frame_end=None, batch_frames=20000, channels=None):
-    """ActionSample of each action in turn. The Blender side (curve sampling) runs per action; the NumPy side (FK,
-    links) runs on batches of up to `batch_frames` frames of several actions at once, so short actions cost little
-    and memory stays bounded. channels: each action's action_channels, when the caller parsed them already."""
-    bones = rig.needed
-    current = _current_channels(obj, [rig.bone_names[b] for b in bones])
-    pending, pending_frames = [], 0
-    for n, action in enumerate(actions):
-        frames, values, animated = sample_channels(rig, obj, action, frame_start, frame_end, bones, current,
-                                                   None if channels is None else channels[n])
-        pending.append((action, frames, values, animated))
-        pending_frames += len(frames)
-        if pending_frames >= batch_frames:
-            yield from _evaluate_batch(rig, pending)
-            pending, pending_frames = [], 0
-    if pending:
-        yield from _evaluate_batch(rig, pending)
-
-
-def _evaluate_batch(rig, pending):
-    bones = rig.needed
-    values = {prop: np.concatenate([p[2][prop] for p in pending]) for prop in pending[0][2]}
-    unscaled = bool(np.all(values["scale"] == 1.0))
-    basis = basis_matrices(rig, bones, values)
-    pose_r, pose_t = forward_all(rig, bones, basis)
-    local_index = {int(b): k for k, b in enumerate(bones)}
-    mask = rig.role_mask
-    count = pose_t.shape[0]
-    roles = np.where(mask)[0]
-    ks = [local_index[int(rig.role_bones[r])] for r in roles]
-    if len(roles) == NUM_ROLES:
-        own, rotations = basis[0][:, ks], pose_r[:, ks]
-        local = own if unscaled else _normalized_columns(own)
-        positions = rig.to_character_positions(pose_t[:, ks])
-        rotations = rig.to_character_rotations(rotations, normalize=not unscaled)
-    else:
-        eye = np.eye(3)
-        local = np.broadcast_to(eye, (count, NUM_ROLES, 3, 3)).copy()
-        rotations = np.broadcast_to(eye, (count, NUM_ROLES, 3, 3)).copy()
-        positions = np.full((count, NUM_ROLES, 3), np.nan)
-        own = basis[0][:, ks]
-        local[:, roles] = own if unscaled else _normalized_columns(own)
-        # without any scale in the pose, the rotation parts are exact rotations (rest matrices are orthonormal)
-        rotations[:, roles] = rig.to_character_rotations(pose_r[:, ks], normalize=not unscaled)
-        positions[:, roles] = rig.to_character_positions(pose_t[:, ks])
-    moving_rows = _moving_rows(rig, bones, basis, values)
+    """ActionSample of each action in turn (see read_pose_batches; the NumPy side runs on batches of actions)."""
     skel = rig.skeleton
-    start = 0
-    for action, frames, _, animated in pending:
-        rows = slice(start, start + len(frames))
-        start = rows.stop
-        n = len(frames)
-        moving = bool(np.any(moving_rows[rows]))
-        if moving:   # an in-between bone moves, or a mapped bone translates or scales: links per frame
-            bridges, offsets = relative_links(mask, rotations[rows], np.nan_to_num(positions[rows]), local[rows])
-        else:        # every in-between bone at rest: the rest skeleton's links hold exactly
-            bridges = np.broadcast_to(skel.bridges, (n, NUM_ROLES, 3, 3))
-            offsets = np.broadcast_to(skel.offsets, (n, NUM_ROLES, 3))
-        first, last = action_frame_range(action)
-        yield ActionSample(
-            name=action.name, frames=frames, frame_start=first, frame_end=last,
-            local_rotations=local[rows], rotations=rotations[rows], positions=positions[rows],
-            hips_rotation=rotations[rows, 0], hips_position=positions[rows, 0],
-            bridges=bridges, offsets=offsets, moving_links=moving,
-            animated_roles=np.array([bool(mask[r]) and rig.bone_names[rig.role_bones[r]] in animated
-                                     for r in range(NUM_ROLES)]),
-        )
-
-
-def _moving_rows(rig, bones, basis, values):
-    """(F,) True where the rest skeleton's bridges/offsets would not hold: an unmapped bone between mapped ones
-    is off its rest pose, or a mapped bone below the hips has a location or a scale."""
-    between, chain, moved = _link_masks(rig, bones)
-    m3, loc = basis
-    rows = np.zeros(m3.shape[0], dtype=bool)
-    if len(between):
-        rows |= np.any(np.abs(m3[:, between] - np.eye(3)) > MOVING_TOLERANCE, axis=(1, 2, 3))
-        rows |= np.any(np.abs(loc[:, between]) > MOVING_TOLERANCE, axis=(1, 2))
-    rows |= np.any(np.abs(values["scale"][:, chain] - 1.0) > MOVING_TOLERANCE, axis=(1, 2))
-    if len(moved):
-        rows |= np.any(np.abs(loc[:, moved]) > MOVING_TOLERANCE, axis=(1, 2))
-    return rows
-
-
-def _link_masks(rig, bones):
-    """Positions in `bones` of the in-between bones, the hips and mapped bones below, and mapped bones below the
-    hips (cached per rig)."""
-    key = ("links",) + tuple(int(b) for b in bones)
-    cached = rig.level_cache.get(key)
-    if cached is None:
-        hips = int(rig.role_bones[0])
-        below = np.array([_is_ancestor(rig.parents, hips, int(b)) for b in bones])
-        mapped = np.isin(bones, rig.role_bones[rig.role_mask])
-        cached = (np.where(below & ~mapped)[0], np.where((below & mapped) | (np.asarray(bones) == hips))[0],
-                  np.where(below & mapped)[0])
-        rig.level_cache[key] = cached
-    return cached
+    mask = rig.role_mask
+    for batch in read_pose_batches(rig, obj, actions, frame_start, frame_end, batch_frames, channels):
+        arrays = batch_role_arrays(rig, batch, rotations="all")
+        for a, action in enumerate(batch.actions):
+            rows = batch.rows(a)
+            n = rows.stop - rows.start
+            if batch.moving[a]:
+                bridges, offsets = arrays["bridges"][rows], arrays["offsets"][rows]
+            else:
+                bridges = np.broadcast_to(skel.bridges, (n, NUM_ROLES, 3, 3))
+                offsets = np.broadcast_to(skel.offsets, (n, NUM_ROLES, 3))
+            first, last = action_frame_range(action)
+            animated = batch.animated[a]
+            yield ActionSample(
+                name=action.name, frames=batch.frames[rows], frame_start=first, frame_end=last,
+                local_rotations=arrays["local_rotations"][rows], rotations=arrays["rotations"][rows],
+                positions=arrays["positions"][rows], hips_rotation=arrays["hips_rotation"][rows],
+                hips_position=arrays["hips_position"][rows], bridges=bridges, offsets=offsets,
+                moving_links=bool(batch.moving[a]),
+                animated_roles=np.array([bool(mask[r]) and rig.bone_names[rig.role_bones[r]] in animated
+                                         for r in range(NUM_ROLES)]),
+            )
 
 
 # ---- Blender's own evaluated pose (tests, evaluation, the naive benchmark) ----------------------------------------

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .features import LAYOUT_VERSION, NUM_INPUTS, FeatureSpec, build_inputs, detect_contacts, root_frame
+from .features import LAYOUT_VERSION, NUM_INPUTS, FeatureSpec, build_inputs, root_frame
 from .files import FileRefused, load_npz, save_npz
 from .roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES, ROLE_INDEX, ROLES, TASKS, task_from_name
 from .rotations import matrix_to_axis_angle, orthonormalize
@@ -197,6 +197,66 @@ class Dataset:
 
 
 @dataclass
+class ActionBatch:
+    """Consecutive actions' frames in one block of rows (rows starts[a]:starts[a + 1] are action a's): the form in
+    which extraction hands frames over, so every per-frame step runs once over many actions. Character space,
+    role order, float64."""
+    names: list
+    frame_start: np.ndarray          # (A,) each action's frame range
+    frame_end: np.ndarray            # (A,)
+    starts: np.ndarray               # (A + 1,) row offsets
+    frames: np.ndarray               # (N,) scene frames
+    local_axis_angle: np.ndarray     # (N, 23, 3) each bone's own rotation (zero where unmapped)
+    positions: np.ndarray            # (N, 23, 3) heads (NaN where unmapped)
+    hips_rotation: np.ndarray        # (N, 3, 3)
+    hips_position: np.ndarray        # (N, 3)
+    effector_rotations: np.ndarray   # (N, 5, 3, 3) orientations of the effector roles (EFFECTOR_ROLES order)
+    tasks: np.ndarray                # (A,) task index per action
+    moving: np.ndarray               # (A,) bool: the action needs per-frame bridges/offsets
+    bridges: np.ndarray = None       # (N, 23, 3, 3), read for the rows of moving actions
+    offsets: np.ndarray = None       # (N, 23, 3)
+
+    def finite_actions(self, role_mask):
+        """(A,) False for actions whose frames hold NaN or infinite values (they would poison a training set)."""
+        bad = ~np.isfinite(self.local_axis_angle).all(axis=(1, 2))
+        bad |= ~np.isfinite(self.positions[:, role_mask]).all(axis=(1, 2))
+        bad |= ~np.isfinite(self.hips_rotation).all(axis=(1, 2)) | ~np.isfinite(self.hips_position).all(axis=1)
+        return ~np.logical_or.reduceat(bad, self.starts[:-1])
+
+    def subset(self, keep):
+        """The batch with only the actions where keep (A,) is True."""
+        keep = np.asarray(keep, bool)
+        counts = np.diff(self.starts)
+        rows = np.repeat(keep, counts)
+        pick = np.where(keep)[0]
+        return ActionBatch(
+            names=[self.names[a] for a in pick], frame_start=self.frame_start[pick], frame_end=self.frame_end[pick],
+            starts=np.concatenate([[0], np.cumsum(counts[pick])]), frames=self.frames[rows],
+            local_axis_angle=self.local_axis_angle[rows], positions=self.positions[rows],
+            hips_rotation=self.hips_rotation[rows], hips_position=self.hips_position[rows],
+            effector_rotations=self.effector_rotations[rows], tasks=self.tasks[pick], moving=self.moving[pick],
+            bridges=None if self.bridges is None else self.bridges[rows],
+            offsets=None if self.offsets is None else self.offsets[rows])
+
+
+def segment_contacts(foot_positions, ground_height, fps, rig_height, starts):
+    """features.detect_contacts for each action of a block of rows at once (rows starts[a]:starts[a + 1]):
+    (N, 2) contact flags from (N, 2, 3) ankle positions."""
+    height = foot_positions[..., 2] - np.asarray(ground_height, np.float64)
+    counts = np.diff(starts)
+    lowest = np.repeat(np.minimum.reduceat(height, starts[:-1], axis=0), counts, axis=0)
+    low = height - lowest < 0.08 * rig_height
+    speed = np.zeros(height.shape)
+    if len(height) > 1:
+        speed[1:] = np.linalg.norm(np.diff(foot_positions, axis=0), axis=-1) * fps
+    first = starts[:-1]
+    several = counts > 1
+    speed[first[several]] = speed[first[several] + 1]   # an action's first frame takes its first step's speed
+    speed[first[~several]] = 0.0
+    return (low & (speed < 0.6 * rig_height)).astype(np.float32)
+
+
+@dataclass
 class DatasetBuilder:
     """Collects actions one at a time into preallocated row buffers; `finish()` builds the inputs in place.
 
@@ -211,6 +271,7 @@ class DatasetBuilder:
     _buffers: dict = None
     _count: int = 0
     _ref_sums: np.ndarray = None     # (6, 3, 3) running sums of root-frame effector and hips orientations
+    _standing_height: float = None
 
     def _reserve(self, rows, moving):
         shapes = dict(ROW_ARRAYS)
@@ -244,40 +305,76 @@ class DatasetBuilder:
         count = len(frames)
         if count == 0:
             raise ValueError(f"action {name!r} has no frames")
-        mask = self.skeleton.role_mask
-        positions = np.array(positions, np.float64)
-        positions[:, ~mask] = np.nan
-        rotations = np.asarray(rotations, np.float64)
-        hips_rotation = np.asarray(hips_rotation, np.float64)
-        ground = np.full((count, 2), float(ground_height))
-        contacts = detect_contacts(positions[:, list(FOOT_ROLES)], ground, self.fps, standing_height(self.skeleton))
-        task = task_from_name(name) if task is None else int(task)
-        _, R_root = root_frame(np.nan_to_num(positions), hips_rotation)
-        Rt = np.swapaxes(R_root, -1, -2)
-        sums = np.stack([np.sum(Rt @ rotations[:, e], axis=0) for e in EFFECTOR_ROLES] + [np.sum(Rt @ hips_rotation, 0)])
-        self._ref_sums = sums if self._ref_sums is None else self._ref_sums + sums
         local_aa = matrix_to_axis_angle(local_rotations)
-        local_aa[:, ~mask] = 0.0
-        self._reserve(count, bridges is not None)
-        rows = slice(self._count, self._count + count)
+        rotations = np.asarray(rotations, np.float64)
+        self.add_batch(ActionBatch(
+            names=[name], frame_start=np.array([frame_start]), frame_end=np.array([frame_end]),
+            starts=np.array([0, count]), frames=frames, local_axis_angle=local_aa,
+            positions=np.asarray(positions, np.float64), hips_rotation=np.asarray(hips_rotation, np.float64),
+            hips_position=np.asarray(hips_position, np.float64),
+            effector_rotations=rotations[:, list(EFFECTOR_ROLES)],
+            tasks=np.array([task_from_name(name) if task is None else int(task)]),
+            moving=np.array([bridges is not None]), bridges=bridges, offsets=offsets), ground_height)
+
+    def add_batch(self, batch, ground_height=0.0):
+        """Several actions at once (an ActionBatch): every per-frame quantity is computed over the whole batch."""
+        n = len(batch.frames)
+        counts = np.diff(batch.starts)
+        if n == 0 or np.any(counts <= 0):
+            raise ValueError(f"an action of {', '.join(batch.names)} has no frames")
+        mask = self.skeleton.role_mask
+        height = self._height()
+        positions = batch.positions
+        ground = np.full((n, 2), float(ground_height))
+        contacts = segment_contacts(positions[:, list(FOOT_ROLES)], ground, self.fps, height, batch.starts)
+        anchors = positions if mask[[0, ROLE_INDEX["LeftThigh"], ROLE_INDEX["RightThigh"]]].all() else np.nan_to_num(positions)
+        _, R_root = root_frame(anchors, batch.hips_rotation)
+        c, s = R_root[:, 0, 0], R_root[:, 1, 0]           # the root frame is a turn about +Z: Rt M = rows
+        sums = np.empty((len(EFFECTOR_ROLES) + 1, 3, 3))   # (c M0 + s M1, -s M0 + c M1, M2)
+        for k, m in enumerate(list(np.moveaxis(batch.effector_rotations, 1, 0)) + [batch.hips_rotation]):
+            rows = m.reshape(n, 9)
+            cm, sm, total = c @ rows, s @ rows, rows.sum(axis=0)
+            sums[k, 0] = cm[0:3] + sm[3:6]
+            sums[k, 1] = -sm[0:3] + cm[3:6]
+            sums[k, 2] = total[6:9]
+        self._ref_sums = sums if self._ref_sums is None else self._ref_sums + sums
+        moving = np.asarray(batch.moving, bool)
+        self._reserve(n, bool(moving.any()))
+        rows = slice(self._count, self._count + n)
         b = self._buffers
-        b["rotations"][rows] = local_aa
+        b["rotations"][rows] = batch.local_axis_angle
+        b["rotations"][rows, ~mask] = 0.0
         b["positions"][rows] = positions
-        b["hips_rotation"][rows] = hips_rotation
-        b["hips_position"][rows] = hips_position
+        b["positions"][rows, ~mask] = np.nan
+        b["hips_rotation"][rows] = batch.hips_rotation
+        b["hips_position"][rows] = batch.hips_position
         b["contacts"][rows] = contacts
         b["ground"][rows] = ground
-        b["action"][rows] = len(self.actions)
-        b["frame"][rows] = frames
-        b["task"][rows] = task
-        b["phase"][rows] = (frames - frame_start) / float(frame_end - frame_start + 1)
-        b["_effector_rotations"][rows] = rotations[:, list(EFFECTOR_ROLES)]
+        b["action"][rows] = np.repeat(np.arange(len(self.actions), len(self.actions) + len(counts)), counts)
+        b["frame"][rows] = batch.frames
+        tasks = np.asarray(batch.tasks, dtype=np.int64)
+        b["task"][rows] = np.repeat(tasks, counts)
+        first = np.repeat(np.asarray(batch.frame_start, np.float64), counts)
+        length = np.repeat(np.asarray(batch.frame_end, np.float64) - batch.frame_start + 1, counts)
+        b["phase"][rows] = (batch.frames - first) / length
+        b["_effector_rotations"][rows] = batch.effector_rotations
         if "bridges" in b:
-            b["bridges"][rows] = self.skeleton.bridges if bridges is None else bridges
-            b["offsets"][rows] = self.skeleton.offsets if offsets is None else offsets
-        self._count += count
-        self.actions.append({"name": name, "frame_start": int(frame_start), "frame_end": int(frame_end),
-                             "task": TASKS[task], "samples": count, "moving_links": bridges is not None})
+            b["bridges"][rows] = self.skeleton.bridges
+            b["offsets"][rows] = self.skeleton.offsets
+            for a in np.where(moving)[0]:
+                r0, r1 = int(batch.starts[a]), int(batch.starts[a + 1])
+                b["bridges"][self._count + r0:self._count + r1] = batch.bridges[r0:r1]
+                b["offsets"][self._count + r0:self._count + r1] = batch.offsets[r0:r1]
+        self._count += n
+        for a, name in enumerate(batch.names):
+            self.actions.append({"name": name, "frame_start": int(batch.frame_start[a]),
+                                 "frame_end": int(batch.frame_end[a]), "task": TASKS[int(tasks[a])],
+                                 "samples": int(counts[a]), "moving_links": bool(moving[a])})
+
+    def _height(self):
+        if self._standing_height is None:
+            self._standing_height = standing_height(self.skeleton)
+        return self._standing_height
 
     def feature_spec(self):
         mean = self._ref_sums / self._count

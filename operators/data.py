@@ -284,8 +284,9 @@ def usable_actions(obj, rig):
     """([(action, its parsed channels)], [notes]) for every action in the file, by name."""
     mapped = {rig.bone_names[b] for b in rig.role_bones if b >= 0}
     usable, notes = [], []
+    layouts = {}       # actions with the same curves (one rig's, one BVH folder's) are parsed once
     for action in sorted(bpy.data.actions, key=lambda a: a.name):
-        channels = rig_io.action_channels(obj, action)
+        channels = rig_io.action_channels(obj, action, layouts)
         if not rig_io.animated_bones(obj, action, channels) & mapped:
             notes.append(f"skipped action {action.name!r}: it animates none of the mapped bones")
             continue
@@ -322,28 +323,20 @@ def extract_dataset(context, obj, mapping=None, actions=None):
     fps = scene.render.fps / (scene.render.fps_base or 1.0)
     total = sum(rig_io.action_frame_range(a)[1] - rig_io.action_frame_range(a)[0] + 1 for a, _ in chosen)
     builder = DatasetBuilder(rig.skeleton, fps, source=os.path.basename(bpy.data.filepath) or obj.name, capacity=total)
-    samples = rig_io.read_actions(rig, obj, [a for a, _ in chosen], channels=[c for _, c in chosen])
-    for (action, _), sample in zip(chosen, samples):
-        if not _finite(rig, sample):
-            notes.append(f"skipped action {action.name!r}: its keys hold NaN or infinite values")
-            continue
-        override = getattr(action, "neural_ik_task", "AUTO")
-        moving = sample.moving_links
-        builder.add_action(sample.name, sample.frames, sample.frame_start, sample.frame_end, sample.local_rotations,
-                           sample.rotations, sample.positions, sample.hips_rotation, sample.hips_position,
-                           bridges=sample.bridges if moving else None, offsets=sample.offsets if moving else None,
-                           task=task_index(action.name, override))
+    tasks = [task_index(a.name, getattr(a, "neural_ik_task", "AUTO")) for a, _ in chosen]
+    for batch in rig_io.read_dataset_batches(rig, obj, [a for a, _ in chosen], tasks, channels=[c for _, c in chosen]):
+        finite = batch.finite_actions(rig.role_mask)
+        if not finite.all():
+            notes.extend(f"skipped action {name!r}: its keys hold NaN or infinite values"
+                         for name, ok in zip(batch.names, finite) if not ok)
+            if not finite.any():
+                continue
+            batch = batch.subset(finite)
+        builder.add_batch(batch)
     if not builder.actions:
         raise DataError(f"no action of {obj.name!r} could be extracted: {'; '.join(notes[-3:])}")
     dataset = builder.finish({"armature": obj.name, "bone_map": {r: mapping.get(r, "") for r in ROLES}})
     return dataset, notes
-
-
-def _finite(rig, sample):
-    """False when an action's keys hold NaN or infinite values (they would poison the whole training set)."""
-    mask = rig.role_mask
-    return bool(np.isfinite(sample.local_rotations).all() and np.isfinite(sample.hips_rotation).all()
-                and np.isfinite(sample.hips_position).all() and np.isfinite(sample.positions[:, mask]).all())
 
 
 # ---- operators ----------------------------------------------------------------------------------------------------

@@ -49,7 +49,16 @@ def save_npz(path, arrays, meta):
         if value.dtype == object:
             raise TypeError(f"array {name} has dtype object, which would need pickle")
     payload["meta"] = np.array(json.dumps(meta))
-    atomic_write_bytes(path, lambda handle: np.savez(handle, **payload))
+    atomic_write_bytes(path, lambda handle: _write_npz(handle, payload))
+
+
+def _write_npz(handle, payload):
+    """What np.savez writes, with the archive closed even when a write fails (a full disk): np.savez leaves it to
+    the garbage collector, whose late close then prints an "Exception ignored" traceback in Blender's console."""
+    with zipfile.ZipFile(handle, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, value in payload.items():
+            with archive.open(name + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, value, allow_pickle=False)
 
 
 def load_npz(path, kind, required=()):

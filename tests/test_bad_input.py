@@ -587,6 +587,7 @@ COVERED_ELSEWHERE = {
 }
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")   # nothing printed as "ignored"
 @pytest.mark.parametrize("row", MATRIX, ids=[r.id for r in MATRIX])
 def test_bad_input(row, files, empty_scene, tmp_path, full_disk, capfd):
     import bpy

@@ -424,16 +424,18 @@ class PoseBatch:
         return slice(int(self.starts[a]), int(self.starts[a + 1]))
 
 
-def read_pose_batches(rig, obj, actions, frame_start=None, frame_end=None, batch_frames=20000, channels=None):
+def read_pose_batches(rig, obj, actions, frame_start=None, frame_end=None, batch_frames=20000, channels=None,
+                      ranges=None):
     """PoseBatch of up to `batch_frames` frames (at least one action) at a time, for every action in turn, without
-    frame_set and without changing anything. channels: each action's action_channels when the caller has them."""
+    frame_set and without changing anything. channels: each action's action_channels when the caller has them;
+    ranges: each action's action_frame_range likewise (Blender scans every curve for it)."""
     chain = bone_chain(rig)
     names = [rig.bone_names[b] for b in chain.bones]
     current = _current_channels(obj, names)
     layouts = {}
     pending, pending_frames = [], 0
     for n, action in enumerate(actions):
-        first, last = action_frame_range(action)
+        first, last = action_frame_range(action) if ranges is None else ranges[n]
         first = first if frame_start is None else int(frame_start)
         last = last if frame_end is None else int(frame_end)
         if last < first:
@@ -516,22 +518,30 @@ def _read_action_keys(action, obj, first, last, wanted, values, row):
     count = last - first + 1
     rows = slice(row, row + count)
     direct, remaining = [], []
+    keys = np.empty((len(wanted), 2 * count), dtype=np.float32)
     for item in wanted:     # keys exactly on every frame (BVH imports, baked actions): the value is the key's
         fc = item[3]
-        if len(fc.keyframe_points) == count and not len(fc.modifiers):
+        points = fc.keyframe_points
+        if len(points) == count and not fc.modifiers:
+            points.foreach_get("co", keys[len(direct)])
             direct.append(item)
         else:
             remaining.append(item)
     if direct:
-        keys = np.empty((len(direct), 2 * count), dtype=np.float32)
-        for j, item in enumerate(direct):
-            item[3].keyframe_points.foreach_get("co", keys[j])
+        keys = keys[:len(direct)]
         on_frames = np.all(keys[:, 0::2] == np.arange(first, last + 1, dtype=np.float32), axis=1)
+        by_property = {}
         for j, (prop, k, i, _) in enumerate(direct):
             if on_frames[j]:
-                values[prop][i, k, rows] = keys[j, 1::2]
+                by_property.setdefault(prop, ([], [], []))
+                js, ks, indices = by_property[prop]
+                js.append(j)
+                ks.append(k)
+                indices.append(i)
             else:
                 remaining.append(direct[j])
+        for prop, (js, ks, indices) in by_property.items():     # one scatter per property
+            values[prop][indices, ks, rows] = keys[js, 1::2]
     if remaining:
         _sample_curves(action, obj, first, last, remaining, values, rows)
 
@@ -716,14 +726,14 @@ def _batch_links(rig, batch, roles, ks):
     return bridges, offsets
 
 
-def read_dataset_batches(rig, obj, actions, tasks, channels=None, batch_frames=20000):
+def read_dataset_batches(rig, obj, actions, tasks, channels=None, batch_frames=20000, ranges=None):
     """dataset.ActionBatch of up to `batch_frames` frames at a time (whole actions), for every action in turn: what
-    DatasetBuilder.add_batch takes. tasks: the task index of each action."""
+    DatasetBuilder.add_batch takes. tasks: the task index of each action; channels, ranges: see read_pose_batches."""
     done = 0
-    for batch in read_pose_batches(rig, obj, actions, batch_frames=batch_frames, channels=channels):
+    for batch in read_pose_batches(rig, obj, actions, batch_frames=batch_frames, channels=channels, ranges=ranges):
         arrays = batch_role_arrays(rig, batch)
         count = len(batch.actions)
-        ranges = np.array([action_frame_range(a) for a in batch.actions]).reshape(-1, 2)
+        ranges = np.array(batch.ranges).reshape(-1, 2)
         yield ActionBatch(
             names=[a.name for a in batch.actions], frame_start=ranges[:, 0], frame_end=ranges[:, 1],
             starts=batch.starts, frames=batch.frames, local_axis_angle=arrays["local_axis_angle"],

@@ -22,12 +22,24 @@ def quaternion_product(a, b):
     """Hamilton product a (x) b of (4, ...) quaternion batches (w, x, y, z first)."""
     aw, ax, ay, az = a
     bw, bx, by, bz = b
-    return np.stack([
-        aw * bw - ax * bx - ay * by - az * bz,
-        aw * bx + ax * bw + ay * bz - az * by,
-        aw * by - ax * bz + ay * bw + az * bx,
-        aw * bz + ax * by - ay * bx + az * bw,
-    ])
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape))
+    np.multiply(aw, bw, out=out[0])
+    out[0] -= ax * bx
+    out[0] -= ay * by
+    out[0] -= az * bz
+    np.multiply(aw, bx, out=out[1])
+    out[1] += ax * bw
+    out[1] += ay * bz
+    out[1] -= az * by
+    np.multiply(aw, by, out=out[2])
+    out[2] -= ax * bz
+    out[2] += ay * bw
+    out[2] += az * bx
+    np.multiply(aw, bz, out=out[3])
+    out[3] += ax * by
+    out[3] -= ay * bx
+    out[3] += az * bw
+    return out
 
 
 def conjugate(q):
@@ -62,15 +74,22 @@ def normalized(q):
 def quaternion_matrices(q):
     """(4, ...) unit quaternions -> (3, 3, ...) rotation matrices."""
     w, x, y, z = q
+    out = np.empty((3, 3) + q.shape[1:])
     x2, y2, z2 = x + x, y + y, z + z
-    wx, wy, wz = w * x2, w * y2, w * z2
-    xx, xy, xz = x * x2, x * y2, x * z2
-    yy, yz, zz = y * y2, y * z2, z * z2
-    return np.stack([
-        np.stack([1.0 - (yy + zz), xy - wz, xz + wy]),
-        np.stack([xy + wz, 1.0 - (xx + zz), yz - wx]),
-        np.stack([xz - wy, yz + wx, 1.0 - (xx + yy)]),
-    ])
+    xx, yy, zz = x * x2, y * y2, z * z2
+    np.subtract(1.0, yy + zz, out=out[0, 0])
+    np.subtract(1.0, xx + zz, out=out[1, 1])
+    np.subtract(1.0, xx + yy, out=out[2, 2])
+    for (i, j), (a, b2), (c, d2) in (((0, 1), (x, y2), (w, z2)), ((0, 2), (x, z2), (w, y2)), ((1, 2), (y, z2), (w, x2))):
+        ab = a * b2
+        cd = c * d2
+        if (i, j) == (0, 2):
+            np.add(ab, cd, out=out[0, 2])
+            np.subtract(ab, cd, out=out[2, 0])
+        else:
+            np.subtract(ab, cd, out=out[i, j])
+            np.add(ab, cd, out=out[j, i])
+    return out
 
 
 _AXIS = {"X": 1, "Y": 2, "Z": 3}

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .features import LAYOUT_VERSION, NUM_INPUTS, FeatureSpec, build_inputs, root_frame
+from .features import LAYOUT_VERSION, NUM_INPUTS, FeatureSpec, root_frame
 from .files import FileRefused, load_npz, save_npz
 from .roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES, ROLE_INDEX, ROLES, TASKS, task_from_name
 from .rotations import matrix_to_axis_angle, orthonormalize
@@ -218,10 +218,10 @@ class ActionBatch:
 
     def finite_actions(self, role_mask):
         """(A,) False for actions whose frames hold NaN or infinite values (they would poison a training set)."""
-        bad = ~np.isfinite(self.local_axis_angle).all(axis=(1, 2))
-        bad |= ~np.isfinite(self.positions[:, role_mask]).all(axis=(1, 2))
-        bad |= ~np.isfinite(self.hips_rotation).all(axis=(1, 2)) | ~np.isfinite(self.hips_position).all(axis=1)
-        return ~np.logical_or.reduceat(bad, self.starts[:-1])
+        positions = self.positions if np.all(role_mask) else self.positions[:, role_mask]
+        total = (self.local_axis_angle.sum(axis=(1, 2)) + positions.sum(axis=(1, 2))      # NaN and inf survive sums
+                 + self.hips_rotation.sum(axis=(1, 2)) + self.hips_position.sum(axis=1))
+        return np.logical_and.reduceat(np.isfinite(total), self.starts[:-1])
 
     def subset(self, keep):
         """The batch with only the actions where keep (A,) is True."""
@@ -255,6 +255,55 @@ def segment_contacts(foot_positions, ground_height, fps, rig_height, starts):
     speed[first[~several]] = 0.0
     return (low & (speed < 0.6 * rig_height)).astype(np.float32)
 
+
+
+def training_inputs(spec, positions, effector_rotations, hips_rotation, ground_height, contact, phase, task):
+    """features.build_inputs for a training set (desired contact = contact), from the effector orientations alone and
+    in fewer array operations: the root frame is a turn about +Z, so R_root^T M only mixes M's first two rows, and
+    the effectors' axis-angles come from each relative matrix's antisymmetric part and trace (the whole-matrix
+    conversion only near a half turn). tests/test_dataset_batch.py checks it against build_inputs.
+
+    positions (N, 23, 3) (only hips, thighs, effectors read), effector_rotations (N, 5, 3, 3), hips_rotation
+    (N, 3, 3), ground_height and contact (N, 2), phase and task (N,). Returns (N, 50) float32.
+    """
+    n = len(positions)
+    hips_rotation = np.asarray(hips_rotation, np.float64)
+    origin, R_root = root_frame(positions, hips_rotation)
+    c, s = R_root[:, 0, 0, None], R_root[:, 1, 0, None]
+    out = np.empty((n, NUM_INPUTS))
+    effectors = out[:, :30].reshape(n, 5, 6)
+    d = positions[:, list(EFFECTOR_ROLES)] - origin[:, None]
+    effectors[:, :, 0] = c * d[..., 0] + s * d[..., 1]
+    effectors[:, :, 1] = c * d[..., 1] - s * d[..., 0]
+    effectors[:, :, 2] = d[..., 2]
+    R = np.asarray(effector_rotations, np.float64)
+    turned = np.empty(R.shape)                              # R_root^T R
+    turned[:, :, 0] = c[..., None] * R[:, :, 0] + s[..., None] * R[:, :, 1]
+    turned[:, :, 1] = c[..., None] * R[:, :, 1] - s[..., None] * R[:, :, 0]
+    turned[:, :, 2] = R[:, :, 2]
+    A = np.einsum("kba,nkbc->nkac", np.asarray(spec.effector_reference, np.float64), turned)
+    v = np.stack([A[..., 2, 1] - A[..., 1, 2], A[..., 0, 2] - A[..., 2, 0], A[..., 1, 0] - A[..., 0, 1]], -1)
+    trace_m1 = A[..., 0, 0] + A[..., 1, 1] + A[..., 2, 2] - 1.0            # 2 cos(angle); |v| = 2 sin(angle)
+    two_sin = np.sqrt(np.sum(v * v, axis=-1))
+    effectors[:, :, 3:] = v * (np.arctan2(two_sin, trace_m1) / np.maximum(two_sin, 1e-300))[..., None]
+    near_half_turn = trace_m1 < -1.99
+    if near_half_turn.any():
+        effectors[:, :, 3:][near_half_turn] = matrix_to_axis_angle(A[near_half_turn])
+    H = np.empty((n, 3, 3))
+    H[:, 0] = c * hips_rotation[:, 0] + s * hips_rotation[:, 1]
+    H[:, 1] = c * hips_rotation[:, 1] - s * hips_rotation[:, 0]
+    H[:, 2] = hips_rotation[:, 2]
+    hips_rel = H @ np.asarray(spec.hips_reference, np.float64).T
+    out[:, 30:33] = hips_rel[:, :, 1]
+    out[:, 33:36] = hips_rel[:, :, 2]
+    feet = out[:, 36:48].reshape(n, 2, 6)
+    feet[:, :, 0] = positions[:, list(FOOT_ROLES), 2].astype(np.float64) - ground_height
+    feet[:, :, 1:4] = (0.0, 0.0, 1.0)
+    feet[:, :, 4] = contact
+    feet[:, :, 5] = contact
+    out[:, 48] = phase
+    out[:, 49] = np.asarray(task, np.float64) / (len(TASKS) - 1)
+    return out.astype(np.float32)
 
 @dataclass
 class DatasetBuilder:
@@ -391,13 +440,9 @@ class DatasetBuilder:
         chunk = 65536     # the inputs are row-wise: build them in large chunks, straight into their rows
         for start in range(0, n, chunk):
             rows = slice(start, min(n, start + chunk))
-            count = rows.stop - rows.start
-            rotations = np.broadcast_to(np.eye(3), (count, NUM_ROLES, 3, 3)).copy()
-            rotations[:, list(EFFECTOR_ROLES)] = effector_rotations[rows]
-            arrays["inputs"][rows] = build_inputs(
-                spec, np.nan_to_num(arrays["positions"][rows].astype(np.float64)), rotations,
-                arrays["hips_rotation"][rows].astype(np.float64), arrays["ground"][rows], arrays["contacts"][rows],
-                arrays["contacts"][rows], arrays["phase"][rows], arrays["task"][rows])
+            arrays["inputs"][rows] = training_inputs(
+                spec, arrays["positions"][rows], effector_rotations[rows], arrays["hips_rotation"][rows],
+                arrays["ground"][rows], arrays["contacts"][rows], arrays["phase"][rows], arrays["task"][rows])
         skel = self.skeleton
         arrays["role_mask"] = skel.role_mask
         arrays["action_names"] = np.array([a["name"] for a in self.actions], dtype=str)

@@ -321,10 +321,12 @@ def extract_dataset(context, obj, mapping=None, actions=None):
         raise DataError(f"no action animates the mapped bones of {obj.name!r}" + (f" ({notes[0]})" if notes else ""))
     scene = context.scene
     fps = scene.render.fps / (scene.render.fps_base or 1.0)
-    total = sum(rig_io.action_frame_range(a)[1] - rig_io.action_frame_range(a)[0] + 1 for a, _ in chosen)
+    ranges = [rig_io.action_frame_range(a) for a, _ in chosen]
+    total = sum(last - first + 1 for first, last in ranges)
     builder = DatasetBuilder(rig.skeleton, fps, source=os.path.basename(bpy.data.filepath) or obj.name, capacity=total)
     tasks = [task_index(a.name, getattr(a, "neural_ik_task", "AUTO")) for a, _ in chosen]
-    for batch in rig_io.read_dataset_batches(rig, obj, [a for a, _ in chosen], tasks, channels=[c for _, c in chosen]):
+    for batch in rig_io.read_dataset_batches(rig, obj, [a for a, _ in chosen], tasks, channels=[c for _, c in chosen],
+                                             ranges=ranges):
         finite = batch.finite_actions(rig.role_mask)
         if not finite.all():
             notes.extend(f"skipped action {name!r}: its keys hold NaN or infinite values"

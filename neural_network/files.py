@@ -27,7 +27,10 @@ def atomic_write_bytes(path, write):
         raise FileRefused(f"{path} is a folder, not a file")
     if not os.path.isdir(folder):
         raise FileRefused(f"folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path)[-16:], dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path)[-16:], dir=folder)
+    except OSError as exc:     # say which file could not be written, not the temporary name
+        raise FileRefused(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)

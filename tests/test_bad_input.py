@@ -560,13 +560,13 @@ def _rows():
     add("no write permission", "extract", scene_demo, op("extract", filepath=denied(".npz")),
         "cannot write .*No such file|cannot write .*not writable")
     add("no write permission", "export_onnx", scene_demo, op("export_onnx", filepath=denied(".onnx")),
-        "could not write .*No such file")
+        "cannot write /proc/neural_ik_denied.onnx: No such file")
     add("no write permission", "train", scene_demo, op("train", filepath=infile("data.npz"),
                                                         directory=lambda _f, _o: "/proc", epochs=1),
-        "No such file|not writable")
+        "cannot write /proc.*No such file")
     add("no write permission", "evaluate", scene_demo,
         op("evaluate", model_path=infile("model.npz"), baseline=False, actions="walk_normal_03", json_path=denied(".json")),
-        "No such file")
+        "cannot write /proc/neural_ik_denied.json: No such file")
     add("full disk", "extract", scene_demo, extract, "No space left on device", previous="set.npz", disk_full=True)
     add("full disk", "export_onnx", scene_demo, export, "No space left on device", previous="model.onnx",
         disk_full=True)

@@ -36,17 +36,43 @@ def describe(status):
 
 
 class NumpyEngine:
-    """The Model itself, for machines without onnxruntime (and the reference the ONNX graph is checked against)."""
+    """The Model's network in float64, for machines without onnxruntime (and the reference the ONNX graphs are checked
+    against): float64 so a character's result does not depend on how many share the call (float32 BLAS sums a
+    single row and a block of rows in different orders)."""
     name = "numpy"
 
     def __init__(self, model, capacity):
         self.model = model
+        self.weights = [np.asarray(w, np.float64) for w in model.weights]
+        self.mean = np.asarray(model.input_mean, np.float64)
+        self.scale = 1.0 / np.asarray(model.input_std, np.float64)
+        self.low = np.asarray(model.limit_low, np.float64).reshape(-1)
+        self.high = np.asarray(model.limit_high, np.float64).reshape(-1)
         self.inputs = np.zeros((capacity, NUM_INPUTS), np.float32)
-        self.outputs = np.zeros((capacity, NUM_ROLES * 3), np.float32)
+        self.outputs = np.zeros((capacity, NUM_ROLES * 3))
 
     def run(self, rows):
-        self.outputs[:rows] = self.model.predict_clamped(self.inputs[:rows])
+        h = (self.inputs[:rows] - self.mean) * self.scale
+        w = self.weights
+        for i in range(0, len(w), 2):
+            h = h @ w[i] + w[i + 1]
+            if i + 2 < len(w):
+                h = np.tanh(h)
+        np.clip(h, self.low, self.high, out=self.outputs[:rows])
         return self.outputs[:rows]
+
+
+def ort_session(onnx_bytes):
+    """A CPU InferenceSession with one thread (the tick is far too small to split) and full graph optimisation."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    return ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
 
 
 class OrtEngine:
@@ -54,15 +80,7 @@ class OrtEngine:
     name = "onnxruntime"
 
     def __init__(self, onnx_bytes, capacity):
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
-        self.session = ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
+        self.session = ort_session(onnx_bytes)
         self.inputs = np.zeros((capacity, NUM_INPUTS), np.float32)
         self.outputs = np.zeros((capacity, NUM_ROLES * 3), np.float32)
         self.bindings = {}
@@ -244,14 +262,21 @@ class Solver:
     in `q`, `hips`, `status` and `errors`; `solve()` wraps the same in a SolveResult that owns copies.
     """
 
-    def __init__(self, model, onnx_bytes=None, characters=1, engine="auto", blend_ticks=8, tolerance=1e-3):
+    def __init__(self, model, onnx_bytes=None, characters=1, engine="auto", blend_ticks=8, tolerance=1e-3,
+                 runtime_graph=True):
         self.model = model
         self.skeleton = model.skeleton
         self.k = k = characters
         self.engine = make_engine(model, onnx_bytes, capacity=2 * characters, engine=engine)
+        self.build_inputs = InputBuilder(model.skeleton, model.feature_spec)
+        self.runtime = None
+        if self.engine.name == "onnxruntime" and runtime_graph:
+            from .runtime_graph import RuntimeEngine
+
+            self.runtime = RuntimeEngine(model, self.build_inputs, model.skeleton.height, k)
+        self.fallbacks = 0                   # ticks the run-time graph handed back to the careful NumPy path
         self.refiner = Refiner(model.skeleton, model.mean_pose, model.limit_low, model.limit_high)
         self.spec = model.feature_spec
-        self.build_inputs = InputBuilder(model.skeleton, model.feature_spec)
         self.height = model.skeleton.height
         self.blend_ticks = max(1, int(blend_ticks))
         self.tolerance = tolerance
@@ -265,6 +290,7 @@ class Solver:
         start = np.where(mask[:, None], mean_q, np.array([1.0, 0.0, 0.0, 0.0]))
         self.last_q = np.broadcast_to(start, (k, NUM_ROLES, 4)).copy()
         self.has_good = np.zeros(k, bool)   # False until a character's first usable tick
+        self.all_had_good = False
         self.last_hips = np.broadcast_to(np.eye(4), (k, 4, 4)).copy()
         self.task = np.zeros(k, np.int64)
         self.previous_task = np.zeros(k, np.int64)
@@ -291,6 +317,8 @@ class Solver:
         self.no_errors = np.full((k, 5), np.nan)
         self.errors = self.no_errors
         self.effector_slots = self.refiner.chain_slots[:, 3]
+        self.contact_override = False
+        self.step_limit_dt = None
         self.set_settings(0.0, 1.0, 0.0)
 
     @property
@@ -305,14 +333,22 @@ class Solver:
     def set_settings(self, ground=None, desired_contact=None, phase=None):
         """Per-character settings that stay until changed: ground height (K, 2), desired contact (K, 2), phase (K,)."""
         k = self.k
+        rt = self.runtime
         if ground is not None:
             ground = np.broadcast_to(np.asarray(ground, np.float64), (k, 2))
             self.settings[:, 0:2] = -ground
             self.contact_threshold[:] = ground + (self.ankle_height + 0.08 * self.height)
+            if rt is not None:
+                rt.settings[:, 0, 0:2] = -ground
+                rt.z_limits[:, 0] = self.contact_threshold
         if desired_contact is not None:
             self.settings[:, 4:6] = np.broadcast_to(np.asarray(desired_contact, np.float64), (k, 2))
+            if rt is not None:
+                rt.settings[:, 0, 2:4] = self.settings[:, 4:6]
         if phase is not None:
             self.settings[:, 6] = np.broadcast_to(np.asarray(phase, np.float64), (k,))
+            if rt is not None:
+                rt.settings[:, 0, 4] = self.settings[:, 6]
 
     def set_task(self, task):
         """Start blending from each character's current task to `task` (K,) where it changes."""
@@ -325,15 +361,18 @@ class Solver:
             self.blend = np.where(changed, 0.0, self.blend)
             self.task = task.copy()
         self.settings[:, 7] = self.task / (len(TASKS) - 1)
+        if self.runtime is not None:
+            self.runtime.settings[:, 0, 5] = self.settings[:, 7]
 
     def contacts(self, feet, dt):
         """Contact flags as in training, into the settings: the ankle low above the ground and moving slowly."""
         low = feet[..., 2] < self.contact_threshold
+        previous = self.previous_feet if self.runtime is None else self.runtime.previous_feet.reshape(self.k, 2, 3)
         if self.have_previous_feet and dt > 0:
-            step = feet - self.previous_feet
+            step = feet - previous
             low &= np.einsum("kfi,kfi->kf", step, step) < (0.6 * self.height * dt) ** 2
         self.settings[:, 2:4] = low
-        self.previous_feet[:] = feet
+        previous[:] = feet
         self.have_previous_feet = True
 
     def _normalise_and_check(self, targets):
@@ -373,6 +412,14 @@ class Solver:
         self.started = True
         if ground is not None or desired_contact is not None or phase is not None:
             self.set_settings(ground, desired_contact, phase)
+        if self.runtime is not None and self.blend.min() >= 1.0:
+            if self._runtime_step(targets, refine_iterations, dt, contact, measure_errors):
+                return
+            self.fallbacks += 1
+            if targets is None:
+                targets = self.world_targets()
+        elif targets is None:
+            targets = self.world_targets()
         usable = self._normalise_and_check(np.asarray(targets, np.float64))
         t = self.normalised
         if contact is None:
@@ -419,10 +466,60 @@ class Solver:
             np.copyto(self.last_q, q)
             np.copyto(self.last_hips, hips)
             self.has_good[:] = True
+            self.all_had_good = True
             if refine_iterations > 0:
                 status[self.errors.max(axis=1) > self.tolerance] |= MISSED
             return
         self._hold(usable, refine_iterations > 0 or measure_errors, refine_iterations > 0)
+
+    def world_targets(self):
+        """Character-space targets (K, 6, 4, 4) from the run-time engine's world matrices (what a live tick read)."""
+        rt = self.runtime
+        return np.swapaxes(rt.world[:, 1:].astype(np.float64) @ rt.to_character_t.astype(np.float64), -1, -2)
+
+    def _runtime_step(self, targets, refine_iterations, dt, contact, measure_errors):
+        """The tick through the run-time graph; False (nothing kept) when its checks send it to the NumPy path."""
+        rt, k = self.runtime, self.k
+        if targets is not None:
+            np.copyto(rt.world[:, 1:], np.swapaxes(targets, -1, -2))
+        if contact is not None:                       # forced flags: limits that always or never hold
+            flags = np.broadcast_to(np.asarray(contact, np.float64), (k, 2)) > 0.5
+            rt.z_limits[:, 0] = np.where(flags, np.inf, -np.inf)
+            rt.step_limits[:] = np.inf
+            self.contact_override = True
+        else:
+            if self.contact_override:
+                rt.z_limits[:, 0] = self.contact_threshold
+                self.contact_override = False
+            if dt != self.step_limit_dt:
+                rt.step_limits[:] = (0.6 * self.height * dt) ** 2 if self.have_previous_feet and dt > 0 else np.inf
+                self.step_limit_dt = dt if self.have_previous_feet else None
+        if not rt.run():
+            return False
+        self.have_previous_feet = True
+        q = self.q
+        np.copyto(q.reshape(k, 4 * NUM_ROLES), rt.q[:, 0])
+        if refine_iterations > 0 or measure_errors:
+            t = rt.targets.astype(np.float64)
+            if refine_iterations > 0:
+                self.errors = self.refiner.refine_quaternions(q, t[:, 0], t[:, 1:, :3, 3], t[:, 1:, :3, :3],
+                                                              iterations=refine_iterations)
+            else:
+                miss = self.refiner.chain_forward(q, t[:, 0])[:, self.effector_slots][..., :3, 3] - t[:, 1:, :3, 3]
+                self.errors = np.sqrt(np.einsum("kei,kei->ke", miss, miss))
+            if not np.isfinite(q.sum() + self.errors.sum()):
+                return False
+        else:                      # finite checked targets through a finite network give finite quaternions
+            self.errors = self.no_errors
+        np.copyto(self.last_q, q)
+        np.copyto(self.last_hips, rt.targets[:, 0])
+        self.status.fill(OK)
+        if refine_iterations > 0:
+            self.status[self.errors.max(axis=1) > self.tolerance] |= MISSED
+        if not self.all_had_good:
+            self.has_good[:] = True
+            self.all_had_good = True
+        return True
 
     def _hold(self, usable, errors_measured, refined):
         """Characters with unusable targets or non-finite results keep their last good pose; the others update it."""

@@ -36,11 +36,12 @@ def test_onnxruntime_and_numpy_engines_agree(model, poses):
     assert np.max(np.abs(a.local - b.local)) < 1e-5
 
 
-def test_batch_equals_single_characters(model, poses):
+@pytest.mark.parametrize("engine", ["onnxruntime", "numpy"])
+def test_batch_equals_single_characters(model, poses, engine):
     targets = poses[0][:10]
-    batch = Solver(model, characters=10).solve(targets, refine_iterations=2)
+    batch = Solver(model, characters=10, engine=engine).solve(targets, refine_iterations=2)
     for k in range(10):
-        one = Solver(model, characters=1).solve(targets[k:k + 1], refine_iterations=2)
+        one = Solver(model, characters=1, engine=engine).solve(targets[k:k + 1], refine_iterations=2)
         np.testing.assert_allclose(one.local[0], batch.local[k], atol=1e-9)
 
 
@@ -125,3 +126,48 @@ def test_fast_quaternion_equals_the_careful_one():
     R = axis_angle_to_matrix(v)
     a, b = solver_module.fast_matrix_to_quaternion(R), matrix_to_quaternion(R)
     assert np.max(np.abs(a - b)) < 1e-7
+
+
+def test_runtime_graph_equals_the_numpy_path(model, poses):
+    """The run-time ONNX graph (raw world matrices -> quaternions) builds the training inputs and the NumPy path's
+    quaternions, from matrices given in another world frame (to_character) like a live tick reads them."""
+    from neural_ik.neural_network.rotations import axis_angle_to_matrix
+    from neural_ik.neural_network.runtime_graph import RuntimeEngine
+
+    targets, pose, hips_R = poses
+    k = len(targets)
+    reference = Solver(model, characters=k, engine="numpy").solve(targets, contact=np.zeros((k, 2)))
+    rt = RuntimeEngine(model, Solver(model, characters=1, engine="numpy").build_inputs, model.skeleton.height, k,
+                       debug=True)
+    to_character = np.eye(4)
+    to_character[:3, :3] = axis_angle_to_matrix(np.array([0.3, -1.0, 0.5]))
+    to_character[:3, 3] = (0.4, -2.0, 0.1)
+    world = np.linalg.inv(to_character) @ targets
+    rt.world[:, 1:] = np.swapaxes(world, -1, -2)
+    rt.to_character_t[:] = to_character.T
+    rt.settings[:] = (0.0, 0.0, 1.0, 1.0, 0.0, 0.0)
+    rt.z_limits[:] = -np.inf                     # contact flags 0, as given to the reference
+    assert rt.run()
+    np.testing.assert_allclose(rt.inputs[:, 0], inputs_of(model.feature_spec, pose, hips_R), atol=2e-5)
+    np.testing.assert_allclose(rt.q[:, 0].reshape(k, -1, 4), reference.quaternions, atol=2e-6)
+    np.testing.assert_allclose(rt.targets, targets, atol=2e-6)
+
+
+def test_runtime_graph_hands_bad_targets_to_the_careful_path(model, poses):
+    """Scaled, mirrored, non-finite or absurd targets fail the graph's check: the tick is redone in NumPy, which
+    normalises a scaled target (same pose as unscaled) and holds the last pose for the others."""
+    targets = poses[0][:4].copy()
+    solver = Solver(model, characters=4)
+    assert solver.runtime is not None
+    good = solver.solve(targets)
+    assert solver.fallbacks == 0
+    mess = targets.copy()
+    mess[0, 2, :3, :3] *= 2.0                     # a scaled empty: usable, but not by the graph
+    mess[1, 3, :3, 0] *= -1.0                     # a mirrored one
+    mess[2, 4, 0, 3] = np.nan
+    mess[3, 0, :3, 3] = 1e6
+    result = solver.solve(mess)
+    assert solver.fallbacks == 1
+    np.testing.assert_allclose(result.local[0], good.local[0], atol=1e-5)
+    assert result.status[0] == OK and np.all(result.status[1:] & HELD_BAD_TARGETS)
+    np.testing.assert_array_equal(result.local[1:], good.local[1:])

@@ -210,11 +210,13 @@ class TargetReader:
     """
     SHARED_READ_LIMIT = 40       # objects read per object we need, at most, for the one-call read
 
-    def __init__(self, characters):
+    def __init__(self, characters, solver):
         self.characters = characters
         self.objects = [o for c in characters for o in [c.obj] + c.targets]
         self.k = len(characters)
-        self.matrices = np.zeros((self.k, 7, 4, 4), np.float32)      # transposed world matrices (column-major)
+        self.runtime = solver.runtime       # the run-time graph reads world matrices itself, from its own buffer
+        self.matrices = self.runtime.world if self.runtime is not None else np.zeros((self.k, 7, 4, 4), np.float32)
+        self.targets = np.zeros((self.k, 6, 4, 4))
         self.armature_bytes = b""
         self.to_character = np.stack([np.asarray(c.to_character_np) for c in characters])
         self.armature_to_character = np.zeros((self.k, 1, 4, 4))
@@ -244,8 +246,9 @@ class TargetReader:
         self.all_matrices = np.empty(count * 16, np.float32)         # flat: foreach_get wants the exact size
         self.all_view = self.all_matrices.reshape(count, 4, 4)
 
-    def read(self, out):
-        """Fill out (K, 6, 4, 4) with the targets in character space; LiveStopped when an object is gone."""
+    def read(self):
+        """Read every world matrix (transposed, (K, 7, 4, 4)); LiveStopped when an object is gone. Returns the targets
+        in character space (K, 6, 4, 4), or None when the run-time graph takes the world matrices as they are."""
         if self.shared:
             import bpy
 
@@ -258,7 +261,7 @@ class TargetReader:
                 uids[-1] = 0
             if uids[-1] != -1 or uids.take(self.index).tobytes() != self.expected:
                 self._index()
-                return self.read(out)
+                return self.read()
             objects.foreach_get("matrix_world", self.all_matrices)
             np.take(self.all_view, self.index, axis=0, out=self.matrices.reshape(-1, 4, 4))
         else:
@@ -269,7 +272,12 @@ class TargetReader:
             world = np.swapaxes(m[:, 0], -1, -2).astype(np.float64)
             self.armature_to_character[:, 0] = self.to_character @ np.linalg.pinv(world)
             self.armature_bytes = arm
-        np.matmul(self.armature_to_character, np.swapaxes(m[:, 1:], -1, -2), out=out)
+            if self.runtime is not None:
+                self.runtime.to_character_t[:] = np.swapaxes(self.armature_to_character, -1, -2)
+        if self.runtime is not None:
+            return None
+        np.matmul(self.armature_to_character, np.swapaxes(m[:, 1:], -1, -2), out=self.targets)
+        return self.targets
 
     def _read_each(self):
         flat = self.matrices.reshape(-1, 4, 4)
@@ -287,7 +295,6 @@ class LiveGroup:
         self.characters = characters
         self.k = k = len(characters)
         self.solver = Solver(model, onnx_bytes, characters=k, engine=engine)
-        self.targets = np.zeros((k, 6, 4, 4))
         first = characters[0]
         self.uniform = all(c.count == first.count and c.hips_index == first.hips_index
                            and np.array_equal(c.quaternion_bones, first.quaternion_bones)
@@ -305,19 +312,17 @@ class LiveGroup:
         rotations, and the hips' frame is its parent's pose now."""
         k = self.k
         self.hips_maps = np.stack([c.hips_map() for c in self.characters])             # (K, 16, 10)
+        if self.solver.runtime is not None:
+            self.solver.runtime.set_hips_maps(self.hips_maps)
         if self.uniform:
             c0 = self.characters[0]
-            width = 4 * c0.count
-            self.select = np.zeros((NUM_ROLES * 4, width), np.float32)
-            for r, b in zip(c0.quaternion_roles, c0.quaternion_bones):
-                self.select[4 * r:4 * r + 4, 4 * b:4 * b + 4] = np.eye(4)
-            keep = np.ones((c0.count, 4), np.float32)
-            keep[c0.quaternion_bones] = 0.0
-            keep[c0.hips_index] = 0.0
-            self.bias = np.stack([c.quaternions * keep for c in self.characters]).reshape(k, width)
-            self.buffer = np.empty((k, width), np.float32)
-            self.rows = [self.buffer[i] for i in range(k)]
-            self.hips_slot = self.buffer.reshape(k, c0.count, 4)[:, c0.hips_index]
+            # every rig's whole rotation buffer, holding the current rotations: a tick overwrites only the mapped
+            # bones (one gather, one scatter) - a product with a selection matrix would wake OpenBLAS's threads
+            self.buffer = np.stack([c.quaternions for c in self.characters])                 # (K, bones, 4) float32
+            self.rows = [self.buffer[i].reshape(-1) for i in range(k)]
+            self.bones = c0.quaternion_bones
+            self.roles = c0.quaternion_roles
+            self.hips_index = c0.hips_index
 
     def refresh_settings(self, scene, which):
         """Re-read the settings of characters `which`; pass them to the solver when any changed."""
@@ -335,27 +340,28 @@ class LiveGroup:
             self.solver.set_task(v[:, 4].astype(np.int64))
             self.follows_time = np.nonzero(v[:, 6] > 0)[0]
 
-    def solve_and_write(self, phase_now):
+    def solve_and_write(self, targets, phase_now):
         """Solve every character of the group and write their poses (one foreach_set and one property set each)."""
         solver = self.solver
         if len(self.follows_time):
-            solver.settings[self.follows_time, 6] = phase_now
-        solver.step(self.targets, None, None, None, None, refine_iterations=self.iterations, measure_errors=False)
-        np.matmul(solver.last_hips.reshape(self.k, 1, 16), self.hips_maps, out=self.hips_out)
-        squares_to_quaternions(self.hips_out[:, 0, :7], out=self.hips_q)
-        locations = self.hips_out[:, 0, 7:].tolist()
-        q = solver.q
-        if not solver.has_good.all():
-            good = solver.has_good
+            phase = solver.settings[:, 6].copy()
+            phase[self.follows_time] = phase_now
+            solver.set_settings(phase=phase)
+        solver.step(targets, None, None, None, None, refine_iterations=self.iterations, measure_errors=False)
+        if solver.used_runtime:              # the graph mapped the hips too
+            hips_q, locations = solver.runtime.hips_q, solver.runtime.hips_location.tolist()
         else:
-            good = None
+            np.matmul(solver.last_hips.reshape(self.k, 1, 16), self.hips_maps, out=self.hips_out)
+            hips_q = squares_to_quaternions(self.hips_out[:, 0, :7], out=self.hips_q)
+            locations = self.hips_out[:, 0, 7:].tolist()
+        q = solver.q
+        good = None if solver.all_had_good else solver.has_good
         if self.uniform:
-            np.matmul(q.reshape(self.k, NUM_ROLES * 4), self.select, out=self.buffer)
-            self.buffer += self.bias
-            self.hips_slot[:] = self.hips_q
+            self.buffer[:, self.bones] = q[:, self.roles]
+            self.buffer[:, self.hips_index] = hips_q
             rows = self.rows
         else:
-            rows = [c.pose_buffer(q[i], self.hips_q[i]) for i, c in enumerate(self.characters)]
+            rows = [c.pose_buffer(q[i], hips_q[i]) for i, c in enumerate(self.characters)]
         for i, (character, row, location) in enumerate(zip(self.characters, rows, locations)):
             if good is not None and not good[i]:       # nothing good to hold yet: leave the rig as it is
                 continue
@@ -389,8 +395,8 @@ class LiveTick:
             check_rig(model, rig.skeleton, f"the model of {obj.name}")
             by_model.setdefault(id(model), (model, onnx_bytes, []))[2].append(LiveCharacter(obj, rig, model))
         self.live_groups = [LiveGroup(model, data, chars, engine) for model, data, chars in by_model.values()]
-        self.groups = [(g.solver, g.characters, g.targets) for g in self.live_groups]
-        self.readers = [TargetReader(g.characters) for g in self.live_groups]
+        self.groups = [(g.solver, g.characters, None) for g in self.live_groups]
+        self.readers = [TargetReader(g.characters, g.solver) for g in self.live_groups]
         self.times = deque(maxlen=history)
         self.status = {}
         self.running = False
@@ -421,7 +427,7 @@ class LiveTick:
         phase_now = ((scene.frame_current - start) / max(length, 1)) % 1.0
         self.rounds += 1
         for group, reader in zip(self.live_groups, self.readers):
-            reader.read(group.targets)
+            targets = reader.read()
             k = group.k
             if k <= self.SETTINGS_EVERY_TICK or not group.solver.started:
                 group.refresh_settings(scene, range(k))
@@ -430,7 +436,7 @@ class LiveTick:
                 first = (self.rounds % self.SETTINGS_ROUNDS) * step
                 group.refresh_settings(scene, range(first, min(first + step, k)))
             try:
-                group.solve_and_write(phase_now)
+                group.solve_and_write(targets, phase_now)
             except ReferenceError:
                 raise LiveStopped("an armature was deleted: live IK stopped") from None
             status = group.solver.status

@@ -9,15 +9,18 @@ tests/test_solver.py checks its inputs against features.build_inputs and its qua
     world (K, 7, 4, 4)       transposed (column-major, as foreach_get reads them) world matrices: armature, then the
                              root and the five effector targets (the armature's slot is not read here)
     to_character_t (K, 1, 4, 4)  (character space from world space)^T per character
-    settings (K, 1, 6)       -ground left/right (character space), desired contact left/right, phase, task code
-    z_limits, step_limits (K, 1, 2)  per foot: ankle height and squared step below which it is in contact
-    previous_feet (K, 1, 6)  the feet positions of the previous tick (the `feet` output of that tick)
- -> q (K, 1, 92)             local quaternions (w, x, y, z) per role, identity where the rig lacks the role
-    feet (K, 1, 6), check (K, 1, 5) (see check_limits), targets (K, 6, 4, 4) in character space, and with debug=True
-    the 50 network inputs (K, 1, 50)
+    settings (K, 6)          -ground left/right (character space), desired contact left/right, phase, task code
+    z_limits, step_limits (K, 2)  per foot: ankle height and squared step below which it is in contact
+    hips_maps (K, 16, 10)    vec(hips transform^T) -> hips quaternion squares and location (set_hips_maps takes
+                             live.LiveCharacter.hips_map's, on the row-major vec)
+    previous_feet (K, 6)     the feet positions of the previous tick (the `feet` output of that tick)
+ -> q (K, 92)                local quaternions (w, x, y, z) per role, identity where the rig lacks the role
+    hips_q (K, 4), hips_location (K, 3): the hips' matrix_basis quaternion and location (zeros without hips maps)
+    feet (K, 6), check (K, 3) (see check_limits), targets_t (K, 6, 4, 4) transposed character-space targets, and
+    with debug=True the 50 network inputs (K, 50)
 
-Every tensor between nodes keeps the shape (K, 1, n) so no node is spent on reshaping: per-rotation sums and their
-spreading back are products with 0/1 matrices, and the input assembly and normalisation fold into the first layer.
+Per-rotation sums and their spreading back are products with 0/1 matrices, the input assembly and normalisation
+fold into the first layer, and tensors stay 2-D so MatMul + Add become one Gemm.
 
 The graph assumes unit rotation columns (unscaled empties); `check` says when that, or anything else the fast path
 relies on, does not hold - non-finite numbers, an absurd distance, a shear or reflection, a degenerate heading, a
@@ -29,16 +32,16 @@ import numpy as np
 from .features import NUM_INPUTS
 from .roles import NUM_ROLES
 
-GRAPH_INPUTS = ("world", "to_character_t", "settings", "z_limits", "step_limits", "previous_feet")
+GRAPH_INPUTS = ("world", "to_character_t", "settings", "z_limits", "step_limits", "hips_maps", "previous_feet")
 CHECK_TOLERANCE = 1e-2       # summed |4 sin^2 + 4 cos^2 - 4| of the six relative rotations
 
 
 def check_limits(height):
-    """check columns must each be <= these (NaN fails): 0 * sum (finite), |position| (within ABSURD_DISTANCE rig
-    heights), rotation deviation, -heading length, -2 cos of the relative rotations (away from a half turn)."""
+    """check columns must each be <= these (NaN fails): the largest |entry| (positions within ABSURD_DISTANCE rig
+    heights), the rotation deviation, -2 cos of the relative rotations (away from a half turn)."""
     from .solver import ABSURD_DISTANCE
 
-    return np.array([0.0, ABSURD_DISTANCE * height, CHECK_TOLERANCE, -1e-6, 1.998], np.float32)
+    return np.array([ABSURD_DISTANCE * height, CHECK_TOLERANCE, 1.998], np.float32)
 
 
 def _transposed_rows():
@@ -85,54 +88,52 @@ def build_runtime_graph(model, builder, height, debug=False):
             G = B @ probe[0]
             A = href.T @ G[:3, :3]                                  # the hips relative to their reference
             extra[u, b] = (A[2, 1] - A[1, 2], A[0, 2] - A[2, 0], A[1, 0] - A[0, 1], np.trace(A) - G[3, 3], 2 * G[3, 3])
-    lateral = np.zeros((M.shape[0], 1, F))
-    lateral[:, 0, :2] = M[:, 3 * NUM_FEATURES:]
     rows = np.concatenate([_transposed_rows(), 96 + np.array([0, 1, 4, 5, 6, 7, 2, 3])])
-    big = np.concatenate([np.concatenate([blocks, extra], axis=2), lateral], axis=1)[rows].reshape(-1, 4 * F)  # (104, 4F)
+    sign = np.ones(F)
+    sign[list(range(NUM_INPUTS, NUM_INPUTS + 5)) + [NUM_FEATURES + 3, NUM_FEATURES + 4]] = -1.0   # -2 cos, -2
+    big = np.concatenate([(np.concatenate([blocks, extra], axis=2) * sign).reshape(-1, 3 * F), M[:, 3 * NUM_FEATURES:]],
+                         axis=1)[rows]                                                       # (104, 3F + 2)
     i64 = lambda name, v: const(name, v, np.int64)
-    # ---- every tensor stays (K, 1, n): no reshapes between nodes ---------------------------------------------
+    # ---- 2-D tensors (K, n) throughout, so ONNX Runtime fuses each MatMul + Add into one Gemm ----------------
     tt = node("MatMul", [node("Slice", ["world", i64("s1", [1]), i64("e7", [7]), i64("ax1", [1])], "world6"),
                          "to_character_t"], "targets_t")                                     # rows = columns of T
-    node("Transpose", [tt], "targets", perm=[0, 1, 3, 2])
-    vec = node("Reshape", [tt, i64("shape96", [-1, 1, 96])], "vec")
+    vec = node("Reshape", [tt, i64("shape96", [-1, 96])], "vec")
     # contacts: the ankle low and slow (the feet are rows 3 of targets 3 and 4)
-    feet = node("Gather", [vec, i64("feet_cols", [60, 61, 62, 76, 77, 78])], "feet", axis=2)
+    feet = node("Gather", [vec, i64("feet_cols", [60, 61, 62, 76, 77, 78])], "feet", axis=1)
     step = node("Sub", [feet, "previous_feet"], "step")
-    per_foot = np.zeros((6, 4))
-    per_foot[[0, 1, 2], 2] = per_foot[[3, 4, 5], 3] = 1.0
-    per_foot[2, 0] = per_foot[5, 1] = 1.0
-    # (z left, z right, step^2 left, step^2 right) = [feet, step^2] @ ...: z rows from feet, squares from the step
-    z = node("MatMul", [feet, const("pick_z", per_foot[:, :2])], "z")
-    step2 = node("MatMul", [node("Mul", [step, step], "step_sq"), const("sum_feet", per_foot[:, 2:])], "step2")
+    sum_feet = np.zeros((6, 2))
+    sum_feet[[0, 1, 2], 0] = sum_feet[[3, 4, 5], 1] = 1.0
+    step2 = node("MatMul", [node("Mul", [step, step], "step_sq"), const("sum_feet", sum_feet)], "step2")
+    z = node("Gather", [vec, i64("z_cols", [62, 78])], "z", axis=1)
     contact = node("Cast", [node("And", [node("Less", [z, "z_limits"], "low"), node("Less", [step2, "step_limits"], "slow")],
                                  "low_slow")], "contact", to=TensorProto.FLOAT)
-    xin = node("Concat", [vec, "settings", contact], "x", axis=2)
-    y = node("Reshape", [node("MatMul", [xin, const("linear_map", big)], "y_flat"), i64("shape_y", [-1, 4, F])],
-             "y")                                                                                # (K, 4, F)
-    # heading: mix the three blocks with (cos, sin, 1)
-    lat = node("Slice", [y, i64("ls", [3, 0]), i64("le", [4, 2]), i64("lax", [1, 2])], "lateral")
-    length = node("Sqrt", [node("ReduceSum", [node("Mul", [lat, lat], "lat_sq"), i64("axes2", [2])], "lat2", keepdims=1)],
+    y = node("MatMul", [node("Concat", [vec, "settings", contact], "x", axis=1), const("linear_map", big)], "y")
+    # heading: features = cos * Y0 + sin * Y1 + Y2
+    parts = [f"y{i}" for i in range(4)]
+    nodes.append(helper.make_node("Split", [y, i64("split_y", [F, F, F, 2])], parts, name="split_y", axis=1))
+    lat = parts[3]
+    length = node("Sqrt", [node("ReduceSum", [node("Mul", [lat, lat], "lat_sq"), i64("axes1", [1])], "lat2", keepdims=1)],
                   "lat_len")
-    weights = node("Pad", [node("Div", [lat, length], "cos_sin"), i64("pads", [0, 0, 0, 0, 0, 1]), const("one", 1.0)],
-                   "weights", mode="constant")
-    blocks3 = node("Slice", [y, i64("bs", [0]), i64("be", [3]), i64("bax", [1])], "blocks")
-    feats = node("MatMul", [weights, blocks3], "feats")                                      # (K, 1, F)
-    # axis-angle of the six relative rotations (5 effectors + the hips, for the check)
+    nodes.append(helper.make_node("Split", [node("Div", [lat, length], "cos_sin"), i64("split_cs", [1, 1])],
+                                  ["cos", "sin"], name="split_cs", axis=1))
+    feats = node("Add", [node("Add", [node("Mul", [parts[0], "cos"], "y0c"), node("Mul", [parts[1], "sin"], "y1s")], "y01"),
+                         parts[2]], "feats")
+    # axis-angle of the six relative rotations (5 effectors + the hips, for the check); the trace columns hold
+    # -2 cos, and transcendental kernels get rows of 16 (SIMD blocks and a scalar tail round differently, so
+    # padding keeps a character's numbers independent of how many share the call; padding: sin 0, -2 cos = -2)
     v_cols = [6 * e + 3 + a for e in range(5) for a in range(3)] + [NUM_FEATURES, NUM_FEATURES + 1, NUM_FEATURES + 2]
-    # transcendental kernels take SIMD blocks and a scalar tail that round differently: rows of 16 keep a
-    # character's numbers independent of how many characters share the call (padding: sin 0, cos 2 = no rotation)
     t_cols = list(range(NUM_INPUTS, NUM_INPUTS + 5)) + [NUM_FEATURES + 3] + [NUM_FEATURES + 4] * 10
     sum3 = np.zeros((18, 16))
     sum3[:, :6] = np.kron(np.eye(6), np.ones((3, 1)))
-    v = node("Gather", [feats, i64("v_cols", v_cols)], "v", axis=2)
-    two_cos = node("Gather", [feats, i64("t_cols", t_cols)], "two_cos", axis=2)
+    v = node("Gather", [feats, i64("v_cols", v_cols)], "v", axis=1)
+    neg_cos = node("Gather", [feats, i64("t_cols", t_cols)], "neg_two_cos", axis=1)
     sin2 = node("MatMul", [node("Mul", [v, v], "v_sq"), const("sum3", sum3)], "four_sin2")
     two_sin = node("Sqrt", [sin2], "two_sin")
     # angle = atan2(2 sin, 2 cos) = 2 atan(2 sin / (2 + 2 cos)) for a rotation (the check guards everything else)
-    half = node("Atan", [node("Div", [two_sin, node("Add", [two_cos, const("two", 2.0)], "two_plus")], "tan_half")],
+    half = node("Atan", [node("Div", [two_sin, node("Sub", [const("two", 2.0), neg_cos], "two_plus")], "tan_half")],
                 "half_angle")
     factor = node("Div", [half, node("Max", [two_sin, const("tiny", 1e-30)], "sin_safe")], "factor")
-    aa = node("Mul", [v, node("MatMul", [factor, const("spread3", 2.0 * sum3.T)], "factor18")], "aa")   # (K, 1, 18)
+    aa = node("Mul", [v, node("MatMul", [factor, const("spread3", 2.0 * sum3.T)], "factor18")], "aa")   # (K, 18)
     # the network, its first layer folded with the input assembly and normalisation
     std, mean = np.asarray(model.input_std, np.float64), np.asarray(model.input_mean, np.float64)
     rot_inputs = [6 * e + 3 + a for e in range(5) for a in range(3)]
@@ -143,7 +144,7 @@ def build_runtime_graph(model, builder, height, debug=False):
     for i, j in enumerate(rot_inputs):
         P[F + i, j] = 1.0
     W = [np.asarray(w, np.float64) for w in model.weights]
-    both = node("Concat", [feats, aa], "feats_aa", axis=2)
+    both = node("Concat", [feats, aa], "feats_aa", axis=1)
     h = node("Add", [node("MatMul", [both, const("W0", P @ (W[0] / std[:, None]))], "z0m"),
                      const("b0", W[1] - (mean / std) @ W[0])], "z0")
     layers = len(W) // 2
@@ -157,14 +158,14 @@ def build_runtime_graph(model, builder, height, debug=False):
     low = 0.5 * np.asarray(model.limit_low, np.float64).reshape(-1)
     high = 0.5 * np.asarray(model.limit_high, np.float64).reshape(-1)
     d = node("Max", [node("Min", [h, const("limit_high", high)], "below_high"), const("limit_low", low)], "half_deltas")
-    # q = q_mean * exp(delta): E = [cos (23), sin/theta * d (69)], q = E @ block + identity for unmapped roles
-    sum3r = np.zeros((3 * NUM_ROLES, 32))                                                       # 23 roles, padded
+    # q = q_mean * exp(delta): E = [cos (23, padded to 32), sin/theta * d (69)], q = E @ block + identity where unmapped
+    sum3r = np.zeros((3 * NUM_ROLES, 32))
     sum3r[:, :NUM_ROLES] = np.kron(np.eye(NUM_ROLES), np.ones((3, 1)))
-    theta = node("Sqrt", [node("Add", [node("MatMul", [node("Mul", [d, d], "d_sq"), const("sum_roles", sum3r)], "theta2"),
-                                       const("tiny2", 1e-30)], "theta2_safe")], "theta")
+    theta = node("Sqrt", [node("Add", [node("MatMul", [node("Mul", [d, d], "d_sq"), const("sum_roles", sum3r)], "theta2m"),
+                                       const("tiny2", np.full(32, 1e-30))], "theta2")], "theta")
     sinc = node("MatMul", [node("Div", [node("Sin", [theta], "sin_theta"), theta], "sinc"), const("spread_roles", sum3r.T)],
                 "sinc69")
-    e = node("Concat", [node("Cos", [theta], "cos_theta"), node("Mul", [d, sinc], "xyz")], "exp", axis=2)
+    e = node("Concat", [node("Cos", [theta], "cos_theta"), node("Mul", [d, sinc], "xyz")], "exp", axis=1)
     mask = model.skeleton.role_mask
     mean_q = matrix_to_quaternion(np.asarray(model.mean_pose, np.float64))
     L = np.where(mask[:, None, None], left_matrices(mean_q), 0.0)
@@ -174,24 +175,32 @@ def build_runtime_graph(model, builder, height, debug=False):
         block[32 + 3 * j:32 + 3 * j + 3, 4 * j:4 * j + 4] = L[j][:, 1:].T
     bias = np.where(mask[:, None], 0.0, np.array([1.0, 0.0, 0.0, 0.0])).reshape(-1)
     node("Add", [node("MatMul", [e, const("mean_left", block)], "q_raw"), const("q_bias", bias)], "q")
-    # check (K, 1, 5), every column <= CHECK_LIMITS
-    finite = node("Mul", [node("ReduceSum", [vec, i64("axes2b", [2])], "t_sum", keepdims=1), const("zero", 0.0)], "finite0")
-    far = node("ReduceMax", [node("Abs", [node("Gather", [vec, i64("pos_cols", [16 * t + 12 + a for t in range(6)
-                                                                            for a in range(3)])], "positions", axis=2)],
-                                      "pos_abs")], "far", axes=[2], keepdims=1)
-    # a rotation has 4 sin^2 + 4 cos^2 = 4; also catches scaled, sheared or mirrored targets
-    sc = node("Sub", [node("Add", [sin2, node("Mul", [two_cos, two_cos], "c_sq")], "sc"), const("four", 4.0)], "sc4")
-    rot_dev = node("ReduceSum", [node("Abs", [sc], "sc_abs"), i64("axes2c", [2])], "rot_dev", keepdims=1)
-    near_pi = node("ReduceMax", [node("Neg", [two_cos], "neg_cos")], "near_pi", axes=[2], keepdims=1)
-    node("Concat", [finite, far, rot_dev, node("Neg", [length], "neg_len"), near_pi], "check", axis=2)
-    outputs = ["q", "feet", "check", "targets"]
+    # the hips' matrix_basis quaternion and location through each character's hips map (live.LiveCharacter.hips_map)
+    hv = node("Reshape", [node("Slice", [vec, i64("hs", [0]), i64("he", [16]), i64("hax", [1])], "hips_vec"),
+                          i64("shape_h", [-1, 1, 16])], "hips_vec3")
+    hm = node("Reshape", [node("MatMul", [hv, "hips_maps"], "hips_mapped3"), i64("shape_hm", [-1, 10])], "hips_mapped")
+    nodes.append(helper.make_node("Split", [hm, i64("split_h", [4, 3, 3])], ["squares", "signs", "hips_location"],
+                                  name="split_h", axis=1))
+    mag = node("Sqrt", [node("Relu", ["squares"], "squares_pos")], "magnitudes")
+    nodes.append(helper.make_node("Split", [mag, i64("split_w", [1, 3])], ["mag_w", "mag_xyz"], name="split_w", axis=1))
+    xyz = node("Where", [node("Less", ["signs", const("zero_s", 0.0)], "negative"), node("Neg", ["mag_xyz"], "neg_xyz"),
+                         "mag_xyz"], "signed_xyz")
+    node("LpNormalization", [node("Concat", ["mag_w", xyz], "hips_q_raw", axis=1)], "hips_q", axis=1, p=2)
+    # check (K, 3), every column <= check_limits: |entries| (absurd distances), the rotation deviation (NaN from
+    # any non-finite entry reaches it through the products), -2 cos (away from a half turn)
+    far = node("ReduceMax", [node("Abs", [vec], "vec_abs")], "far", axes=[1], keepdims=1)
+    sc = node("Sub", [node("Add", [sin2, node("Mul", [neg_cos, neg_cos], "c_sq")], "sc"), const("four", 4.0)], "sc4")
+    rot_dev = node("ReduceSum", [node("Abs", [sc], "sc_abs"), i64("axes1b", [1])], "rot_dev", keepdims=1)
+    near_pi = node("ReduceMax", [neg_cos], "near_pi", axes=[1], keepdims=1)
+    node("Concat", [far, rot_dev, near_pi], "check", axis=1)
+    outputs = ["q", "feet", "check", "targets_t", "hips_q", "hips_location"]
     if debug:
         node("MatMul", [both, const("P", P)], "inputs")
         outputs += ["inputs"]
-    shapes = {"world": [None, 7, 4, 4], "to_character_t": [None, 1, 4, 4], "settings": [None, 1, 6],
-              "z_limits": [None, 1, 2], "step_limits": [None, 1, 2], "previous_feet": [None, 1, 6]}
-    out_shapes = {"q": [None, 1, 4 * NUM_ROLES], "feet": [None, 1, 6], "check": [None, 1, 5],
-                  "inputs": [None, 1, NUM_INPUTS], "targets": [None, 6, 4, 4]}
+    shapes = {"world": [None, 7, 4, 4], "to_character_t": [None, 1, 4, 4], "settings": [None, 6],
+              "z_limits": [None, 2], "step_limits": [None, 2], "hips_maps": [None, 16, 10], "previous_feet": [None, 6]}
+    out_shapes = {"q": [None, 4 * NUM_ROLES], "feet": [None, 6], "check": [None, 3], "inputs": [None, NUM_INPUTS],
+                  "targets_t": [None, 6, 4, 4], "hips_q": [None, 4], "hips_location": [None, 3]}
     info = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch"] + s[1:])
     graph = helper.make_graph(nodes, "neural_ik_runtime", [info(n, shapes[n]) for n in GRAPH_INPUTS],
                               [info(n, out_shapes[n]) for n in outputs], initializer=inits)
@@ -214,17 +223,22 @@ class RuntimeEngine:
         self.session = ort_session(build_runtime_graph(model, builder, height, debug).SerializeToString())
         self.world = np.broadcast_to(np.eye(4, dtype=np.float32), (k, 7, 4, 4)).copy()
         self.to_character_t = np.broadcast_to(np.eye(4, dtype=np.float32), (k, 1, 4, 4)).copy()
-        self.settings = np.zeros((k, 1, 6), np.float32)
-        self.z_limits = np.zeros((k, 1, 2), np.float32)
-        self.step_limits = np.full((k, 1, 2), np.inf, np.float32)
-        self.feet = (np.zeros((k, 1, 6), np.float32), np.zeros((k, 1, 6), np.float32))
-        self.q = np.zeros((k, 1, 4 * NUM_ROLES), np.float32)
-        self.check = np.zeros((k, 1, 5), np.float32)
-        self.ok = np.zeros((k, 1, 5), bool)
+        self.settings = np.zeros((k, 6), np.float32)
+        self.z_limits = np.zeros((k, 2), np.float32)
+        self.step_limits = np.full((k, 2), np.inf, np.float32)
+        self.hips_maps = np.zeros((k, 16, 10), np.float32)
+        self.feet = (np.zeros((k, 6), np.float32), np.zeros((k, 6), np.float32))
+        self.q = np.zeros((k, 4 * NUM_ROLES), np.float32)
+        self.check = np.zeros((k, 3), np.float32)
+        self.ok = np.zeros((k, 3), bool)
         self.limits = check_limits(height)
-        self.targets = np.zeros((k, 6, 4, 4), np.float32)
-        self.inputs = np.zeros((k, 1, NUM_INPUTS), np.float32) if debug else None
-        outputs = {"q": self.q, "check": self.check, "targets": self.targets}
+        self.targets_t = np.zeros((k, 6, 4, 4), np.float32)
+        self.targets = np.swapaxes(self.targets_t, -1, -2)           # character space (a view)
+        self.hips_q = np.zeros((k, 4), np.float32)
+        self.hips_location = np.zeros((k, 3), np.float32)
+        self.inputs = np.zeros((k, NUM_INPUTS), np.float32) if debug else None
+        outputs = {"q": self.q, "check": self.check, "targets_t": self.targets_t, "hips_q": self.hips_q,
+                   "hips_location": self.hips_location}
         if debug:
             outputs["inputs"] = self.inputs
         self.bindings = []
@@ -238,6 +252,10 @@ class RuntimeEngine:
             self.bindings.append(io)
         self.parity = 0
         self.run_binding = self.session.run_with_iobinding
+
+    def set_hips_maps(self, maps):
+        """maps (K or 1, 16, 10) acting on vec(hips transform) (row-major); the graph holds it transposed."""
+        np.copyto(self.hips_maps, np.asarray(maps)[:, _transposed_rows()[:16]])
 
     @property
     def previous_feet(self):

@@ -275,6 +275,7 @@ class Solver:
 
             self.runtime = RuntimeEngine(model, self.build_inputs, model.skeleton.height, k)
         self.fallbacks = 0                   # ticks the run-time graph handed back to the careful NumPy path
+        self.used_runtime = False            # whether the last step's results came from the run-time graph
         self.refiner = Refiner(model.skeleton, model.mean_pose, model.limit_low, model.limit_high)
         self.spec = model.feature_spec
         self.height = model.skeleton.height
@@ -339,16 +340,16 @@ class Solver:
             self.settings[:, 0:2] = -ground
             self.contact_threshold[:] = ground + (self.ankle_height + 0.08 * self.height)
             if rt is not None:
-                rt.settings[:, 0, 0:2] = -ground
-                rt.z_limits[:, 0] = self.contact_threshold
+                rt.settings[:, 0:2] = -ground
+                rt.z_limits[:] = self.contact_threshold
         if desired_contact is not None:
             self.settings[:, 4:6] = np.broadcast_to(np.asarray(desired_contact, np.float64), (k, 2))
             if rt is not None:
-                rt.settings[:, 0, 2:4] = self.settings[:, 4:6]
+                rt.settings[:, 2:4] = self.settings[:, 4:6]
         if phase is not None:
             self.settings[:, 6] = np.broadcast_to(np.asarray(phase, np.float64), (k,))
             if rt is not None:
-                rt.settings[:, 0, 4] = self.settings[:, 6]
+                rt.settings[:, 4] = self.settings[:, 6]
 
     def set_task(self, task):
         """Start blending from each character's current task to `task` (K,) where it changes."""
@@ -362,7 +363,7 @@ class Solver:
             self.task = task.copy()
         self.settings[:, 7] = self.task / (len(TASKS) - 1)
         if self.runtime is not None:
-            self.runtime.settings[:, 0, 5] = self.settings[:, 7]
+            self.runtime.settings[:, 5] = self.settings[:, 7]
 
     def contacts(self, feet, dt):
         """Contact flags as in training, into the settings: the ankle low above the ground and moving slowly."""
@@ -412,8 +413,10 @@ class Solver:
         self.started = True
         if ground is not None or desired_contact is not None or phase is not None:
             self.set_settings(ground, desired_contact, phase)
+        self.used_runtime = False
         if self.runtime is not None and self.blend.min() >= 1.0:
             if self._runtime_step(targets, refine_iterations, dt, contact, measure_errors):
+                self.used_runtime = True
                 return
             self.fallbacks += 1
             if targets is None:
@@ -475,7 +478,7 @@ class Solver:
     def world_targets(self):
         """Character-space targets (K, 6, 4, 4) from the run-time engine's world matrices (what a live tick read)."""
         rt = self.runtime
-        return np.swapaxes(rt.world[:, 1:].astype(np.float64) @ rt.to_character_t.astype(np.float64), -1, -2)
+        return np.swapaxes(rt.world[:, 1:].astype(np.float64) @ rt.to_character_t.astype(np.float64), -1, -2).copy()
 
     def _runtime_step(self, targets, refine_iterations, dt, contact, measure_errors):
         """The tick through the run-time graph; False (nothing kept) when its checks send it to the NumPy path."""
@@ -484,12 +487,12 @@ class Solver:
             np.copyto(rt.world[:, 1:], np.swapaxes(targets, -1, -2))
         if contact is not None:                       # forced flags: limits that always or never hold
             flags = np.broadcast_to(np.asarray(contact, np.float64), (k, 2)) > 0.5
-            rt.z_limits[:, 0] = np.where(flags, np.inf, -np.inf)
+            rt.z_limits[:] = np.where(flags, np.inf, -np.inf)
             rt.step_limits[:] = np.inf
             self.contact_override = True
         else:
             if self.contact_override:
-                rt.z_limits[:, 0] = self.contact_threshold
+                rt.z_limits[:] = self.contact_threshold
                 self.contact_override = False
             if dt != self.step_limit_dt:
                 rt.step_limits[:] = (0.6 * self.height * dt) ** 2 if self.have_previous_feet and dt > 0 else np.inf
@@ -498,7 +501,7 @@ class Solver:
             return False
         self.have_previous_feet = True
         q = self.q
-        np.copyto(q.reshape(k, 4 * NUM_ROLES), rt.q[:, 0])
+        np.copyto(q.reshape(k, 4 * NUM_ROLES), rt.q)
         if refine_iterations > 0 or measure_errors:
             t = rt.targets.astype(np.float64)
             if refine_iterations > 0:

@@ -147,10 +147,25 @@ def test_runtime_graph_equals_the_numpy_path(model, poses):
     rt.to_character_t[:] = to_character.T
     rt.settings[:] = (0.0, 0.0, 1.0, 1.0, 0.0, 0.0)
     rt.z_limits[:] = -np.inf                     # contact flags 0, as given to the reference
+    from neural_ik.neural_network.quaternion_math import MATRIX_TO_SQUARES, SQUARES_BIAS
+
+    turn, shift = axis_angle_to_matrix(np.array([2.0, 0.5, -1.0])), np.random.default_rng(5).normal(size=(3, 4))
+    hips_map = np.zeros((1, 16, 10))             # as live.LiveCharacter.hips_map builds one: a turn, then an affine map
+    for u in range(16):
+        probe = np.zeros(16)
+        probe[u] = 1.0
+        probe = probe.reshape(4, 4)
+        hips_map[0, u, :7] = (turn @ probe[:3, :3]).reshape(9) @ MATRIX_TO_SQUARES + SQUARES_BIAS * probe[3, 3]
+        hips_map[0, u, 7:] = shift @ probe[:, 3]
+    rt.set_hips_maps(hips_map)
     assert rt.run()
-    np.testing.assert_allclose(rt.inputs[:, 0], inputs_of(model.feature_spec, pose, hips_R), atol=2e-5)
-    np.testing.assert_allclose(rt.q[:, 0].reshape(k, -1, 4), reference.quaternions, atol=2e-6)
+    np.testing.assert_allclose(rt.inputs, inputs_of(model.feature_spec, pose, hips_R), atol=2e-5)
+    np.testing.assert_allclose(rt.q.reshape(k, -1, 4), reference.quaternions, atol=2e-6)
     np.testing.assert_allclose(rt.targets, targets, atol=2e-6)
+    mapped = targets[:, 0].reshape(k, 16) @ hips_map[0]
+    np.testing.assert_allclose(rt.hips_location, mapped[:, 7:], rtol=1e-5, atol=1e-5)
+    from neural_ik.neural_network.quaternion_math import squares_to_quaternions
+    np.testing.assert_allclose(rt.hips_q, squares_to_quaternions(mapped[:, :7]), atol=1e-5)
 
 
 def test_runtime_graph_hands_bad_targets_to_the_careful_path(model, poses):

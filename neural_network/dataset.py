@@ -281,7 +281,9 @@ def training_inputs(spec, positions, effector_rotations, hips_rotation, ground_h
     turned[:, :, 0] = c[..., None] * R[:, :, 0] + s[..., None] * R[:, :, 1]
     turned[:, :, 1] = c[..., None] * R[:, :, 1] - s[..., None] * R[:, :, 0]
     turned[:, :, 2] = R[:, :, 2]
-    A = np.einsum("kba,nkbc->nkac", np.asarray(spec.effector_reference, np.float64), turned)
+    A = np.empty(turned.shape)                               # reference^T R_root^T R, one BLAS product each
+    for k, reference in enumerate(np.asarray(spec.effector_reference, np.float64)):
+        A[:, k] = np.tensordot(reference.T, turned[:, k], axes=([1], [1])).transpose(1, 0, 2)
     v = np.stack([A[..., 2, 1] - A[..., 1, 2], A[..., 0, 2] - A[..., 2, 0], A[..., 1, 0] - A[..., 0, 1]], -1)
     trace_m1 = A[..., 0, 0] + A[..., 1, 1] + A[..., 2, 2] - 1.0            # 2 cos(angle); |v| = 2 sin(angle)
     two_sin = np.sqrt(np.sum(v * v, axis=-1))

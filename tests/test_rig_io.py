@@ -312,3 +312,39 @@ def test_read_rig_refuses_bad_maps(empty_scene, tmp_path):
         rig_io.read_rig(obj, dict(BANDAI_MAP, LeftFoot=""))
     with pytest.raises(rig_io.RigError, match="is not below"):
         rig_io.read_rig(obj, dict(BANDAI_MAP, LeftShin="LowerLeg_R", RightShin="LowerLeg_L"))
+
+
+def test_sparse_keys_modifiers_and_muted_curves_read_as_blender_evaluates(empty_scene):
+    """Curves whose keys are not on every frame, a curve with a modifier and a muted curve take the sampled path or
+    are skipped exactly as Blender evaluates them (the fast path only reads keys that sit on every frame)."""
+    import bpy
+
+    from neural_ik import rig_io
+    from neural_ik.operators.data import bone_map_of
+
+    bpy.ops.neural_ik.create_demo_rig()
+    obj = bpy.context.active_object
+    rig = rig_io.read_rig(obj, bone_map_of(obj))
+    action = bpy.data.actions[0].copy()
+    curves = rig_io.action_fcurves(action, rig_io.action_slot_for_any(action))
+    rotations = [fc for fc in curves if fc.data_path.endswith("rotation_quaternion")]
+    for fc in rotations[:12]:                     # three bones keyed every third frame, Bezier in between
+        points = fc.keyframe_points
+        for k in range(len(points) - 1, -1, -1):
+            if k % 3:
+                points.remove(points[k], fast=True)
+        fc.update()
+    rotations[20].modifiers.new("NOISE").strength = 0.3
+    rotations[30].mute = True
+    before = state_hash(obj)
+    sample = rig_io.read_action(rig, obj, action)
+    assert state_hash(obj) == before
+    assign(obj, action)
+    mask = rig.role_mask
+    height = rig.skeleton.height
+    worst = 0.0
+    for row in range(0, len(sample.frames), 7):
+        bpy.context.scene.frame_set(int(sample.frames[row]))
+        heads = rig_io.armature_pose_heads(obj, rig)
+        worst = max(worst, float(np.max(np.abs(heads[mask] - sample.positions[row][mask]))) / height)
+    assert worst < TOLERANCE

@@ -66,7 +66,7 @@ class NIK_SceneSettings(bpy.types.PropertyGroup):
     dataset_path: StringProperty(name="Dataset", subtype="FILE_PATH", description="Extracted training set (.npz)")
     output_directory: StringProperty(name="Output", subtype="DIR_PATH",
                                      description="Folder for checkpoints, metrics and plots (empty: the extension's user folder)")
-    epochs: IntProperty(name="Epochs", min=1, max=100000, default=60)
+    epochs: IntProperty(name="Epochs", min=1, max=100000, default=300)
     batch_size: IntProperty(name="Batch", min=8, max=8192, default=256)
     learning_rate: FloatProperty(name="Learning Rate", min=1e-6, max=1.0, default=2e-3, precision=5)
     time_limit: FloatProperty(name="Time Limit", min=0.0, default=0.0, unit="TIME_ABSOLUTE",

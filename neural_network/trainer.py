@@ -40,7 +40,7 @@ STATE_KIND = "neural_ik.training_state"
 @dataclass
 class TrainConfig:
     hidden: tuple = network.DEFAULT_HIDDEN
-    epochs: int = 60
+    epochs: int = 300
     batch_size: int = 256               # rows per step: half frames, half their previous frames
     learning_rate: float = 2e-3
     final_lr_fraction: float = 0.05     # cosine decay to this fraction of the rate by the end (epochs or time)

@@ -136,7 +136,7 @@ def _evaluate_command(parser):
 def _train_command(parser):
     parser.add_argument("--dataset", required=True, help="dataset .npz written by the extract command")
     parser.add_argument("--out", required=True, help="output folder (created when missing)")
-    parser.add_argument("--epochs", type=int, default=60, help="number of epochs (default 60)")
+    parser.add_argument("--epochs", type=int, default=300, help="number of epochs (default 300; early stop ends sooner)")
     parser.add_argument("--time-limit", type=float, default=0.0, help="stop after this many seconds (0: no limit)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the action split, initialisation and batches")
     parser.add_argument("--batch", type=int, default=256, help="rows per step (default 256)")

@@ -116,7 +116,11 @@ class Dataset:
     def split_by_action(self, seed=0, val_fraction=0.1):
         """(train, validation) with whole actions on one side, so validation frames are never neighbours of training
         frames. At least one action goes to each side when there are two or more; a single action is split into its
-        first and last part instead."""
+        first and last part instead.
+
+        Validation is spread over several clips: with four or more actions, an action longer than a third of the
+        validation budget stays in training, so one long clip (a 1900-frame dance among 300-frame walks) cannot
+        become most of the validation figure."""
         names = self.arrays["action_names"]
         action = self.arrays["action"]
         present = np.unique(action)
@@ -130,10 +134,14 @@ class Dataset:
         target = val_fraction * len(self)
         val, total = [], 0
         for a in order:
+            if len(present) >= 4 and frames[a] > target / 3:
+                continue
             if val and total + frames[a] / 2 > target:
                 break
             val.append(a)
             total += frames[a]
+        if not val:   # every action is long: fall back to the first one of the permutation
+            val = [order[0]]
         val = val[:len(present) - 1]
         is_val = np.isin(action, val)
         return self.subset(np.where(~is_val)[0]), self.subset(np.where(is_val)[0])

@@ -171,3 +171,13 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_one_long_clip_never_becomes_the_validation_set():
+    """The split keeps an action longer than a third of the validation budget in training (with 4+ actions)."""
+    data = synthetic_dataset(frames_per_action=40, actions=12, seed=3)
+    data.arrays["action"] = np.where(data.arrays["action"] <= 5, 0, data.arrays["action"])   # action 0: half the rows
+    for seed in range(20):
+        train, val = data.split_by_action(seed=seed, val_fraction=0.3)
+        assert len(val) > 0 and 0 not in set(val.arrays["action"])
+        assert not set(train.arrays["action"]) & set(val.arrays["action"])

@@ -22,6 +22,7 @@ from ..neural_network.rotations import (
     quaternion_to_matrix,
 )
 from ..properties import get_bone_map, set_bone_map
+from .common import chosen_armature, poll_armature, poll_not_editing
 
 
 class DataError(ValueError):
@@ -273,11 +274,7 @@ def import_bvh_files(context, directory, global_scale=1.0):
 
 
 def target_armature(context):
-    obj = context.active_object
-    if obj is not None and obj.type == "ARMATURE":
-        return obj
-    chosen = context.scene.neural_ik.armature if hasattr(context.scene, "neural_ik") else None
-    return chosen if chosen is not None and chosen.type == "ARMATURE" else None
+    return chosen_armature(context)
 
 
 def usable_actions(obj, rig):
@@ -355,6 +352,10 @@ class NIK_OT_import_bvh_folder(bpy.types.Operator):
     global_scale: FloatProperty(name="Scale", default=1.0, min=1e-6, max=1e6,
                                 description="Scale applied to the files (0.01 for centimetre data)")
 
+    @classmethod
+    def poll(cls, context):
+        return poll_not_editing(cls, context)
+
     def invoke(self, context, _event):
         context.window_manager.fileselect_add(self)
         return {"RUNNING_MODAL"}
@@ -383,10 +384,7 @@ class NIK_OT_extract(bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        if target_armature(context) is None:
-            cls.poll_message_set("Select an armature (or choose one in the Neural IK panel)")
-            return False
-        return True
+        return poll_armature(cls, context)
 
     def invoke(self, context, _event):
         if not self.filepath:

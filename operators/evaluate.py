@@ -22,6 +22,7 @@ from .. import blender_ik
 from ..neural_network import eval_report, metrics
 from ..neural_network.roles import ROLES, task_from_name
 from ..neural_network.rotations import chordal_mean
+from .common import poll_no_training, poll_not_editing
 
 # Bone maps of the two real-mocap rigs, used when the armature carries no bone map of its own.
 PRESETS = {
@@ -609,6 +610,10 @@ class NIK_OT_evaluate(bpy.types.Operator):
     mean_pose_files: IntProperty(name="Training Files Max", min=0, default=20)
     json_path: StringProperty(name="JSON", subtype="FILE_PATH")
     png_path: StringProperty(name="PNG", subtype="FILE_PATH")
+
+    @classmethod
+    def poll(cls, context):
+        return poll_not_editing(cls, context) and poll_no_training(cls, context)
 
     def execute(self, context):
         global last_report

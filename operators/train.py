@@ -21,6 +21,7 @@ from ..neural_network.dataset import Dataset
 from ..neural_network.files import FileRefused
 from ..neural_network.losses import LossWeights
 from ..properties import get_bone_map
+from .common import chosen_armature, poll_no_training
 
 POLL_SECONDS = 0.25
 JOIN_SECONDS = 5.0
@@ -50,13 +51,6 @@ def armature_matches(obj, skeleton):
         return False
     mapping = get_bone_map(obj)
     return all(mapping[role] == bone for role, bone in zip(mapping, skeleton.bone_names))
-
-
-def target_armature(context):
-    obj = context.active_object
-    if obj is not None and obj.type == "ARMATURE":
-        return obj
-    return context.scene.neural_ik.armature
 
 
 class _Run:
@@ -149,6 +143,10 @@ class NIK_OT_train(bpy.types.Operator):
                                            ("SYNC", "Synchronous", "Train before returning")],
                        default="AUTO", options={"HIDDEN", "SKIP_SAVE"})
 
+    @classmethod
+    def poll(cls, context):
+        return poll_no_training(cls, context)
+
     def execute(self, context):
         if _Run.thread is not None and _Run.thread.is_alive():
             self.report({"ERROR"}, "a training run is already going on: cancel it first")
@@ -177,7 +175,7 @@ class NIK_OT_train(bpy.types.Operator):
             state.training.running = False
             self.report({"ERROR"}, str(exc))
             return {"CANCELLED"}
-        obj = target_armature(context)
+        obj = chosen_armature(context)
         _Run.armature_name = obj.name if armature_matches(obj, dataset.skeleton) else ""
         if obj is not None and not _Run.armature_name:
             self.report({"WARNING"}, f"{obj.name}'s bone map differs from the dataset's rig: its model is left as is")

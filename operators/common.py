@@ -1,0 +1,40 @@
+"""What several operators share: which armature they act on, and polls that say why an operator is unavailable."""
+
+from .. import state
+
+
+def chosen_armature(context):
+    """The armature Neural IK acts on: the active object when it is an armature, else the one picked in the panel."""
+    obj = context.active_object
+    if obj is not None and obj.type == "ARMATURE":
+        return obj
+    settings = getattr(context.scene, "neural_ik", None)
+    chosen = settings.armature if settings is not None else None
+    return chosen if chosen is not None and chosen.type == "ARMATURE" else None
+
+
+def poll_armature(cls, context):
+    """Poll for operators that need an armature outside Edit Mode; the message names what is missing."""
+    obj = chosen_armature(context)
+    if obj is None:
+        cls.poll_message_set("Select an armature (or choose one in the Neural IK panel)")
+        return False
+    if obj.mode == "EDIT":
+        cls.poll_message_set(f"'{obj.name}' is in Edit Mode: switch to Object or Pose Mode first")
+        return False
+    return True
+
+
+def poll_not_editing(cls, context):
+    """Poll for operators that add or read whole objects: not while any object is being edited."""
+    if context.mode.startswith("EDIT"):
+        cls.poll_message_set("An object is in Edit Mode: switch to Object or Pose Mode first")
+        return False
+    return True
+
+
+def poll_no_training(cls, _context):
+    if state.training.running:
+        cls.poll_message_set("A training run is already going on: wait for it or cancel it first")
+        return False
+    return True

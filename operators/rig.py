@@ -4,11 +4,16 @@ Thin shells: they read bones from Blender, ask `neural_network.bone_map` for the
 object and say in plain words what they found.
 """
 
+import os
+
 import bpy
 from bpy.props import EnumProperty, IntProperty
 
 from ..neural_network import bone_map
 from ..properties import set_bone_map
+
+# The model shipped with the extension, trained on the demo rig's actions (read-only: never written at run time).
+SHIPPED_DEMO_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "weights", "demo.npz")
 
 PRESET_ITEMS = [
     ("demo", "Demo Rig", "Bones named exactly as the roles (the Neural IK demo rig)"),
@@ -78,7 +83,12 @@ class NEURAL_IK_OT_create_demo_rig(bpy.types.Operator):
         from ..demo_rig import build_demo
 
         obj, actions = build_demo(context, seed=self.seed)
-        self.report({"INFO"}, f"Created {obj.name}: {len(obj.data.bones)} bones, {len(actions)} actions (seed {self.seed}).")
+        shipped = ""
+        if os.path.isfile(SHIPPED_DEMO_MODEL):
+            obj.neural_ik.model_path = SHIPPED_DEMO_MODEL
+            shipped = " Its shipped model is loaded: Create Targets and Run IK work right away."
+        self.report({"INFO"}, f"Created {obj.name}: {len(obj.data.bones)} bones, {len(actions)} actions "
+                              f"(seed {self.seed}).{shipped}")
         return {"FINISHED"}
 
 

@@ -289,12 +289,17 @@ class TargetReader:
 
 
 class LiveGroup:
-    """Characters that share a model: one Solver, one inference call, one product for all their pose buffers."""
+    """Characters that share a model (and the pose of their in-between bones): one Solver, one inference call, one
+    product for all their pose buffers.
 
-    def __init__(self, model, onnx_bytes, characters, engine):
+    links: the bridges/offsets of the characters' in-between bones as they stand at session start (they keep that
+    pose while live: the action is off and a tick writes only the mapped bones), or None where the rest's hold. The
+    Solver builds its constants (run-time graph included) from them once, so a tick costs the same either way."""
+
+    def __init__(self, model, onnx_bytes, characters, engine, links=None):
         self.characters = characters
         self.k = k = len(characters)
-        self.solver = Solver(model, onnx_bytes, characters=k, engine=engine)
+        self.solver = Solver(model, onnx_bytes, characters=k, engine=engine, links=links)
         first = characters[0]
         self.uniform = all(c.count == first.count and c.hips_index == first.hips_index
                            and np.array_equal(c.quaternion_bones, first.quaternion_bones)
@@ -375,7 +380,7 @@ class LiveGroup:
 
 
 class LiveTick:
-    """Drives several armatures: groups them by model, one Solver (one inference call) per group.
+    """Drives several armatures: groups them by model (and in-between pose), one Solver (one inference call) per group.
 
     Per tick: one read of every target (TargetReader), the solve, and per character one `foreach_set` and one
     property set. The panel settings (ground, contact, task, phase, refinement) are re-read every tick for up to
@@ -393,8 +398,10 @@ class LiveTick:
         for obj, model, onnx_bytes in entries:
             rig = rig_io.read_rig(obj, get_bone_map(obj))
             check_rig(model, rig.skeleton, f"the model of {obj.name}")
-            by_model.setdefault(id(model), (model, onnx_bytes, []))[2].append(LiveCharacter(obj, rig, model))
-        self.live_groups = [LiveGroup(model, data, chars, engine) for model, data, chars in by_model.values()]
+            links = rig_io.current_links(obj, rig)       # in-between bones hold their current pose while live
+            key = (id(model), None if links is None else tuple(np.round(a, 9).tobytes() for a in links))
+            by_model.setdefault(key, (model, onnx_bytes, links, []))[3].append(LiveCharacter(obj, rig, model))
+        self.live_groups = [LiveGroup(model, data, chars, engine, links) for model, data, links, chars in by_model.values()]
         self.groups = [(g.solver, g.characters, None) for g in self.live_groups]
         self.readers = [TargetReader(g.characters, g.solver) for g in self.live_groups]
         self.times = deque(maxlen=history)

@@ -1042,3 +1042,83 @@ def continuous_quaternions(q):
             q[k] = -q[k]
     return q
 
+
+
+# ---- unmapped in-between bones (CMU's CC_Base_Pelvis): given, as the hips are -------------------------------------
+
+
+def inbetween_bones(rig):
+    """Names of the unmapped bones of the mapped chain below the hips, each an ancestor of a mapped bone (CMU's
+    CC_Base_Pelvis between CC_Base_Hip and the thighs): FK's bridges/offsets follow their pose."""
+    chain = bone_chain(rig)
+    between = _link_masks(rig, chain)[0]
+    return [rig.bone_names[int(chain.bones[k])] for k in between]
+
+
+def read_bone_values(rig, obj, action, bones, frame_start, frame_end):
+    """{bone: {property: (F, width)}} channel values of `bones` (chain bones, e.g. inbetween_bones) at every frame
+    frame_start..frame_end of an action, read as extraction reads them (channels without a curve keep the pose's
+    current value, as Blender does): the rotation property of each bone's mode, plus location and scale where the
+    action or the current pose moves them."""
+    chain = bone_chain(rig)
+    names = [rig.bone_names[b] for b in chain.bones]
+    position = {name: k for k, name in enumerate(names)}
+    first, last = int(frame_start), int(frame_end)
+    channels = _channels_of(action, action_slot_for(obj, action))
+    values, _ = _read_channels(rig, obj, chain, names, _current_channels(obj, names), [(action, first, last, channels)],
+                               np.array([0, last - first + 1]))
+    out = {}
+    for bone in bones:
+        k = position[bone]
+        props = [rotation_property(rig.rotation_modes[rig.index[bone]])] + [p for p in ("location", "scale") if p in values]
+        out[bone] = {prop: values[prop][:, k].T.copy() for prop in props}
+    return out
+
+
+def key_bone_values(obj, action, frames, values):
+    """Key {bone: {property: (F, width)}} at `frames` (LINEAR) into `action`, a new action made by write_action
+    (its slot for obj), one curve per channel grouped by bone."""
+    slot = action_slot_for(obj, action)
+    if slot is not None:
+        from bpy_extras.anim_utils import action_ensure_channelbag_for_slot
+
+        container = action_ensure_channelbag_for_slot(action, slot)
+    else:
+        container = action
+    frames = np.asarray(frames, np.float64)
+    for bone, props in values.items():
+        path = f'pose.bones["{bpy.utils.escape_identifier(bone)}"].'
+        for prop, column in props.items():
+            column = np.asarray(column, np.float64)
+            for i in range(column.shape[1]):
+                _key_curve(container, path + prop, i, bone, frames, column[:, i])
+
+
+def current_links(obj, rig):
+    """Bridges (23, 3, 3) and offsets (23, 3) of the armature's current pose (its pose-bone channels: what Blender
+    shows with no action assigned, as in live IK), through extraction's FK; None when the rest skeleton's hold (no
+    in-between bone is off its rest pose and no mapped bone below the hips is moved or scaled)."""
+    chain = bone_chain(rig)
+    names = [rig.bone_names[b] for b in chain.bones]
+    values = {prop: v[:, :, None] for prop, v in _current_channels(obj, names).items()}
+    local = _basis_quaternions(rig, chain, values)
+    if not _moving_rows(rig, chain, local, values).any():
+        return None
+    scaled, heads = chain.forward_scaled(quaternion_matrices(local) * values["scale"][None], values["location"])
+    matrices = scaled / np.sqrt(np.sum(scaled * scaled, axis=0, keepdims=True))
+    batch = PoseBatch([None], np.zeros(1), np.array([0, 1]), [(0, 0)], [set()], local, matrices, heads, np.array([True]))
+    bridges, offsets = _batch_links(rig, batch, *_role_positions(rig, chain))
+    return bridges[0], offsets[0]
+
+
+def current_bone_values(rig, obj, bones, count):
+    """{bone: {property: (count, width)}}: the current channel values of `bones` repeated `count` times (keys that
+    hold an in-between bone where the solve assumed it): the rotation property of each bone's mode, plus location
+    and scale where they are not at their defaults."""
+    values = _current_channels(obj, bones)
+    out = {}
+    for k, bone in enumerate(bones):
+        props = [rotation_property(rig.rotation_modes[rig.index[bone]])]
+        props += [p for p, rest in (("location", 0.0), ("scale", 1.0)) if np.any(values[p][:, k] != rest)]
+        out[bone] = {prop: np.repeat(values[prop][None, :, k], count, axis=0) for prop in props}
+    return out

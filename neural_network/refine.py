@@ -24,6 +24,8 @@ is the least-squares budget for unreachable targets; `last_least_squares` says h
 The hips transform is given and never moves. Pure NumPy; no bpy.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 
 from . import kinematics
@@ -47,6 +49,26 @@ LEVELS = (("Hips", "Hips", "Hips"), ("Spine", "LeftThigh", "RightThigh"), ("Spin
 CHAINS = (("LeftShoulder", "LeftArm", "LeftForeArm", "LeftHand"), ("RightShoulder", "RightArm", "RightForeArm", "RightHand"),
           ("Hips", "LeftThigh", "LeftShin", "LeftFoot"), ("Hips", "RightThigh", "RightShin", "RightFoot"),
           ("Spine2", "NeckLower", "NeckUpper", "Head"))
+
+
+class ChainLinks(NamedTuple):
+    """What the run-time chain takes from the bridges and offsets: per-slot bridge-times-quadratic-form (S, 16, 9),
+    slot offsets (S, 3), the chains' bridges (1, 5, 3, 3, 3), bone lengths (l1, l2, l1^2 + l2^2, 1 / (2 l1 l2)) and
+    reach (max, min), each (5,). per_character: every array has a leading K axis (one set per character), and forms
+    holds the slots' bridges (K, S, 3, 3) instead (a 16x9 form per slot and frame would cost 28 kB a frame)."""
+    forms: np.ndarray
+    offsets: np.ndarray
+    chain_bridges: np.ndarray
+    lengths: tuple
+    reach: tuple
+    per_character: bool
+
+    def take(self, rows):
+        """The links of characters `rows` (shared links are everyone's)."""
+        if not self.per_character:
+            return self
+        return ChainLinks(self.forms[rows], self.offsets[rows], self.chain_bridges[rows],
+                          tuple(a[rows] for a in self.lengths), tuple(a[rows] for a in self.reach), True)
 
 
 def _axis_angle_matrix(axis, angle):
@@ -82,11 +104,12 @@ class Refiner:
         self.limb_ok = all(mask[i] for limb in self.limbs for i in limb) and all(
             parents[limb[1]] == limb[0] and parents[limb[2]] == limb[1] for limb in self.limbs)
         self.effector_parents = parents[list(EFFECTOR_ROLES)]
+        self.link_bridges = self.link_offsets = None      # per-character links (set_links); None: the skeleton's
         self._chain_layout(skeleton, mask, parents)
         self.last_least_squares = 0
 
     def _chain_layout(self, skeleton, mask, parents):
-        """Constants of the run-time path: slot roles, per-slot bridge-times-quadratic-form, offsets, chain slots."""
+        """Constants of the run-time path: slot roles, chain slots, and the link constants (set_links)."""
         slot_of = {}
         roles = []
         for level, names in enumerate(LEVELS):
@@ -98,47 +121,69 @@ class Refiner:
         slot_of[0] = 0
         roles = np.array(roles)
         mapped = np.array([j > 0 and mask[j] for j in roles])
-        # vec(bridge_j @ R(q_j)) = vec(q q^T) @ D_j; a pass-through slot (unmapped or padding) gets |q|^2 I = I
-        through = np.zeros((16, 9))
-        for a in range(4):
-            through[5 * a] = np.eye(3).reshape(9)
-        D = np.empty((len(roles), 16, 9))
-        offsets = np.zeros((len(roles), 3))
-        form = QUATERNION_TO_MATRIX.reshape(16, 3, 3)
-        for s, j in enumerate(roles):
-            if mapped[s]:
-                D[s] = (skeleton.bridges[j] @ form).reshape(16, 9)
-                offsets[s] = skeleton.offsets[j]
-            else:
-                D[s] = through
+        self.slot_mapped = mapped
         self.slot_roles = np.where(mapped, roles, 0)          # quaternion read per slot (any unit one when passing)
-        self.slot_forms = D                                   # (24, 16, 9)
-        self.slot_offsets = offsets
         self.chain_slots = np.array([[slot_of[ROLE_INDEX[n]] if n != "Hips" else 0 for n in chain] for chain in CHAINS])
         self.chain_roles = np.array([[ROLE_INDEX[n] for n in chain[1:]] for chain in CHAINS])       # (5, 3)
         self.chain_valid = np.array([all(mask[j] for j in chain) and parents[chain[1]] == chain[0]
                                      and parents[chain[2]] == chain[1] for chain in self.chain_roles])
         self.all_chains_valid = bool(self.chain_valid.all())
-        bridges = np.asarray(skeleton.bridges, np.float64)
-        self.chain_bridges = bridges[self.chain_roles][None]                                     # (1, 5, 3, 3, 3)
-        upper, mid, end = (np.asarray(skeleton.offsets)[self.chain_roles[:, i]] for i in range(3))
-        l1 = np.linalg.norm(mid, axis=-1)
-        l2 = np.linalg.norm(end, axis=-1)
-        l1 = np.where(self.chain_valid, l1, 1.0)
-        l2 = np.where(self.chain_valid, l2, 1.0)
-        self.lengths = (l1, l2, l1 * l1 + l2 * l2, 1.0 / (2 * l1 * l2))
-        self.chain_reach = ((l1 + l2) * (1 - 1e-9), np.abs(l1 - l2) * (1 + 1e-9) + 1e-9)
         written = [(c, i) for c in range(5) for i in range(3) if mask[self.chain_roles[c, i]]]
         self.written_flat = np.array([3 * c + i for c, i in written])
         self.written_roles = np.array([self.chain_roles[c, i] for c, i in written])
         self.valid_weight = self.chain_valid.astype(np.float64)
+        self.links = self._link_constants(np.asarray(skeleton.bridges, np.float64), np.asarray(skeleton.offsets, np.float64))
+        self._buffers = {}
+
+    def _link_constants(self, bridges, offsets):
+        """ChainLinks from bridges (23, 3, 3) and offsets (23, 3) (the skeleton's: shared by every character) or
+        (K, 23, 3, 3) and (K, 23, 3) (one set per character)."""
+        lead = bridges.shape[:-3]
+        slots = np.nonzero(self.slot_mapped)[0]
+        roles = self.slot_roles[slots]
+        slot_offsets = np.zeros(lead + (len(self.slot_roles), 3))
+        slot_offsets[..., slots, :] = offsets[..., roles, :]
+        if lead:                          # per character: the slots' bridges, identity where a slot passes through
+            forms = np.broadcast_to(np.eye(3), lead + (len(self.slot_roles), 3, 3)).copy()
+            forms[:, slots] = bridges[:, roles]
+        else:
+            # vec(bridge_j @ R(q_j)) = vec(q q^T) @ D_j; a pass-through slot (unmapped or padding) gets |q|^2 I = I
+            through = np.zeros((16, 9))
+            for a in range(4):
+                through[5 * a] = np.eye(3).reshape(9)
+            forms = np.broadcast_to(through, (len(self.slot_roles), 16, 9)).copy()
+            form = QUATERNION_TO_MATRIX.reshape(16, 3, 3)
+            forms[slots] = (bridges[roles][:, None] @ form).reshape(len(slots), 16, 9)
+        chain_bridges = bridges[..., self.chain_roles, :, :]                                     # (..., 5, 3, 3, 3)
+        if not lead:
+            chain_bridges = chain_bridges[None]
+        l1 = np.linalg.norm(offsets[..., self.chain_roles[:, 1], :], axis=-1)
+        l2 = np.linalg.norm(offsets[..., self.chain_roles[:, 2], :], axis=-1)
+        l1 = np.where(self.chain_valid, l1, 1.0)
+        l2 = np.where(self.chain_valid, l2, 1.0)
+        return ChainLinks(forms, slot_offsets, chain_bridges, (l1, l2, l1 * l1 + l2 * l2, 1.0 / (2 * l1 * l2)),
+                          ((l1 + l2) * (1 - 1e-9), np.abs(l1 - l2) * (1 + 1e-9) + 1e-9), bool(lead))
+
+    def set_links(self, bridges=None, offsets=None):
+        """Per-character bridges (K, 23, 3, 3) and offsets (K, 23, 3), for rigs whose unmapped in-between bones
+        move (a bake of a clip with a moving pelvis): from now on calls must pass K characters in this order. None
+        goes back to the skeleton's own (shared by any number of characters)."""
+        if bridges is None:
+            self.link_bridges = self.link_offsets = None
+            self.links = self._link_constants(np.asarray(self.skeleton.bridges, np.float64),
+                                              np.asarray(self.skeleton.offsets, np.float64))
+        else:
+            self.link_bridges = np.asarray(bridges, np.float64)
+            self.link_offsets = np.asarray(offsets, np.float64)
+            self.links = self._link_constants(self.link_bridges, self.link_offsets)
         self._buffers = {}
 
     def _buffers_for(self, k):
         buf = self._buffers.get(k)
         if buf is None:
             G = np.zeros((k, 24, 4, 4))
-            G[:, :, :3, 3] = self.slot_offsets
+            if not self.links.per_character:
+                G[:, :, :3, 3] = self.links.offsets
             G[:, :, 3, 3] = 1.0
             T = np.zeros((k, 8, 3, 4, 4))
             frames = np.empty((k, 5, 4, 3, 3))                 # parent of upper, upper, mid (new), end target
@@ -146,13 +191,22 @@ class Refiner:
         return buf
 
     # -- run time --------------------------------------------------------------------------------------------
-    def chain_forward(self, q, hips):
-        """q (K, 23, 4) local quaternions, hips (K, 4, 4) -> (K, 24, 4, 4) world transforms of the slots."""
+    def chain_forward(self, q, hips, links=None):
+        """q (K, 23, 4) local quaternions, hips (K, 4, 4) -> (K, 24, 4, 4) world transforms of the slots.
+
+        links: the ChainLinks of these characters (default: the refiner's; `links.take(rows)` for a subset)."""
+        links = self.links if links is None else links
         G, T, _frames = self._buffers_for(len(q))
         qs = q[:, self.slot_roles]
-        outer = qs[..., :, None] * qs[..., None, :]
-        rot = outer.reshape(len(q), 24, 1, 16) @ self.slot_forms
-        G[:, :, :3, :3] = rot.reshape(len(q), 24, 3, 3)
+        if links.per_character:
+            G[:, :, :3, 3] = links.offsets
+            rot = links.forms @ quaternions_to_matrices(qs)
+            rot[:, ~self.slot_mapped] = np.eye(3)
+            G[:, :, :3, :3] = rot
+        else:
+            outer = qs[..., :, None] * qs[..., None, :]
+            rot = outer.reshape(len(q), 24, 1, 16) @ links.forms
+            G[:, :, :3, :3] = rot.reshape(len(q), 24, 3, 3)
         G = G.reshape(len(q), 8, 3, 4, 4)
         T[:, 0] = hips[:, None]
         for level in range(1, 8):
@@ -160,24 +214,25 @@ class Refiner:
             np.matmul(parent, G[:, level], out=T[:, level])
         return T.reshape(len(q), 24, 4, 4)
 
-    def closed_form(self, q, world, target_positions, target_rotations):
+    def closed_form(self, q, world, target_positions, target_rotations, links=None):
         """Two-bone solve of the five chains and the effector orientations, in place on q (K, 23, 4).
 
         Returns the effector errors (K, 5) the solve leaves (exactly |d - clipped d| for a valid chain: the end lands
-        on the line to its target at the reachable distance)."""
+        on the line to its target at the reachable distance). links: as in chain_forward."""
+        links = self.links if links is None else links
         k = len(q)
         _G, _T, frames = self._buffers_for(k)
         S = world[:, self.chain_slots]                                    # (K, 5, 4, 4, 4)
         a, b, c = S[:, :, 1, :3, 3], S[:, :, 2, :3, 3], S[:, :, 3, :3, 3]
         R_up, R_mid = S[:, :, 1, :3, :3], S[:, :, 2, :3, :3]
-        l1, l2, sum_sq, inv_2l1l2 = self.lengths
+        l1, l2, sum_sq, inv_2l1l2 = links.lengths
         u, v, tv = b - a, c - b, target_positions - a
         d = np.sqrt(np.einsum("kci,kci->kc", tv, tv))
-        dc = np.clip(d, self.chain_reach[1], self.chain_reach[0])
+        dc = np.clip(d, links.reach[1], links.reach[0])
         normal = ((u @ SKEW).reshape(k, 5, 3, 3) @ v[..., None])[..., 0]
         n_len = np.sqrt(np.einsum("kci,kci->kc", normal, normal))
         if n_len.min() <= 1e-6 * (l1 * l2).min():                        # a straight limb: bend about the mid bone's x
-            fallback = R_mid[..., :, 0] - np.einsum("kci,kci->kc", R_mid[..., :, 0], u)[..., None] * u / (l1 * l1)[:, None]
+            fallback = R_mid[..., :, 0] - np.einsum("kci,kci->kc", R_mid[..., :, 0], u)[..., None] * u / (l1 * l1)[..., None]
             fallback /= np.maximum(np.linalg.norm(fallback, axis=-1, keepdims=True), 1e-30)
             straight = (n_len <= 1e-6 * l1 * l2)[..., None]
             n = np.where(straight, fallback, normal / np.maximum(n_len, 1e-300)[..., None])
@@ -202,7 +257,7 @@ class Refiner:
         np.matmul(Q2, Q1 @ R_mid, out=frames[:, :, 2])
         frames[:, :, 3] = target_rotations
         # local = (world of the parent @ bridge)^T @ world, for upper, mid and end at once
-        local = np.swapaxes(frames[:, :, :3] @ self.chain_bridges, -1, -2) @ frames[:, :, 1:]
+        local = np.swapaxes(frames[:, :, :3] @ links.chain_bridges, -1, -2) @ frames[:, :, 1:]
         quats = matrices_to_quaternions(local.reshape(k, 15, 3, 3)[:, self.written_flat])
         q[:, self.written_roles] = quats
         errors = np.abs(d - dc)
@@ -228,21 +283,33 @@ class Refiner:
             local = quaternions_to_matrices(q[need])
             local[:, ~self.skeleton.role_mask] = np.eye(3)
             tp = target_positions[need]
+            links = self.links.take(need)
+            bridges, offsets = self._fk_links(need)
             for _ in range(iterations):
-                local, err = self.least_squares_step(local, hips_R, hips_p, tp)
+                local, err = self.least_squares_step(local, hips_R, hips_p, tp, bridges, offsets)
                 if np.max(np.abs(err)) < tolerance:
                     break
             q_more = matrices_to_quaternions(local)
             q_more[:, ~self.skeleton.role_mask] = (1.0, 0.0, 0.0, 0.0)
-            more = self.closed_form(q_more, self.chain_forward(q_more, hips[need]), tp, target_rotations[need])
+            more = self.closed_form(q_more, self.chain_forward(q_more, hips[need], links), tp, target_rotations[need],
+                                    links)
             better = more.max(axis=1) < errors[need].max(axis=1)
             q[need[better]] = q_more[better]
             errors[need[better]] = more[better]
         return errors
 
     # -- helpers ---------------------------------------------------------------------------------------------
-    def forward(self, local, hips_rotation, hips_position):
-        return kinematics.forward(self.skeleton, local, hips_rotation, hips_position)
+    def _fk_links(self, rows=None):
+        """(bridges, offsets) for kinematics.forward: the per-character links of `rows` (all: None), or (None, None)
+        when the skeleton's own hold."""
+        if self.link_bridges is None:
+            return None, None
+        if rows is None:
+            return self.link_bridges, self.link_offsets
+        return self.link_bridges[rows], self.link_offsets[rows]
+
+    def forward(self, local, hips_rotation, hips_position, bridges=None, offsets=None):
+        return kinematics.forward(self.skeleton, local, hips_rotation, hips_position, bridges, offsets)
 
     def clamp_to_limits(self, local_joints, joints):
         """Pull (K, M, 3, 3) local rotations of `joints` inside the limits (deltas from the mean pose, per axis)."""
@@ -266,9 +333,10 @@ class Refiner:
         k, m = pose.positions.shape[0], len(J_idx)
         return np.transpose(cols, (0, 1, 4, 2, 3)).reshape(k, 15, 3 * m)
 
-    def least_squares_step(self, local, hips_rotation, hips_position, target_positions):
-        """One weighted damped least-squares step on every chain joint; returns (new local, errors before it)."""
-        pose = self.forward(local, hips_rotation, hips_position)
+    def least_squares_step(self, local, hips_rotation, hips_position, target_positions, bridges=None, offsets=None):
+        """One weighted damped least-squares step on every chain joint; returns (new local, errors before it).
+        bridges/offsets: per-character links (see set_links), None for the skeleton's."""
+        pose = self.forward(local, hips_rotation, hips_position, bridges, offsets)
         err = target_positions - pose.positions[:, EFFECTOR_ROLES]
         J_idx = self.joints
         k, m = local.shape[0], len(J_idx)
@@ -323,7 +391,7 @@ class Refiner:
     def orient_effectors(self, local, pose, target_rotations):
         """Give each effector its target's orientation: L_e = (R_parent @ bridge_e)^T @ R_target."""
         eff = list(EFFECTOR_ROLES)
-        frame = pose.rotations[:, self.effector_parents] @ self.skeleton.bridges[eff][None]
+        frame = pose.rotations[:, self.effector_parents] @ pose.bridges[:, eff]
         local[:, eff] = np.swapaxes(frame, -1, -2) @ target_rotations
         return local
 
@@ -343,6 +411,6 @@ class Refiner:
                                     np.asarray(target_rotations, np.float64), iterations, tolerance)
             local = quaternions_to_matrices(q)
             local[:, ~self.skeleton.role_mask] = np.eye(3)
-        pose = self.forward(local, hips_rotation, hips_position)
+        pose = self.forward(local, hips_rotation, hips_position, *self._fk_links())
         errors = np.linalg.norm(pose.positions[:, EFFECTOR_ROLES] - target_positions, axis=-1)
         return local, pose, errors

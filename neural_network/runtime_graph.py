@@ -22,6 +22,10 @@ tests/test_solver.py checks its inputs against features.build_inputs and its qua
 Per-rotation sums and their spreading back are products with 0/1 matrices, the input assembly and normalisation
 fold into the first layer, and tensors stay 2-D so MatMul + Add become one Gemm.
 
+The rig's bridges/offsets enter only through the builder's constant matrix (the thigh-to-thigh axis the heading is made
+from); a session whose in-between bones stand off their rest pose builds its graph from a skeleton holding their
+links (solver.resolve_links), so they cost nothing per tick.
+
 The graph assumes unit rotation columns (unscaled empties); `check` says when that, or anything else the fast path
 relies on, does not hold - non-finite numbers, an absurd distance, a shear or reflection, a degenerate heading, a
 relative rotation near a half turn - and the solver then redoes the tick on the careful NumPy path.

@@ -5,10 +5,18 @@
     output bound once to preallocated NumPy buffers that are written in place; one intra-op thread; no RunOptions)
     or the NumPy Model when onnxruntime is missing -> local = mean_pose @ exp(delta) -> optional refinement.
 
+Unmapped in-between bones off their rest pose (CMU's CC_Base_Pelvis between the Hips role and the thighs) change the
+bridges/offsets FK needs (and the thigh axis the heading comes from): `links` gives them, one set for every character
+(a live session: the armature's pose at start, built into the constants - run-time graph included - so a tick costs the
+same) or one per character (a bake of a clip whose pelvis moves: the NumPy path, since graph constants cannot differ
+per row); see resolve_links.
+
 A task change blends over `blend_ticks` ticks: during the blend the character gets a second row with its previous
 task in the same call, and the two delta sets are mixed. Targets that are not finite, not rotations, or absurdly far
 never reach the network: the character keeps its last good pose and its status says so. Pure NumPy (+onnxruntime).
 """
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -138,9 +146,7 @@ class InputBuilder:
     """
 
     def __init__(self, skeleton, spec):
-        from .roles import ROLE_INDEX
-
-        lateral = skeleton.offsets[ROLE_INDEX["LeftThigh"]] - skeleton.offsets[ROLE_INDEX["RightThigh"]]
+        lateral = thigh_axis(skeleton.offsets)
         reference = np.asarray(spec.effector_reference, np.float64)
         hips_reference = np.asarray(spec.hips_reference, np.float64)
         cx, sx, ez = np.zeros((4, 4)), np.zeros((4, 4)), np.zeros((4, 4))
@@ -160,6 +166,12 @@ class InputBuilder:
             M[96 + i, 2 * NUM_FEATURES + column] = 1.0
         self.matrix = M
         self.reference = reference
+        self.laterals = None
+
+    def set_laterals(self, offsets):
+        """Per-character thigh-to-thigh axes in the hips' frame from offsets (K, 23, 3) (in-between bones that move
+        per character, see Solver's links); None: the skeleton's, folded into the constant matrix."""
+        self.laterals = None if offsets is None else thigh_axis(np.asarray(offsets, np.float64))
 
     def buffers(self, k):
         """x (K, 104): vec(normalised targets) then settings; y; mixing weights (K, 1, 3) = (cos, sin, 1); features."""
@@ -175,6 +187,9 @@ class InputBuilder:
         k = len(x)
         np.matmul(x, self.matrix, out=y)
         lateral = y[:, 3 * NUM_FEATURES:]
+        if self.laterals is not None:                    # (hips rotation @ axis)[:2] per character
+            hips = x[:, :16].reshape(k, 4, 4)
+            np.einsum("kab,kb->ka", hips[:, :2, :3], self.laterals, out=lateral)
         length = np.hypot(lateral[:, 0], lateral[:, 1])
         if length.min() > 1e-6:
             np.divide(lateral, length[:, None], out=weights[:, 0, :2])
@@ -211,6 +226,43 @@ class InputBuilder:
         root_t[:, 0, 0], root_t[:, 0, 1], root_t[:, 1, 0], root_t[:, 1, 1], root_t[:, 2, 2] = c, s, -s, c, 1.0
         A = np.swapaxes(self.reference, -1, -2)[None] @ (root_t[:, None] @ targets[:, 1:, :3, :3])
         v[...] = matrix_to_axis_angle(A)
+
+
+def thigh_axis(offsets):
+    """(..., 3) left thigh head minus right thigh head in the hips' frame, from offsets (..., 23, 3): what the root
+    frame's heading is made from."""
+    from .roles import ROLE_INDEX
+
+    return offsets[..., ROLE_INDEX["LeftThigh"], :] - offsets[..., ROLE_INDEX["RightThigh"], :]
+
+
+LINK_TOLERANCE = 1e-7        # bridges/offsets entries closer than this count as equal (rest defaults, frame to frame)
+
+
+def resolve_links(skeleton, links, k):
+    """(skeleton, per-character (bridges, offsets) or None) for a Solver of k characters.
+
+    links: None (the skeleton's rest bridges/offsets hold), one set ((23, 3, 3), (23, 3)) for every character (a live
+    session: in-between bones held in the armature's current pose), or one per character ((K, 23, 3, 3), (K, 23, 3):
+    a bake of a clip whose in-between bones move). A set shared by everyone goes into a copy of the skeleton, so the
+    constant matrices (input builder, run-time graph, refiner) are simply built from it and a tick costs the same;
+    one equal to the rest's changes nothing."""
+    if links is None:
+        return skeleton, None
+    bridges, offsets = (np.asarray(a, np.float64) for a in links)
+    if bridges.shape[-3:] != (NUM_ROLES, 3, 3) or offsets.shape[-2:] != (NUM_ROLES, 3):
+        raise ValueError(f"bridges/offsets must be (..., {NUM_ROLES}, 3, 3) and (..., {NUM_ROLES}, 3)")
+    if bridges.ndim == 4:
+        if len(bridges) != k or len(offsets) != k:
+            raise ValueError(f"per-character bridges/offsets need {k} rows, got {len(bridges)} and {len(offsets)}")
+        if (np.abs(bridges - bridges[:1]).max(initial=0.0) > LINK_TOLERANCE
+                or np.abs(offsets - offsets[:1]).max(initial=0.0) > LINK_TOLERANCE):
+            return skeleton, (bridges, offsets)
+        bridges, offsets = bridges[0], offsets[0]
+    if (np.abs(bridges - skeleton.bridges).max() <= LINK_TOLERANCE
+            and np.abs(offsets - skeleton.offsets).max() <= LINK_TOLERANCE):
+        return skeleton, None
+    return replace(skeleton, bridges=bridges, offsets=offsets), None
 
 
 def make_engine(model, onnx_bytes=None, capacity=1, engine="auto"):
@@ -263,20 +315,27 @@ class Solver:
     """
 
     def __init__(self, model, onnx_bytes=None, characters=1, engine="auto", blend_ticks=8, tolerance=1e-3,
-                 runtime_graph=True):
+                 runtime_graph=True, links=None):
+        """links: the bridges and offsets FK needs where unmapped in-between bones (CMU's CC_Base_Pelvis) are off
+        their rest pose - one set for every character, or one per character (see resolve_links); None: rest."""
         self.model = model
-        self.skeleton = model.skeleton
         self.k = k = characters
+        skeleton, per_character = resolve_links(model.skeleton, links, k)
+        self.skeleton = skeleton             # the model's, or a copy holding the shared links
+        self.per_character_links = per_character is not None
         self.engine = make_engine(model, onnx_bytes, capacity=2 * characters, engine=engine)
-        self.build_inputs = InputBuilder(model.skeleton, model.feature_spec)
+        self.build_inputs = InputBuilder(skeleton, model.feature_spec)
         self.runtime = None
-        if self.engine.name == "onnxruntime" and runtime_graph:
+        if self.engine.name == "onnxruntime" and runtime_graph and per_character is None:
             from .runtime_graph import RuntimeEngine
 
             self.runtime = RuntimeEngine(model, self.build_inputs, model.skeleton.height, k)
         self.fallbacks = 0                   # ticks the run-time graph handed back to the careful NumPy path
         self.used_runtime = False            # whether the last step's results came from the run-time graph
-        self.refiner = Refiner(model.skeleton, model.mean_pose, model.limit_low, model.limit_high)
+        self.refiner = Refiner(skeleton, model.mean_pose, model.limit_low, model.limit_high)
+        if per_character is not None:        # the graph's constants cannot differ per row: the NumPy path takes these
+            self.build_inputs.set_laterals(per_character[1])
+            self.refiner.set_links(*per_character)
         self.spec = model.feature_spec
         self.height = model.skeleton.height
         self.blend_ticks = max(1, int(blend_ticks))

@@ -334,8 +334,34 @@ class NIK_OT_stop(bpy.types.Operator):
 
 # ---- bake -------------------------------------------------------------------------------------------------------
 
+class BakeSource:
+    """What a bake from an action takes from it: per frame the targets (its own effectors), the hips, its contacts,
+    and what FK needs where unmapped in-between bones move (CMU's CC_Base_Pelvis): their bridges/offsets for the
+    solve and their channel values for the baked action - given, as the hips are."""
+
+    def __init__(self, frames, targets, hips_rotation, hips_position, contacts, task, links, inbetween):
+        self.frames, self.targets, self.contacts, self.task = frames, targets, contacts, task
+        self.hips_rotation, self.hips_position = hips_rotation, hips_position
+        self.links = links              # (bridges (F, 23, 3, 3), offsets (F, 23, 3)) or None where the rest's hold
+        self.inbetween = inbetween      # {bone: {property: (F, width)}} for rig_io.key_bone_values
+
+
+def bake_source(obj, rig, action, frame_start, frame_end, fps):
+    """BakeSource of an action's frames frame_start..frame_end (0: its own first / last frame)."""
+    frames, targets, hips_rot, hips_pos, contacts, task, sample = _targets_from_action(
+        obj, rig, action, frame_start, frame_end, fps)
+    links = (sample.bridges, sample.offsets) if sample.moving_links else None
+    bones = rig_io.inbetween_bones(rig)
+    inbetween = rig_io.read_bone_values(rig, obj, action, bones, frames[0], frames[-1]) if bones else {}
+    return BakeSource(frames, targets, hips_rot, hips_pos, contacts, task, links, inbetween)
+
+
 def bake_targets_from_action(obj, rig, action, frame_start, frame_end, fps):
     """(frames, targets (F, 6, 4, 4), hips rotation, hips position, contacts (F, 2), task) from an action's own pose."""
+    return _targets_from_action(obj, rig, action, frame_start, frame_end, fps)[:6]
+
+
+def _targets_from_action(obj, rig, action, frame_start, frame_end, fps):
     sample = rig_io.read_action(rig, obj, action, frame_start if frame_start > 0 else None,
                                 frame_end if frame_end > 0 else None)
     if len(sample.frames) == 0:
@@ -348,7 +374,7 @@ def bake_targets_from_action(obj, rig, action, frame_start, frame_end, fps):
     contacts = detect_contacts(sample.positions[:, list(FOOT_ROLES)], 0.0, fps, rig.skeleton.height)
     override = getattr(action, "neural_ik_task", "AUTO")
     task = task_from_name(action.name) if override == "AUTO" else TASKS.index(override.lower())
-    return sample.frames, targets, sample.hips_rotation, sample.hips_position, contacts, task
+    return sample.frames, targets, sample.hips_rotation, sample.hips_position, contacts, task, sample
 
 
 def bake_targets_from_empties(context, obj, rig, frame_start, frame_end):
@@ -368,7 +394,11 @@ def bake_targets_from_empties(context, obj, rig, frame_start, frame_end):
 
 
 class NIK_OT_bake(bpy.types.Operator):
-    """Solve every frame of a range and write a new action '<source>.nik' (targets from the empties or an action)"""
+    """Solve every frame of a range and write a new action '<source>.nik' (targets from the empties or an action)
+
+    From an action, the hips and the unmapped in-between bones (a pelvis between the hips and the thighs) are given:
+    the solve's FK uses their pose per frame and the new action keys them with the source's values. From the
+    empties, in-between bones stay in the armature's current pose, which the solve takes as it is."""
     bl_idname = "neural_ik.bake"
     bl_label = "Bake"
     bl_options = {"REGISTER", "UNDO"}
@@ -388,12 +418,15 @@ class NIK_OT_bake(bpy.types.Operator):
             model, data = model_of(obj, rig)
             settings = obj.neural_ik
             scene = context.scene
+            inbetween = {}
             if self.source_action:
                 action = bpy.data.actions.get(self.source_action)
                 if action is None:
                     raise LiveError(f"there is no action called {self.source_action!r}")
-                frames, targets, hips_rot, hips_pos, contacts, task = bake_targets_from_action(
-                    obj, rig, action, self.frame_start, self.frame_end, scene.render.fps / scene.render.fps_base)
+                source = bake_source(obj, rig, action, self.frame_start, self.frame_end,
+                                     scene.render.fps / scene.render.fps_base)
+                frames, targets, hips_rot, hips_pos = source.frames, source.targets, source.hips_rotation, source.hips_position
+                contacts, task, links, inbetween = source.contacts, source.task, source.links, source.inbetween
                 name, desired = f"{action.name}.nik", contacts
             else:
                 missing = missing_targets(obj)
@@ -405,13 +438,16 @@ class NIK_OT_bake(bpy.types.Operator):
                 if end < start:
                     raise LiveError(f"the frame range {start}-{end} is empty")
                 frames, targets = bake_targets_from_empties(context, obj, rig, start, end)
+                links = rig_io.current_links(obj, rig)        # in-between bones stay as they are now
+                bones = rig_io.inbetween_bones(rig) if links is not None else []
+                inbetween = rig_io.current_bone_values(rig, obj, bones, len(frames)) if bones else {}
                 hips_rot = hips_pos = None
                 contacts = None
                 desired = np.array([[settings.contact_left, settings.contact_right]], np.float64)
                 task = TASKS.index(settings.task.lower())
                 name = f"{obj.name}.nik"
             n = len(frames)
-            solver = Solver(model, data, characters=n)
+            solver = Solver(model, data, characters=n, links=links)
             phase = (np.arange(n) / max(n, 1)) % 1.0
             result = solver.solve(targets, 0.0, desired, np.full(n, task), phase,
                                   refine_iterations=self.refine_iterations, dt=1.0 / 30, contact=contacts)
@@ -421,6 +457,8 @@ class NIK_OT_bake(bpy.types.Operator):
             return _cancel(self, exc)
         held = int(np.count_nonzero(result.status & 3))
         action = rig_io.write_action(obj, rig, name, frames, result.local, hips_rot, hips_pos)
+        if inbetween:
+            rig_io.key_bone_values(obj, action, frames, inbetween)
         ad = obj.animation_data_create()
         ad.action = action
         if hasattr(ad, "action_slot") and len(action.slots):

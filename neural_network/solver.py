@@ -444,7 +444,8 @@ class Solver:
         k = self.k
         square = np.einsum("ktij,ktij->ktj", targets[..., :3, :3], targets[..., :3, :3])
         np.sqrt(square, out=self.norms[..., 0, :3])
-        t = np.divide(targets, self.norms, out=self.normalised)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):   # NaN/inf targets: refused just below
+            t = np.divide(targets, self.norms, out=self.normalised)
         chk = self.check
         cross = ((t[..., :3, 0] @ SKEW).reshape(k, NUM_TARGETS, 3, 3) @ t[..., :3, 1:2])[..., 0]
         np.subtract(cross, t[..., :3, 2], out=chk[..., :3])
@@ -537,7 +538,8 @@ class Solver:
     def world_targets(self):
         """Character-space targets (K, 6, 4, 4) from the run-time engine's world matrices (what a live tick read)."""
         rt = self.runtime
-        return np.swapaxes(rt.world[:, 1:].astype(np.float64) @ rt.to_character_t.astype(np.float64), -1, -2).copy()
+        with np.errstate(invalid="ignore", over="ignore"):   # non-finite targets are caught by the checks after this
+            return np.swapaxes(rt.world[:, 1:].astype(np.float64) @ rt.to_character_t.astype(np.float64), -1, -2).copy()
 
     def _runtime_step(self, targets, refine_iterations, dt, contact, measure_errors):
         """The tick through the run-time graph; False (nothing kept) when its checks send it to the NumPy path."""

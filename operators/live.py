@@ -21,6 +21,7 @@ from ..neural_network.onnx_export import check_rig, export_onnx, load_model_file
 from ..neural_network.roles import EFFECTOR_ROLES, FOOT_ROLES, ROLE_INDEX, TASKS, task_from_name
 from ..neural_network.solver import Solver, describe
 from ..properties import get_bone_map
+from .common import poll_armature
 
 # Models loaded for armatures in this Blender session: {object name: (path, Model, onnx bytes or None)}.
 loaded_models = {}
@@ -85,6 +86,10 @@ class NIK_OT_load_model(bpy.types.Operator):
     filepath: StringProperty(subtype="FILE_PATH")
     filter_glob: StringProperty(default="*.npz;*.onnx", options={"HIDDEN"})
 
+    @classmethod
+    def poll(cls, context):
+        return poll_armature(cls, context)
+
     def invoke(self, context, _event):
         context.window_manager.fileselect_add(self)
         return {"RUNNING_MODAL"}
@@ -113,6 +118,10 @@ class NIK_OT_export_onnx(bpy.types.Operator):
 
     filepath: StringProperty(subtype="FILE_PATH")
     filter_glob: StringProperty(default="*.onnx", options={"HIDDEN"})
+
+    @classmethod
+    def poll(cls, context):
+        return poll_armature(cls, context)
 
     def invoke(self, context, _event):
         if not self.filepath:
@@ -143,6 +152,10 @@ class NIK_OT_create_targets(bpy.types.Operator):
     bl_idname = "neural_ik.create_targets"
     bl_label = "Create Targets"
     bl_options = {"REGISTER", "UNDO"}
+
+    @classmethod
+    def poll(cls, context):
+        return poll_armature(cls, context)
 
     def execute(self, context):
         try:
@@ -312,6 +325,13 @@ class NIK_OT_run(LiveRunner, bpy.types.Operator):
     bl_label = "Run IK"
     bl_options = {"REGISTER"}
 
+    @classmethod
+    def poll(cls, context):
+        if state.live_sessions:
+            cls.poll_message_set("Live IK is already running: Esc or Stop ends it")
+            return False
+        return poll_armature(cls, context)
+
     def execute(self, _context):
         self.report({"ERROR"}, "Run IK needs Blender's window (it runs on a timer); use Bake to solve a frame range")
         return {"CANCELLED"}
@@ -322,6 +342,13 @@ class NIK_OT_stop(bpy.types.Operator):
     bl_idname = "neural_ik.stop"
     bl_label = "Stop"
     bl_options = {"REGISTER"}
+
+    @classmethod
+    def poll(cls, context):
+        if not state.live_sessions:
+            cls.poll_message_set("Live IK is not running")
+            return False
+        return True
 
     def execute(self, _context):
         if not state.live_sessions:
@@ -410,6 +437,10 @@ class NIK_OT_bake(bpy.types.Operator):
     frame_end: IntProperty(name="End", default=0, description="Last frame (0: the source's last or the scene's end)")
     refine_iterations: IntProperty(name="Refinement", min=0, max=50, default=4,
                                    description="Least-squares iterations that make effectors land exactly (0: none)")
+
+    @classmethod
+    def poll(cls, context):
+        return poll_armature(cls, context)
 
     def execute(self, context):
         try:

@@ -4,11 +4,12 @@ The operators are thin; the work is in the plain functions `import_bvh_files` an
 the CLI, the tests and benchmarks/extract.py), which raise DataError with a message for the user.
 """
 
+import fnmatch
 import os
 
 import bpy
 import numpy as np
-from bpy.props import FloatProperty, StringProperty
+from bpy.props import BoolProperty, FloatProperty, StringProperty
 
 from .. import rig_io
 from ..neural_network.dataset import DatasetBuilder, task_index
@@ -195,28 +196,46 @@ def _retarget_action(action, source_rest, target_rest, parents, modes):
                     fc.update()
 
 
-def import_bvh_files(context, directory, global_scale=1.0):
-    """Import every .bvh of a folder as actions on one armature (the first good file's).
+def matches(name, patterns):
+    """True when a file or action name matches one of the comma-separated fnmatch patterns (a bare word matches
+    names that contain it)."""
+    for pattern in (p.strip() for p in patterns.split(",")):
+        if pattern and fnmatch.fnmatch(name, pattern if any(c in pattern for c in "*?[") else f"*{pattern}*"):
+            return True
+    return False
 
-    Returns (armature object, [imported action names], [(file name, reason) skipped]). Raises DataError for a
-    missing or empty folder or when no file could be imported.
+
+def import_bvh_files(context, directory, global_scale=1.0, files="", exclude="", onto=None):
+    """Import every .bvh of a folder as actions on one armature: `onto` when given (its hierarchy must match),
+    else the first good file's.
+
+    files / exclude: comma-separated name patterns that pick files (empty `files`: all). Returns (armature object,
+    [imported action names], [(file name, reason) skipped]). Raises DataError for a missing or empty folder or when no
+    file could be imported.
     """
     import addon_utils
 
     directory = bpy.path.abspath(directory) if directory else ""
     if not directory or not os.path.isdir(directory):
         raise DataError(f"folder {directory!r} does not exist" if directory else "choose a folder of .bvh files")
-    files = sorted(f for f in os.listdir(directory) if f.lower().endswith(".bvh")
+    names = sorted(f for f in os.listdir(directory) if f.lower().endswith(".bvh")
                    and os.path.isfile(os.path.join(directory, f)))
-    if not files:
+    if not names:
         raise DataError(f"folder {directory} holds no .bvh files")
+    names = [f for f in names if (not files or matches(f, files)) and not (exclude and matches(f, exclude))]
+    if not names:
+        raise DataError(f"no .bvh file in {directory} matches {files or '*'!r}" + (f" without {exclude!r}" if exclude else ""))
     addon_utils.enable("io_anim_bvh", default_set=False)
     if context.object is not None and context.object.mode != "OBJECT":
         bpy.ops.object.mode_set(mode="OBJECT")
     scene = context.scene
     target, target_rest, hierarchy, parents, modes = None, None, None, {}, {}
+    if onto is not None:
+        target, hierarchy, target_rest = onto, _hierarchy(onto.data), _rest_rotations(onto.data)
+        parents = {b.name: (b.parent.name if b.parent else None) for b in onto.data.bones}
+        modes = {pb.name: pb.rotation_mode for pb in onto.pose.bones}
     imported, skipped = [], []
-    for name in files:
+    for name in names:
         path = os.path.join(directory, name)
         stem = os.path.splitext(name)[0]
         problem = check_bvh_file(path)
@@ -256,7 +275,7 @@ def import_bvh_files(context, directory, global_scale=1.0):
         action.name = stem
         action.use_fake_user = True      # actions not assigned to anything must survive saving
         imported.append(action.name)
-    if target is None:
+    if target is None or (onto is not None and not imported):
         reasons = "; ".join(f"{n} {r}" for n, r in skipped)
         raise DataError(f"no file in {directory} could be imported: {reasons}")
     context.view_layer.update()
@@ -266,7 +285,8 @@ def import_bvh_files(context, directory, global_scale=1.0):
     context.view_layer.objects.active = target
     target.select_set(True)
     scene.neural_ik.armature = target
-    auto_map_object(target)
+    if onto is None:
+        auto_map_object(target)
     return target, imported, skipped
 
 
@@ -351,6 +371,10 @@ class NIK_OT_import_bvh_folder(bpy.types.Operator):
     directory: StringProperty(name="Folder", subtype="DIR_PATH", description="Folder holding .bvh files")
     global_scale: FloatProperty(name="Scale", default=1.0, min=1e-6, max=1e6,
                                 description="Scale applied to the files (0.01 for centimetre data)")
+    files: StringProperty(name="Files", description="Comma-separated name patterns of the files to import (empty: all)")
+    exclude: StringProperty(name="Exclude", description="Comma-separated name patterns of files to leave out")
+    onto_active: BoolProperty(name="Onto Active Armature", default=False,
+                              description="Add the clips to the active armature (same skeleton) instead of a new one")
 
     @classmethod
     def poll(cls, context):
@@ -362,7 +386,11 @@ class NIK_OT_import_bvh_folder(bpy.types.Operator):
 
     def execute(self, context):
         try:
-            target, imported, skipped = import_bvh_files(context, self.directory, self.global_scale)
+            onto = chosen_armature(context) if self.onto_active else None
+            if self.onto_active and onto is None:
+                raise DataError("select the armature to import onto (Onto Active Armature is on)")
+            target, imported, skipped = import_bvh_files(context, self.directory, self.global_scale, self.files,
+                                                         self.exclude, onto)
         except DataError as exc:
             self.report({"ERROR"}, str(exc))
             return {"CANCELLED"}

@@ -420,17 +420,24 @@ def run_evaluation(context, options):
     if folder and model_path:
         # the network needs the armature it was trained on: the folder goes onto one armature (its first file's)
         # through the add-on's own importer, and the clips are the actions whose names match `files`
+        # With an armature given (the one the model was trained on), the clips are added to it; else the folder
+        # goes onto a new armature (its first file's). The clips are the actions the import added.
         list_bvh_files(folder, options.get("files", ""))
-        before = set(bpy.data.objects)
+        onto = _armature(context, options["armature"]) if options.get("armature") else None
+        before, actions_before = set(bpy.data.objects), set(bpy.data.actions)
+        if onto is not None:
+            context.view_layer.objects.active = onto
         try:
-            bpy.ops.neural_ik.import_bvh_folder(directory=folder, global_scale=0.01)
+            bpy.ops.neural_ik.import_bvh_folder(directory=folder, global_scale=0.01, files=options.get("files", ""),
+                                                onto_active=onto is not None)
         except RuntimeError as exc:
             lines = str(exc).strip().splitlines()
             raise EvaluationError(lines[-1] if lines else "the BVH folder could not be imported") from None
-        new = [o for o in bpy.data.objects if o not in before and o.type == "ARMATURE"]
-        if not new:
-            raise EvaluationError(f"no armature was imported from {folder}")
-        options = dict(options, armature=new[0].name, actions=options.get("files", "") or "*")
+        added = [a for a in bpy.data.actions if a not in actions_before]
+        new = [onto] if onto is not None else [o for o in bpy.data.objects if o not in before and o.type == "ARMATURE"]
+        if not new or not added:
+            raise EvaluationError(f"nothing was imported from {folder}")
+        options = dict(options, armature=new[0].name, actions=",".join(a.name for a in added))
         folder = ""
     if folder:
         paths = list_bvh_files(folder, options.get("files", ""), options.get("max_files", 0))
@@ -619,6 +626,7 @@ class NIK_OT_evaluate(bpy.types.Operator):
         global last_report
         options = {name: getattr(self, name) for name in self.__annotations__}
         frame = context.scene.frame_current
+        actions_before = set(bpy.data.actions)
         try:
             report = run_evaluation(context, options)
         except (EvaluationError, OSError, ValueError) as exc:
@@ -626,6 +634,9 @@ class NIK_OT_evaluate(bpy.types.Operator):
             return {"CANCELLED"}
         finally:
             context.scene.frame_set(frame)      # playing the clips moved it; the user's frame stays theirs
+            if self.armature and self.bvh_folder:   # clips imported onto the user's armature leave with the run
+                for action in [a for a in bpy.data.actions if a not in actions_before]:
+                    bpy.data.actions.remove(action)
         last_report = report
         text = eval_report.table(report["results"], report["methods"])
         print(text)

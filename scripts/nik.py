@@ -111,12 +111,11 @@ def _evaluate_command(parser):
             open_blend(args.blend)
         elif not args.bvh_folder:
             raise CommandError("give --blend FILE or --bvh-folder DIR")
-        if args.blend and not args.bvh_folder:
-            active_armature(args.armature)
+        armature = active_armature(args.armature).name if args.blend else ""
         for path in (args.json, args.png):
             if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
                 raise CommandError(f"folder of {path} does not exist")
-        run_operator(bpy.ops.neural_ik.evaluate, armature=args.armature or "", actions=args.actions,
+        run_operator(bpy.ops.neural_ik.evaluate, armature=armature, actions=args.actions,
                      bvh_folder=os.path.abspath(args.bvh_folder) if args.bvh_folder else "", files=args.files,
                      max_files=args.max_files, model_path=os.path.abspath(args.model) if args.model else "",
                      refine_iterations=args.refine, baseline=args.baseline, poles=args.poles,
@@ -176,14 +175,21 @@ def _import_bvh_command(parser):
     parser.add_argument("folder", help="folder holding .bvh files")
     parser.add_argument("--scale", type=float, default=1.0, help="scale of the files (0.01 for centimetre data)")
     parser.add_argument("--save", default="", help="save the result as this .blend")
+    parser.add_argument("--files", default="", help="comma-separated name patterns of files to import (default: all)")
+    parser.add_argument("--exclude", default="", help="comma-separated name patterns of files to leave out")
+    parser.add_argument("--blend", default="", help="open this .blend and add the clips to its armature (same skeleton)")
+    parser.add_argument("--armature", help="with --blend: the armature to import onto")
 
     def run(args):
         import bpy
 
         if args.save and not os.path.isdir(os.path.dirname(os.path.abspath(args.save))):
             raise CommandError(f"folder of {args.save} does not exist")
+        if args.blend:
+            open_blend(args.blend)
+            active_armature(args.armature)
         run_operator(bpy.ops.neural_ik.import_bvh_folder, directory=os.path.abspath(args.folder),
-                     global_scale=args.scale)
+                     global_scale=args.scale, files=args.files, exclude=args.exclude, onto_active=bool(args.blend))
         obj = bpy.context.scene.neural_ik.armature
         print(f"imported {len(bpy.data.actions)} actions onto {obj.name!r}")
         save_blend(args.save)

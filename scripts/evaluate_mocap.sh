@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Train on real motion capture and evaluate on held-out clips, side by side with Blender's IK constraint.
+#
+#   bash scripts/evaluate_mocap.sh bandai|cmu [out-folder]
+#
+# Held out of training entirely (unseen styles and motions); the evaluation uses 10 (Bandai) / 3 (CMU) of them.
+# Reads ../shared/mocap (never copied); writes only into the out folder (default out/<set>).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+set_name=${1:?usage: evaluate_mocap.sh bandai|cmu [out-folder]}
+out=${2:-out/$set_name}
+py=${PYTHON:-.venv/bin/python}
+case "$set_name" in
+  bandai)
+    folder=../shared/mocap/bandai
+    held_out="_tired_,_youthful_,punch,respond,dance"
+    evaluate="dataset-1_bow_tired_001,dataset-1_walk_tired_001,dataset-1_run_tired_001,dataset-1_byebye_tired_001,\
+dataset-1_punch_normal_001,dataset-1_dance-short_normal_001,dataset-1_respond_normal_001,\
+dataset-2_wave-both-hands_youthful_001,dataset-2_raise-up-left-hand_youthful_001,dataset-2_run_youthful_001"
+    ;;
+  cmu)
+    folder=../shared/mocap/cmu
+    held_out="005_10,006_01,006_14"
+    evaluate="$held_out"
+    ;;
+  *) echo "evaluate_mocap.sh: unknown set $set_name (bandai or cmu)" >&2; exit 2 ;;
+esac
+mkdir -p "$out"
+start=$(date +%s)
+"$py" scripts/nik.py import-bvh "$folder" --scale 0.01 --exclude "$held_out" --save "$out/train.blend"
+"$py" scripts/nik.py extract --blend "$out/train.blend" --out "$out/dataset.npz"
+"$py" scripts/nik.py train --dataset "$out/dataset.npz" --out "$out"
+trained=$(date +%s)
+"$py" scripts/nik.py evaluate --blend "$out/train.blend" --bvh-folder "$folder" --files "$evaluate" \
+  --model "$out/model.npz" --refine 4 --json "$out/evaluation.json" --png "$out/evaluation.png"
+echo "import + extract + train: $((trained - start)) s; evaluation: $(( $(date +%s) - trained )) s"

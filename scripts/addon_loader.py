@@ -4,8 +4,10 @@ Blender installs extensions as `bl_ext.<repo>.neural_ik`; here the checkout itse
 name `neural_ik`, so the add-on's relative imports work the same way.
 """
 
+import atexit
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 
@@ -16,7 +18,9 @@ PACKAGE = "neural_ik"
 def isolate_user_resources():
     """Point Blender's config and extension cache at a temporary folder (call before `import bpy`)."""
     if "BLENDER_USER_RESOURCES" not in os.environ:
-        os.environ["BLENDER_USER_RESOURCES"] = tempfile.mkdtemp(prefix="neural_ik_blender_")
+        folder = tempfile.mkdtemp(prefix="neural_ik_blender_")
+        os.environ["BLENDER_USER_RESOURCES"] = folder
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
 
 
 def load_package():

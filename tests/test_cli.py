@@ -1,0 +1,53 @@
+"""The command line as a user runs it: a separate process, one line and a non-zero exit on any error."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+NIK = os.path.join(REPO, "scripts", "nik.py")
+
+
+def nik(*args, timeout=600):
+    return subprocess.run([sys.executable, NIK, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def test_demo_runs_the_whole_main_job(tmp_path):
+    """demo rig -> extract -> train -> export -> evaluate, with a tiny training budget."""
+    out = tmp_path / "demo"
+    run = nik("demo", "--out", str(out), "--epochs", "2", "--time-limit", "20", "--no-baseline")
+    assert run.returncode == 0, run.stderr[-2000:]
+    for name in ("dataset.npz", "model.npz", "model.onnx", "model.json", "metrics.json", "loss.png",
+                 "evaluation.json", "evaluation.png"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    assert "network + refinement" in run.stdout
+    results = json.loads((out / "evaluation.json").read_text())["results"]
+    refined = results["refined"]
+    assert refined["effector_cm"]["mean"] < results["network"]["effector_cm"]["mean"]
+    with open(out / "loss.png", "rb") as handle:
+        assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args, words", [
+    (("train", "--dataset", "missing.npz", "--out", "x"), "does not exist"),
+    (("extract", "--blend", "missing.blend"), "does not exist"),
+    (("import-bvh", "no/such/folder"), "does not exist"),
+    (("export", "--out", "x.onnx"), "armature"),
+])
+def test_errors_are_one_line_and_a_non_zero_exit(tmp_path, args, words):
+    run = nik(*args)
+    assert run.returncode != 0
+    lines = [line for line in run.stderr.splitlines() if line.startswith("nik ")]
+    assert len(lines) == 1 and words in lines[0], run.stderr[-2000:]
+    assert "Traceback" not in run.stderr
+
+
+def test_every_command_has_help():
+    listing = nik("--help")
+    assert listing.returncode == 0
+    for command in ("demo", "create-demo-rig", "import-bvh", "extract", "train", "export", "bake", "evaluate"):
+        assert command in listing.stdout
+        assert nik(command, "--help").returncode == 0

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from . import checkpoint, kinematics, losses, network
+from . import augment, checkpoint, kinematics, losses, network
 from .dataset import standing_height
 from .features import NUM_INPUTS
 from .files import FileRefused, load_npz, save_json, save_npz
@@ -46,6 +46,7 @@ class TrainConfig:
     final_lr_fraction: float = 0.05     # cosine decay to this fraction of the rate by the end (epochs or time)
     grad_clip: float = 1.0
     input_noise: float = 0.01           # Gaussian noise on the normalised inputs
+    mirror: bool = True                 # also train on the left/right mirror image of every training frame
     val_fraction: float = 0.1           # share of actions held out whole
     seed: int = 0
     patience: int = 20                  # epochs without improvement before stopping early (0: never)
@@ -270,6 +271,10 @@ class Trainer:
         if not np.all(np.isfinite(inputs)):
             raise ValueError("the dataset's inputs hold NaN or infinite numbers")
         train_set, val_set = dataset.split_by_action(seed=config.seed, val_fraction=config.val_fraction)
+        self.mirror_note = "off"
+        if config.mirror:      # validation stays the recorded motion only
+            train_set, mirror = augment.with_mirror(train_set)
+            self.mirror_note = f"skipped: {mirror.reason}" if mirror.reason else "on"
         self.train = TrainingArrays(train_set)
         self.val = TrainingArrays(val_set)
         self.stats = data_statistics(self.train, config)
@@ -299,7 +304,8 @@ class Trainer:
     def model(self, weights=None, metrics=None):
         meta = {"training": self.config.to_json(), "metrics": metrics or {}, "history": self.history,
                 "losses": self.config.loss_weights.to_json(), "validation_actions": self._val_action_names(),
-                "train_frames": int(len(self.train)), "validation_frames": int(len(self.val))}
+                "train_frames": int(len(self.train)), "validation_frames": int(len(self.val)),
+                "mirror": self.mirror_note}
         return Model(skeleton=self.dataset.skeleton, feature_spec=self.dataset.feature_spec,
                      weights=[w.copy() for w in (weights or self.weights)],
                      input_mean=self.stats["input_mean"], input_std=self.stats["input_std"],
@@ -466,7 +472,7 @@ class Trainer:
         summary = {"stopped": stopped, "seconds": round(seconds, 2), "best": self.best_metrics,
                    "settings": c.to_json(), "history": self.history, "train_frames": int(len(self.train)),
                    "validation_frames": int(len(self.val)), "validation_actions": self._val_action_names(),
-                   "rig_fingerprint": self.dataset.skeleton.fingerprint()}
+                   "mirror": self.mirror_note, "rig_fingerprint": self.dataset.skeleton.fingerprint()}
         save_json(self.paths["metrics"], summary)
         self._write_plot()
         self._report(running=False, message=f"finished ({stopped}): best effector "

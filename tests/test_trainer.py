@@ -181,3 +181,105 @@ def test_one_long_clip_never_becomes_the_validation_set():
         train, val = data.split_by_action(seed=seed, val_fraction=0.3)
         assert len(val) > 0 and 0 not in set(val.arrays["action"])
         assert not set(train.arrays["action"]) & set(val.arrays["action"])
+
+
+# ---- left/right mirror augmentation ----------------------------------------------------------------------------
+
+
+def with_moving_links(data, seed=5):
+    """The dataset with per-frame links that move (as CMU's pelvis does), positions recomputed by FK through them."""
+    from neural_ik.neural_network import kinematics, rotations
+    from neural_ik.neural_network.dataset import training_inputs
+    from neural_ik.neural_network.roles import EFFECTOR_ROLES
+    rng = np.random.default_rng(seed)
+    skel = data.skeleton
+    n = len(data)
+    wobble = rotations.axis_angle_to_matrix(rng.normal(size=(n, 23, 3)) * 0.05)
+    bridges = (skel.bridges[None] @ wobble).astype(np.float32)
+    offsets = (skel.offsets[None] * (1.0 + 0.05 * rng.normal(size=(n, 23, 1)))).astype(np.float32)
+    local = rotations.axis_angle_to_matrix(data.rotations.astype(np.float64))
+    pose = kinematics.forward(skel, local, data.hips_rotation.astype(np.float64), data.hips_position.astype(np.float64),
+                              bridges.astype(np.float64), offsets.astype(np.float64))
+    arrays = dict(data.arrays, bridges=bridges, offsets=offsets)
+    positions = pose.positions.astype(np.float32)
+    positions[:, ~skel.role_mask] = np.nan
+    arrays["positions"] = positions
+    arrays["inputs"] = training_inputs(data.feature_spec, pose.positions, pose.rotations[:, list(EFFECTOR_ROLES)],
+                                       data.hips_rotation, data.ground, data.contacts, data.phase, data.task)
+    return type(data)(arrays, dict(data.meta), skel, data.feature_spec)
+
+
+def mirrored_positions(data):
+    """S x with left and right roles swapped: where FK of the mirrored pose must put every joint."""
+    from neural_ik.neural_network import augment
+    return (data.positions.astype(np.float64) @ augment.REFLECT)[:, augment.MIRROR_ROLES]
+
+
+@pytest.mark.parametrize("moving", [False, True])
+def test_mirroring_twice_is_the_identity(data, moving):
+    from neural_ik.neural_network import augment, rotations
+    source = with_moving_links(data) if moving else data
+    mirror = augment.mirror_check(source)
+    assert mirror.ok, mirror.reason
+    once = augment.mirror_dataset(source, mirror)
+    twice = augment.mirror_dataset(once, mirror)
+    mask = source.skeleton.role_mask
+    assert not np.allclose(once.inputs, source.inputs, atol=1e-2)          # the mirror image is another motion
+    for name in ("positions", "hips_rotation", "hips_position", "inputs") + (("bridges", "offsets") if moving else ()):
+        assert np.allclose(twice.arrays[name][:, mask] if name == "positions" else twice.arrays[name],
+                           source.arrays[name][:, mask] if name == "positions" else source.arrays[name], atol=2e-4), name
+    back = rotations.axis_angle_to_matrix(twice.rotations.astype(np.float64))[:, mask]
+    assert np.allclose(back, rotations.axis_angle_to_matrix(source.rotations.astype(np.float64))[:, mask], atol=1e-4)
+    assert np.array_equal(once.contacts, source.contacts[:, ::-1]) and np.array_equal(twice.contacts, source.contacts)
+    frames = mirror.frames[mask]
+    assert np.allclose(np.linalg.det(frames), -1.0) and np.allclose(frames @ mirror.frames[augment.MIRROR_ROLES][mask],
+                                                                     np.eye(3), atol=1e-9)
+
+
+@pytest.mark.parametrize("moving", [False, True])
+def test_fk_of_a_mirrored_pose_is_the_mirrored_positions(data, moving):
+    """The mirrored dataset's positions are FK of its rotations (what the loss compares), and they equal the mirror
+    image of the original positions on this symmetric rig; effector orientations are mirrored too."""
+    from neural_ik.neural_network import augment, kinematics, rotations
+    source = with_moving_links(data) if moving else data
+    mirror = augment.mirror_check(source)
+    flipped = augment.mirror_dataset(source, mirror)
+    mask = source.skeleton.role_mask
+    local = rotations.axis_angle_to_matrix(flipped.rotations.astype(np.float64))
+    links = [flipped.arrays[k].astype(np.float64) if moving else None for k in ("bridges", "offsets")]
+    pose = kinematics.forward(source.skeleton, local, flipped.hips_rotation.astype(np.float64),
+                              flipped.hips_position.astype(np.float64), *links)
+    assert np.allclose(pose.positions[:, mask], flipped.positions[:, mask], atol=1e-5)
+    assert np.abs(pose.positions[:, mask] - mirrored_positions(source)[:, mask]).max() < 1e-4
+    original = kinematics.forward(source.skeleton, rotations.axis_angle_to_matrix(source.rotations.astype(np.float64)),
+                                  source.hips_rotation.astype(np.float64), source.hips_position.astype(np.float64),
+                                  *[source.arrays[k].astype(np.float64) if moving else None for k in ("bridges", "offsets")])
+    for j in (10, 14, 17, 21, 6):        # hands, feet, head: G'_m(j) = S G_j T_j
+        k = augment.MIRROR_ROLES[j]
+        expected = augment.REFLECT @ original.rotations[:, j] @ mirror.frames[j]
+        assert np.allclose(pose.rotations[:, k], expected, atol=1e-5)
+
+
+def test_an_asymmetric_rig_is_not_mirrored(tmp_path):
+    from neural_ik.neural_network import augment
+    skel = humanoid_skeleton()
+    skel.offsets[14] *= 1.3          # the right hand sits 30% further down the forearm than the left
+    lopsided = synthetic_dataset(frames_per_action=30, actions=4, seed=2, skeleton=skel)
+    mirror = augment.mirror_check(lopsided)
+    assert not mirror.ok and "differ by up to" in mirror.reason
+    one_sided = synthetic_dataset(frames_per_action=30, actions=4, seed=2,
+                                  skeleton=humanoid_skeleton(missing=("Spine2", "NeckUpper", "LeftShoulder")))
+    assert "one side only" in augment.mirror_check(one_sided).reason
+    tr = trainer.Trainer(lopsided, trainer.TrainConfig(epochs=1), tmp_path)
+    assert tr.mirror_note.startswith("skipped") and len(tr.train) == len(lopsided.split_by_action(0, 0.1)[0])
+
+
+def test_training_sees_each_frame_and_its_mirror_image_and_validates_on_recorded_motion(data, tmp_path):
+    tr = trainer.Trainer(data, trainer.TrainConfig(epochs=1), tmp_path)
+    plain = trainer.Trainer(data, trainer.TrainConfig(epochs=1, mirror=False), tmp_path)
+    assert tr.mirror_note == "on" and plain.mirror_note == "off"
+    assert len(tr.train) == 2 * len(plain.train) and np.array_equal(tr.val.inputs, plain.val.inputs)
+    half = len(plain.train)
+    assert set(tr.train.action[:half].tolist()).isdisjoint(tr.train.action[half:].tolist())
+    assert np.all(tr.train.prev[half:] >= half)          # frame pairs never cross into the recorded half
+    assert tr.model().meta["mirror"] == "on"

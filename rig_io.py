@@ -21,6 +21,7 @@ import numpy as np
 from .neural_network.armature_fk import (
     BoneChain,
     axis_angle_quaternions,
+    compute_dtype,
     euler_quaternions,
     normalized,
     product,
@@ -454,10 +455,11 @@ class PoseBatch:
 
 
 def read_pose_batches(rig, obj, actions, frame_start=None, frame_end=None, batch_frames=None, channels=None,
-                      ranges=None):
+                      ranges=None, dtype=np.float64):
     """PoseBatch of up to `batch_frames` frames (at least one action) at a time, for every action in turn, without
     frame_set and without changing anything. channels: each action's action_channels when the caller has them;
-    ranges: each action's action_frame_range likewise (Blender scans every curve for it)."""
+    ranges: each action's action_frame_range likewise (Blender scans every curve for it). dtype: of the FK
+    (float32, as Blender's own pose evaluation, for a training set; float64 for solving and baking)."""
     chain = bone_chain(rig)
     names = [rig.bone_names[b] for b in chain.bones]
     current = _current_channels(obj, names)
@@ -474,17 +476,17 @@ def read_pose_batches(rig, obj, actions, frame_start=None, frame_end=None, batch
         pending.append((action, first, last, own))
         pending_frames += last - first + 1
         if pending_frames >= batch_frames:
-            yield _pose_batch(rig, obj, chain, names, current, pending)
+            yield _pose_batch(rig, obj, chain, names, current, pending, dtype)
             pending, pending_frames = [], 0
     if pending:
-        yield _pose_batch(rig, obj, chain, names, current, pending)
+        yield _pose_batch(rig, obj, chain, names, current, pending, dtype)
 
 
-def _pose_batch(rig, obj, chain, names, current, pending):
+def _pose_batch(rig, obj, chain, names, current, pending, dtype=np.float64):
     counts = np.array([last - first + 1 for _, first, last, _ in pending])
     starts = np.concatenate([[0], np.cumsum(counts)])
     frames = np.concatenate([np.arange(first, last + 1) for _, first, last, _ in pending])
-    values, animated = _read_channels(rig, obj, chain, names, current, pending, starts)
+    values, animated = _read_channels(rig, obj, chain, names, current, pending, starts, dtype)
     local = _basis_quaternions(rig, chain, values)
     scale = values.get("scale")
     moving_rows = _moving_rows(rig, chain, local, values)
@@ -507,9 +509,10 @@ def _pose_batch(rig, obj, chain, names, current, pending):
                      matrices, heads, moving)
 
 
-def _read_channels(rig, obj, chain, names, current, pending, starts):
+def _read_channels(rig, obj, chain, names, current, pending, starts, dtype=np.float64):
     """{property: (width, K, N)} channel values of the chain's bones for every frame of the pending actions, and
-    the animated bone names of each action. Location and scale are left out (None) where nothing moves them."""
+    the animated bone names of each action. Location and scale are left out (None) where nothing moves them.
+    dtype: float32 holds Blender's keys and pose channels exactly, in half the memory."""
     N = int(starts[-1])
     used = {rotation_property(rig.rotation_modes[b]) for b in chain.bones}
     reads = []            # per action: (plan, its curves in plan order, None where the action lacks one)
@@ -524,7 +527,7 @@ def _read_channels(rig, obj, chain, names, current, pending, starts):
         used.add("scale")
     else:
         used.discard("scale")
-    values = {prop: np.repeat(current[prop][:, :, None], N, axis=2) for prop in used}
+    values = {prop: np.repeat(current[prop][:, :, None].astype(dtype), N, axis=2) for prop in used}
     animated = []
     for (action, first, last, _), (plan, curves), row in zip(pending, reads, starts[:-1]):
         animated.append({names[plan.ks[j]] for j, fc in enumerate(curves) if fc is not None})
@@ -634,7 +637,7 @@ def _basis_quaternions(rig, chain, values):
     conversions; bones sharing a mode in one batch)."""
     K = len(chain.bones)
     N = next(iter(values.values())).shape[2]
-    out = np.empty((4, K, N))
+    out = np.empty((4, K, N), compute_dtype(next(iter(values.values()))))
     modes = [rig.rotation_modes[b] for b in chain.bones]
     for mode in set(modes):
         ks = [k for k, m in enumerate(modes) if m == mode]
@@ -699,50 +702,65 @@ def _rows_last(a):
     return np.moveaxis(a, -1, 0)
 
 
-def batch_role_arrays(rig, batch, rotations="effectors"):
+def batch_role_arrays(rig, batch, rotations="effectors", dtype=np.float64):
     """Role-order arrays (N, 23, ...) in character space from a PoseBatch:
 
     local_axis_angle (N, 23, 3) (zero where unmapped), positions (N, 23, 3) (NaN where unmapped), hips_rotation
     (N, 3, 3), hips_position (N, 3), and `rotations`: "effectors" gives effector_rotations (N, 5, 3, 3), "all" gives
     rotations and local_rotations (N, 23, 3, 3) (identity where unmapped). bridges (N, 23, 3, 3) and offsets
     (N, 23, 3) are computed for the rows of moving actions (None when no action of the batch moves).
+    dtype: of the arrays (the dataset keeps float32; each array is written once, straight from the frames-last
+    batch, since fresh memory costs more than the arithmetic).
     """
     roles, ks = _role_positions(rig, bone_chain(rig))
     n = len(batch.frames)
     full = len(roles) == NUM_ROLES
     out = {}
-    aa = quaternion_axis_angles(batch.local[:, ks])                    # (3, R, N)
-    local_aa = np.zeros((n, NUM_ROLES, 3))
-    local_aa[:, roles] = _rows_last(aa).swapaxes(1, 2)
+    local_aa = np.empty((n, NUM_ROLES, 3), dtype) if full else np.zeros((n, NUM_ROLES, 3), dtype)
+    _frames_last(local_aa)[:, roles] = quaternion_axis_angles(batch.local[:, ks])
     out["local_axis_angle"] = local_aa
     heads = batch.heads[:, ks]
     if not _identity(rig.basis):
         heads = np.tensordot(rig.basis, heads, axes=([1], [0]))
-    heads = rig.scale * heads if rig.scale != 1.0 else heads
-    positions = np.empty((n, NUM_ROLES, 3)) if full else np.full((n, NUM_ROLES, 3), np.nan)
-    positions[:, roles] = _rows_last(heads).swapaxes(1, 2)
+    positions = np.empty((n, NUM_ROLES, 3), dtype) if full else np.full((n, NUM_ROLES, 3), np.nan, dtype)
+    _frames_last(positions)[:, roles] = heads
+    if rig.scale != 1.0:
+        positions *= rig.scale
     out["positions"] = positions
     out["hips_position"] = positions[:, 0]
     needed_roles = EFFECTOR_ROLES if rotations == "effectors" else tuple(range(NUM_ROLES))
     chain_of = dict(zip(roles.tolist(), ks.tolist()))
     which = [r for r in needed_roles if r in chain_of]
     hips = chain_of.get(0, ks[0])
-    mats = _character_rotations(rig, batch.matrices[:, :, [hips] + [chain_of[r] for r in which]])
-    world = _rows_last(mats).transpose(0, 3, 1, 2)                       # (N, 1 + len(which), 3, 3)
-    out["hips_rotation"] = world[:, 0]
+    mats = _character_rotations(rig, batch.matrices[:, :, [hips] + [chain_of[r] for r in which]])   # (3, 3, S, N)
+    hips_rotation = np.empty((n, 3, 3), dtype)
+    _frames_last(hips_rotation)[...] = mats[:, :, 0].swapaxes(0, 1)
+    out["hips_rotation"] = hips_rotation
     if rotations == "effectors":
-        eff = np.broadcast_to(np.eye(3), (n, len(EFFECTOR_ROLES), 3, 3)).copy()
-        eff[:, [EFFECTOR_ROLES.index(r) for r in which]] = world[:, 1:]
+        places = [EFFECTOR_ROLES.index(r) for r in which]
+        if len(places) == len(EFFECTOR_ROLES):
+            eff = np.empty((n, len(EFFECTOR_ROLES), 3, 3), dtype)
+        else:
+            eff = np.broadcast_to(np.eye(3, dtype=dtype), (n, len(EFFECTOR_ROLES), 3, 3)).copy()
+        _frames_last(eff)[:, :, places] = mats[:, :, 1:].swapaxes(0, 1)
         out["effector_rotations"] = eff
     else:
-        rot = np.broadcast_to(np.eye(3), (n, NUM_ROLES, 3, 3)).copy()
+        world = _rows_last(mats).transpose(0, 3, 1, 2)                   # (N, 1 + len(which), 3, 3)
+        rot = np.broadcast_to(np.eye(3, dtype=dtype), (n, NUM_ROLES, 3, 3)).copy()
         rot[:, which] = world[:, 1:]
         out["rotations"] = rot
-        local = np.broadcast_to(np.eye(3), (n, NUM_ROLES, 3, 3)).copy()
+        local = np.broadcast_to(np.eye(3, dtype=dtype), (n, NUM_ROLES, 3, 3)).copy()
         local[:, roles] = _rows_last(quaternion_matrices(batch.local[:, ks])).transpose(0, 3, 1, 2)
         out["local_rotations"] = local
     out["bridges"], out["offsets"] = _batch_links(rig, batch, roles, ks) if batch.moving.any() else (None, None)
     return out
+
+
+def _frames_last(a):
+    """A writable view of a rows-first array (N, ...) with the axes reversed (..., N): frames-last results go in
+    with one strided copy (matrices (N, S, 3, 3) come out as (3, 3, S, N) with rows and columns swapped, so callers
+    swap them back)."""
+    return a.transpose(tuple(range(a.ndim - 1, -1, -1)))
 
 
 def _identity(m):
@@ -783,8 +801,9 @@ def read_dataset_batches(rig, obj, actions, tasks, channels=None, batch_frames=N
     """dataset.ActionBatch of up to `batch_frames` frames at a time (whole actions), for every action in turn: what
     DatasetBuilder.add_batch takes. tasks: the task index of each action; channels, ranges: see read_pose_batches."""
     done = 0
-    for batch in read_pose_batches(rig, obj, actions, batch_frames=batch_frames, channels=channels, ranges=ranges):
-        arrays = batch_role_arrays(rig, batch)
+    for batch in read_pose_batches(rig, obj, actions, batch_frames=batch_frames, channels=channels, ranges=ranges,
+                                   dtype=np.float32):
+        arrays = batch_role_arrays(rig, batch, dtype=np.float32)
         count = len(batch.actions)
         ranges = np.array(batch.ranges).reshape(-1, 2)
         yield ActionBatch(

@@ -49,7 +49,8 @@ class TrainConfig:
     mirror: bool = True                 # also train on the left/right mirror image of every training frame
     val_fraction: float = 0.1           # share of actions held out whole
     seed: int = 0
-    patience: int = 20                  # epochs without improvement before stopping early (0: never)
+    patience: int = 20                  # epochs without improvement before stopping early (0: never) ...
+    patience_steps: int = 4000          # ... and at least this many steps (a small dataset's epoch is a few steps)
     time_limit: float = 0.0             # seconds, 0 for none
     limit_margin: float = 0.15          # radians added to the data's delta range for the joint limits
     std_floor: float = 0.05             # floor of the input standard deviation
@@ -462,7 +463,7 @@ class Trainer:
                 self.on_epoch(entry)
             if stopped != "epochs":
                 break
-            if c.patience and since_best >= c.patience:
+            if c.patience and since_best >= c.patience and since_best * steps >= c.patience_steps:
                 stopped = "early stop"
                 break
         seconds = self._elapsed()

@@ -283,3 +283,17 @@ def test_training_sees_each_frame_and_its_mirror_image_and_validates_on_recorded
     assert set(tr.train.action[:half].tolist()).isdisjoint(tr.train.action[half:].tolist())
     assert np.all(tr.train.prev[half:] >= half)          # frame pairs never cross into the recorded half
     assert tr.model().meta["mirror"] == "on"
+
+
+def test_early_stopping_waits_for_both_epochs_and_steps(data, tmp_path):
+    """Without improvement (learning rate 0) a run stops after `patience` epochs, unless that is fewer than
+    `patience_steps` steps: a small dataset's epoch is only a few steps."""
+    def stopped_after(patience_steps):
+        config = trainer.TrainConfig(epochs=50, batch_size=64, learning_rate=0.0, patience=2,
+                                     patience_steps=patience_steps)
+        result = trainer.train(data, config, tmp_path)
+        return result.stopped, len(result.history)
+
+    steps = len(trainer.Trainer(data, trainer.TrainConfig(epochs=1), tmp_path).train) // 64
+    assert stopped_after(0) == ("early stop", 3)
+    assert stopped_after(5 * steps) == ("early stop", 6)

@@ -512,27 +512,50 @@ def _pose_batch(rig, obj, chain, names, current, pending, dtype=np.float64):
 def _read_channels(rig, obj, chain, names, current, pending, starts, dtype=np.float64):
     """{property: (width, K, N)} channel values of the chain's bones for every frame of the pending actions, and
     the animated bone names of each action. Location and scale are left out (None) where nothing moves them.
-    dtype: float32 holds Blender's keys and pose channels exactly, in half the memory."""
+    dtype: float32 holds Blender's keys and pose channels exactly, in half the memory. Only channels that some
+    action lacks a curve for are filled with the pose's current value; the rest is written once by the keys."""
     N = int(starts[-1])
     used = {rotation_property(rig.rotation_modes[b]) for b in chain.bones}
     reads = []            # per action: (plan, its curves in plan order, None where the action lacks one)
+    everywhere = None     # {property: (width, K) bool}: channels every pending action has a curve for
     for _, _, _, channels in pending:
         plan = _read_plan(rig, names, chain, channels)
         curves = [channels.get(key) for key in plan.keys]
-        used.update(plan.props[j] for j, fc in enumerate(curves) if fc is not None)
-        reads.append((plan, curves))
+        complete = None not in curves
+        used.update(plan.prop_set if complete else (plan.props[j] for j, fc in enumerate(curves) if fc is not None))
+        have = plan.covered if complete else _covered(plan, [fc is not None for fc in curves], len(names))
+        everywhere = have if everywhere is None else {p: everywhere.get(p, False) & have.get(p, False)
+                                                      for p in everywhere.keys() | have.keys()}
+        reads.append((plan, curves, complete))
     if "location" in used or np.any(current["location"]):
         used.add("location")
     if "scale" in used or not np.all(current["scale"] == 1.0):
         used.add("scale")
     else:
         used.discard("scale")
-    values = {prop: np.repeat(current[prop][:, :, None].astype(dtype), N, axis=2) for prop in used}
+    values = {}
+    for prop in used:
+        values[prop] = np.empty((CHANNEL_WIDTHS[prop], len(names), N), dtype)
+        missing = ~np.asarray(everywhere.get(prop, False), bool) & np.ones((CHANNEL_WIDTHS[prop], len(names)), bool)
+        if missing.any():
+            values[prop][missing] = current[prop][missing][:, None]
     animated = []
-    for (action, first, last, _), (plan, curves), row in zip(pending, reads, starts[:-1]):
-        animated.append({names[plan.ks[j]] for j, fc in enumerate(curves) if fc is not None})
+    for (action, first, last, _), (plan, curves, complete), row in zip(pending, reads, starts[:-1]):
+        animated.append(set(plan.bone_names) if complete else
+                        {names[plan.ks[j]] for j, fc in enumerate(curves) if fc is not None})
         _read_action_keys(action, obj, first, last, plan, curves, values, int(row))
     return values, animated
+
+
+def _covered(plan, present, count):
+    """{property: (width, count) bool} of the plan's channels whose curve is present."""
+    out = {}
+    for prop, (js, indices, ks) in plan.groups.items():
+        mask = np.zeros((CHANNEL_WIDTHS[prop], count), bool)
+        keep = np.asarray(present, bool)[js]
+        mask[indices[keep], ks[keep]] = True
+        out[prop] = mask
+    return out
 
 
 @dataclass
@@ -544,6 +567,9 @@ class _ReadPlan:
     props: list
     ks: list
     groups: dict
+    prop_set: frozenset = frozenset()     # the properties of the plan's channels
+    covered: dict = None                  # {property: (width, K) bool} channels the layout has a curve for
+    bone_names: frozenset = frozenset()   # the chain bones the layout animates
 
 
 def _read_plan(rig, names, chain, channels):
@@ -569,7 +595,8 @@ def _read_plan(rig, names, chain, channels):
         props.append(prop)
         ks.append(k)
     groups = {prop: tuple(np.array(g, dtype=np.int64) for g in group) for prop, group in groups.items()}
-    plan = _ReadPlan(layout, keys, props, ks, groups)
+    plan = _ReadPlan(layout, keys, props, ks, groups, frozenset(props), None, frozenset(names[k] for k in ks))
+    plan.covered = _covered(plan, [True] * len(keys), len(names))
     if layout is not None:
         if len(plans) > 64:
             plans.clear()
@@ -642,7 +669,9 @@ def _basis_quaternions(rig, chain, values):
     for mode in set(modes):
         ks = [k for k, m in enumerate(modes) if m == mode]
         ks = slice(ks[0], ks[-1] + 1) if ks == list(range(ks[0], ks[-1] + 1)) else np.array(ks)
-        if mode == "QUATERNION":
+        if mode == "QUATERNION" and isinstance(ks, slice):
+            normalized(values["rotation_quaternion"][:, ks], out=out[:, ks])
+        elif mode == "QUATERNION":
             out[:, ks] = normalized(values["rotation_quaternion"][:, ks])
         elif mode == "AXIS_ANGLE":
             out[:, ks] = axis_angle_quaternions(values["rotation_axis_angle"][:, ks])

@@ -77,13 +77,20 @@ def constant_product(constant_left, b, out=None, tmp=None):
     return out
 
 
-def normalized(q):
-    """Unit quaternions as Blender makes them before use: q / |q|, and identity for a zero quaternion."""
-    norm = np.sqrt(np.sum(q * q, axis=0))
+def normalized(q, out=None):
+    """Unit quaternions as Blender makes them before use: q / |q|, and identity for a zero quaternion (into `out`
+    when given; temporaries the size of one component)."""
+    norm = q[0] * q[0]
+    for i in (1, 2, 3):
+        norm += q[i] * q[i]
+    np.sqrt(norm, out=norm)
     zero = norm < 1e-12
-    out = q / np.where(zero, 1.0, norm)
-    if np.any(zero):
-        out[0] = np.where(zero, 1.0, out[0])
+    some_zero = zero.any()
+    if some_zero:
+        norm[zero] = 1.0
+    out = np.divide(q, norm, out=out)
+    if some_zero:
+        out[0][zero] = 1.0
     return out
 
 

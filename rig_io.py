@@ -13,7 +13,7 @@ formula Blender uses: pose_j = pose_parent @ (rest_parent^-1 @ rest_j) @ basis_j
 import math
 import re
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 import bpy
 import numpy as np
@@ -340,7 +340,7 @@ def bone_channels(fcurves, skip_muted=False, layouts=None):
     same paths and indices (every file of one BVH folder, every action of one rig) are parsed once."""
     curves = list(fcurves)
     indices, muted = _curve_flags(fcurves, len(curves), skip_muted)
-    paths = tuple(fc.data_path for fc in curves)
+    paths = tuple(map(_DATA_PATH, curves))
     key = (paths, indices.tobytes())
     layout = None if layouts is None else layouts.get(key)
     if layout is None:
@@ -408,6 +408,7 @@ def action_frame_range(action):
     return int(math.ceil(start - 1e-6)), int(math.floor(end + 1e-6))
 
 
+_DATA_PATH = attrgetter("data_path")
 CHANNEL_WIDTHS = {"location": 3, "rotation_quaternion": 4, "rotation_euler": 3, "rotation_axis_angle": 4, "scale": 3}
 
 
@@ -609,22 +610,27 @@ def _read_action_keys(action, obj, first, last, plan, curves, values, row):
     count = last - first + 1
     rows = slice(row, row + count)
     keys = np.empty((len(curves), 2 * count), dtype=np.float32)
-    read = np.zeros(len(curves), dtype=bool)
-    for j, fc in enumerate(curves):   # keys exactly on every frame (BVH imports, baked actions): the value is the key's
-        if fc is not None:
-            points = fc.keyframe_points
-            if len(points) == count and not fc.modifiers:
-                points.foreach_get("co", keys[j])
-                read[j] = True
-    direct = read & np.all(keys[:, 0::2] == np.arange(first, last + 1, dtype=np.float32), axis=1)
+    unread = []
+    for j, (fc, buffer) in enumerate(zip(curves, keys)):   # keys exactly on every frame (BVH imports, baked actions):
+        if fc is None:                                      # the value is the key's
+            unread.append(j)
+            continue
+        points = fc.keyframe_points
+        if len(points) == count and not fc.modifiers:
+            points.foreach_get("co", buffer)
+        else:
+            unread.append(j)
+    direct = np.all(keys[:, 0::2] == np.arange(first, last + 1, dtype=np.float32), axis=1)
+    if unread:
+        direct[unread] = False
     for prop, (js, indices, ks) in plan.groups.items():        # one scatter per property
         ok = direct[js]
         if ok.all():
             values[prop][indices, ks, rows] = keys[js, 1::2]
         elif ok.any():
             values[prop][indices[ok], ks[ok], rows] = keys[js[ok], 1::2]
-    remaining = [(plan.props[j], plan.ks[j], plan.keys[j][2], fc) for j, fc in enumerate(curves)
-                 if fc is not None and not direct[j]]
+    remaining = [(plan.props[j], plan.ks[j], plan.keys[j][2], curves[j]) for j in np.flatnonzero(~direct).tolist()
+                 if curves[j] is not None]
     if remaining:
         _sample_curves(action, obj, first, last, remaining, values, rows)
 

@@ -265,47 +265,89 @@ def segment_contacts(foot_positions, ground_height, fps, rig_height, starts):
 
 
 
+def _turned_forms(reference):
+    """(9, 3, 3, 3) constants F with A = c F[:, 0] + s F[:, 1] + F[:, 2] for the relative rotation
+    A = reference^T R_root^T R, as linear forms of R's nine entries (R_root a turn by (c, s) about +Z):
+    A_ij = c (a0i R0j + a1i R1j) + s (a0i R1j - a1i R0j) + a2i R2j with a = reference."""
+    a = np.asarray(reference, np.float64)
+    forms = np.zeros((3, 3, 3, 3, 3))         # (row m, column j' of R) x (term) x (i, j of A)
+    for i in range(3):
+        for j in range(3):
+            forms[0, j, 0, i, j] += a[0, i]
+            forms[1, j, 0, i, j] += a[1, i]
+            forms[1, j, 1, i, j] += a[0, i]
+            forms[0, j, 1, i, j] -= a[1, i]
+            forms[2, j, 2, i, j] += a[2, i]
+    return forms.reshape(9, 3, 3, 3)
+
+
+def _axis_angle_forms(reference):
+    """(9, 3 * 4) constants W: R (flattened) @ W gives, per term (c, s, 1), the linear forms of the relative
+    rotation's antisymmetric part (v0, v1, v2) and trace (see _turned_forms)."""
+    F = _turned_forms(reference)                                            # (9, term, i, j)
+    W = np.empty((9, 3, 4))
+    W[..., 0] = F[:, :, 2, 1] - F[:, :, 1, 2]
+    W[..., 1] = F[:, :, 0, 2] - F[:, :, 2, 0]
+    W[..., 2] = F[:, :, 1, 0] - F[:, :, 0, 1]
+    W[..., 3] = F[:, :, 0, 0] + F[:, :, 1, 1] + F[:, :, 2, 2]
+    return W.reshape(9, 12)
+
+
+def _one_thread_product(a, b, out):
+    """a (N, m) @ b (m, o) into out, in row blocks small enough that OpenBLAS keeps to the calling thread (it wakes
+    its other threads above m * n * k = 262144, which costs more than such a product on a busy machine)."""
+    step = max(1, 240000 // (a.shape[1] * b.shape[1]))
+    for start in range(0, len(a), step):
+        np.matmul(a[start:start + step], b, out=out[start:start + step])
+    return out
+
+
 def training_inputs(spec, positions, effector_rotations, hips_rotation, ground_height, contact, phase, task):
     """features.build_inputs for a training set (desired contact = contact), from the effector orientations alone and
-    in fewer array operations: the root frame is a turn about +Z, so R_root^T M only mixes M's first two rows, and
-    the effectors' axis-angles come from each relative matrix's antisymmetric part and trace (the whole-matrix
-    conversion only near a half turn). tests/test_dataset_batch.py checks it against build_inputs.
+    in few array operations: the root frame is a turn about +Z, so each effector's relative rotation
+    reference^T R_root^T R is c X + s Y + Z with X, Y, Z linear in R; the axis-angles need only the antisymmetric
+    part and the trace, so one matrix product gives all of them (the whole-matrix conversion only near a half turn).
+    tests/test_dataset_batch.py checks it against build_inputs.
 
     positions (N, 23, 3) (only hips, thighs, effectors read), effector_rotations (N, 5, 3, 3), hips_rotation
     (N, 3, 3), ground_height and contact (N, 2), phase and task (N,). Returns (N, 50) float32.
     """
     n = len(positions)
-    hips_rotation = np.asarray(hips_rotation, np.float64)
     origin, R_root = root_frame(positions, hips_rotation)
-    c, s = R_root[:, 0, 0, None], R_root[:, 1, 0, None]
+    c, s = R_root[:, 0, 0], R_root[:, 1, 0]
     out = np.empty((n, NUM_INPUTS))
     effectors = out[:, :30].reshape(n, 5, 6)
     d = positions[:, list(EFFECTOR_ROLES)] - origin[:, None]
-    effectors[:, :, 0] = c * d[..., 0] + s * d[..., 1]
-    effectors[:, :, 1] = c * d[..., 1] - s * d[..., 0]
+    cc, ss = c[:, None], s[:, None]
+    effectors[:, :, 0] = cc * d[..., 0] + ss * d[..., 1]
+    effectors[:, :, 1] = cc * d[..., 1] - ss * d[..., 0]
     effectors[:, :, 2] = d[..., 2]
-    R = np.asarray(effector_rotations, np.float64)
-    turned = np.empty(R.shape)                              # R_root^T R
-    turned[:, :, 0] = c[..., None] * R[:, :, 0] + s[..., None] * R[:, :, 1]
-    turned[:, :, 1] = c[..., None] * R[:, :, 1] - s[..., None] * R[:, :, 0]
-    turned[:, :, 2] = R[:, :, 2]
-    A = np.empty(turned.shape)                               # reference^T R_root^T R, one BLAS product each
+    R9 = np.reshape(effector_rotations, (n, 45)).astype(np.float64)        # (float32 @ float64 would not use BLAS)
+    forms = np.empty((5, n, 12))                                          # per effector (N, term, v0 v1 v2 trace)
     for k, reference in enumerate(np.asarray(spec.effector_reference, np.float64)):
-        A[:, k] = np.tensordot(reference.T, turned[:, k], axes=([1], [1])).transpose(1, 0, 2)
-    v = np.stack([A[..., 2, 1] - A[..., 1, 2], A[..., 0, 2] - A[..., 2, 0], A[..., 1, 0] - A[..., 0, 1]], -1)
-    trace_m1 = A[..., 0, 0] + A[..., 1, 1] + A[..., 2, 2] - 1.0            # 2 cos(angle); |v| = 2 sin(angle)
-    two_sin = np.sqrt(np.sum(v * v, axis=-1))
+        _one_thread_product(R9[:, 9 * k:9 * k + 9], _axis_angle_forms(reference), forms[k])
+    forms = forms.reshape(5, n, 3, 4).transpose(1, 0, 2, 3)               # (N, effector, term, 4)
+    vt = forms[:, :, 2]
+    vt += cc[..., None] * forms[:, :, 0]
+    vt += ss[..., None] * forms[:, :, 1]
+    v = vt[..., :3]
+    trace_m1 = vt[..., 3] - 1.0                                             # 2 cos(angle); |v| = 2 sin(angle)
+    two_sin = np.sqrt(v[..., 0] * v[..., 0] + v[..., 1] * v[..., 1] + v[..., 2] * v[..., 2])
     effectors[:, :, 3:] = v * (np.arctan2(two_sin, trace_m1) / np.maximum(two_sin, 1e-300))[..., None]
     near_half_turn = trace_m1 < -1.99
     if near_half_turn.any():
-        effectors[:, :, 3:][near_half_turn] = matrix_to_axis_angle(A[near_half_turn])
-    H = np.empty((n, 3, 3))
-    H[:, 0] = c * hips_rotation[:, 0] + s * hips_rotation[:, 1]
-    H[:, 1] = c * hips_rotation[:, 1] - s * hips_rotation[:, 0]
-    H[:, 2] = hips_rotation[:, 2]
-    hips_rel = H @ np.asarray(spec.hips_reference, np.float64).T
-    out[:, 30:33] = hips_rel[:, :, 1]
-    out[:, 33:36] = hips_rel[:, :, 2]
+        rows, ks = np.nonzero(near_half_turn)
+        R = np.asarray(effector_rotations, np.float64)[rows, ks]
+        F = np.stack([_turned_forms(ref) for ref in np.asarray(spec.effector_reference, np.float64)])[ks]
+        A = np.einsum("nm,nmtij->ntij", R.reshape(-1, 9), F)
+        A = c[rows, None, None] * A[:, 0] + s[rows, None, None] * A[:, 1] + A[:, 2]
+        effectors[rows, ks, 3:] = matrix_to_axis_angle(A)
+    G = np.reshape(hips_rotation, (n * 3, 3)).astype(np.float64) @ np.asarray(spec.hips_reference, np.float64).T
+    G = G.reshape(n, 3, 3)                                  # G[i, j] = hips row i . reference row j
+    for j, col in ((1, 30), (2, 33)):                       # hips_rel = R_root^T hips reference^T, columns 1 and 2
+        out[:, col] = c * G[:, 0, j] + s * G[:, 1, j]
+        out[:, col + 1] = c * G[:, 1, j] - s * G[:, 0, j]
+        out[:, col + 2] = G[:, 2, j]
     feet = out[:, 36:48].reshape(n, 2, 6)
     feet[:, :, 0] = positions[:, list(FOOT_ROLES), 2].astype(np.float64) - ground_height
     feet[:, :, 1:4] = (0.0, 0.0, 1.0)
@@ -314,6 +356,7 @@ def training_inputs(spec, positions, effector_rotations, hips_rotation, ground_h
     out[:, 48] = phase
     out[:, 49] = np.asarray(task, np.float64) / (len(TASKS) - 1)
     return out.astype(np.float32)
+
 
 @dataclass
 class DatasetBuilder:

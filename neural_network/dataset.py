@@ -432,13 +432,16 @@ class DatasetBuilder:
         anchors = positions if mask[[0, ROLE_INDEX["LeftThigh"], ROLE_INDEX["RightThigh"]]].all() else np.nan_to_num(positions)
         _, R_root = root_frame(anchors, batch.hips_rotation)
         c, s = R_root[:, 0, 0], R_root[:, 1, 0]           # the root frame is a turn about +Z: Rt M = rows
-        sums = np.empty((len(EFFECTOR_ROLES) + 1, 3, 3))   # (c M0 + s M1, -s M0 + c M1, M2)
-        for k, m in enumerate(list(np.moveaxis(batch.effector_rotations, 1, 0)) + [batch.hips_rotation]):
-            rows = m.reshape(n, 9)
-            cm, sm, total = c @ rows, s @ rows, rows.sum(axis=0)
-            sums[k, 0] = cm[0:3] + sm[3:6]
-            sums[k, 1] = -sm[0:3] + cm[3:6]
-            sums[k, 2] = total[6:9]
+        rows = np.empty((n, 9 * (len(EFFECTOR_ROLES) + 1)))  # (c M0 + s M1, -s M0 + c M1, M2)
+        rows[:, :-9] = np.reshape(batch.effector_rotations, (n, -1))
+        rows[:, -9:] = np.reshape(batch.hips_rotation, (n, 9))
+        weights = np.empty((3, n))
+        weights[0], weights[1], weights[2] = c, s, 1.0
+        cm, sm, total = np.einsum("tn,nm->tm", weights, rows).reshape(3, -1, 9)   # one pass, no BLAS threads
+        sums = np.empty((len(EFFECTOR_ROLES) + 1, 3, 3))
+        sums[:, 0] = cm[:, 0:3] + sm[:, 3:6]
+        sums[:, 1] = cm[:, 3:6] - sm[:, 0:3]
+        sums[:, 2] = total[:, 6:9]
         self._ref_sums = sums if self._ref_sums is None else self._ref_sums + sums
         moving = np.asarray(batch.moving, bool)
         self._reserve(n, bool(moving.any()))

@@ -51,6 +51,8 @@ class TrainConfig:
     seed: int = 0
     patience: int = 20                  # epochs without improvement before stopping early (0: never) ...
     patience_steps: int = 4000          # ... and at least this many steps (a small dataset's epoch is a few steps)
+    early_stop_from: float = 0.5        # never stop early before this fraction of the schedule (a plateau at a high
+                                        # learning rate is not convergence: most of the gain comes as it decays)
     time_limit: float = 0.0             # seconds, 0 for none
     limit_margin: float = 0.15          # radians added to the data's delta range for the joint limits
     std_floor: float = 0.05             # floor of the input standard deviation
@@ -463,7 +465,8 @@ class Trainer:
                 self.on_epoch(entry)
             if stopped != "epochs":
                 break
-            if c.patience and since_best >= c.patience and since_best * steps >= c.patience_steps:
+            if (c.patience and since_best >= c.patience and since_best * steps >= c.patience_steps
+                    and self._fraction(epoch) >= c.early_stop_from):
                 stopped = "early stop"
                 break
         seconds = self._elapsed()

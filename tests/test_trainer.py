@@ -287,13 +287,15 @@ def test_training_sees_each_frame_and_its_mirror_image_and_validates_on_recorded
 
 def test_early_stopping_waits_for_both_epochs_and_steps(data, tmp_path):
     """Without improvement (learning rate 0) a run stops after `patience` epochs, unless that is fewer than
-    `patience_steps` steps: a small dataset's epoch is only a few steps."""
-    def stopped_after(patience_steps):
+    `patience_steps` steps (a small dataset's epoch is only a few steps), and never before `early_stop_from` of the
+    schedule."""
+    def stopped_after(patience_steps, early_stop_from=0.0):
         config = trainer.TrainConfig(epochs=50, batch_size=64, learning_rate=0.0, patience=2,
-                                     patience_steps=patience_steps)
+                                     patience_steps=patience_steps, early_stop_from=early_stop_from)
         result = trainer.train(data, config, tmp_path)
         return result.stopped, len(result.history)
 
     steps = len(trainer.Trainer(data, trainer.TrainConfig(epochs=1), tmp_path).train) // 64
     assert stopped_after(0) == ("early stop", 3)
     assert stopped_after(5 * steps) == ("early stop", 6)
+    assert stopped_after(0, early_stop_from=0.5) == ("early stop", 25)     # not before half of the schedule

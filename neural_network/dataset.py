@@ -302,7 +302,7 @@ def _one_thread_product(a, b, out):
     return out
 
 
-def training_inputs(spec, positions, effector_rotations, hips_rotation, ground_height, contact, phase, task):
+def training_inputs(spec, positions, effector_rotations, hips_rotation, ground_height, contact, phase, task, out=None):
     """features.build_inputs for a training set (desired contact = contact), from the effector orientations alone and
     in few array operations: the root frame is a turn about +Z, so each effector's relative rotation
     reference^T R_root^T R is c X + s Y + Z with X, Y, Z linear in R; the axis-angles need only the antisymmetric
@@ -310,12 +310,13 @@ def training_inputs(spec, positions, effector_rotations, hips_rotation, ground_h
     tests/test_dataset_batch.py checks it against build_inputs.
 
     positions (N, 23, 3) (only hips, thighs, effectors read), effector_rotations (N, 5, 3, 3), hips_rotation
-    (N, 3, 3), ground_height and contact (N, 2), phase and task (N,). Returns (N, 50) float32.
+    (N, 3, 3), ground_height and contact (N, 2), phase and task (N,). Returns (N, 50) float32 (written into `out`
+    when given): every value is computed in float64 and rounded once, as it is stored.
     """
     n = len(positions)
     origin, R_root = root_frame(positions, hips_rotation)
     c, s = R_root[:, 0, 0], R_root[:, 1, 0]
-    out = np.empty((n, NUM_INPUTS))
+    out = np.empty((n, NUM_INPUTS), np.float32) if out is None else out
     effectors = out[:, :30].reshape(n, 5, 6)
     d = positions[:, list(EFFECTOR_ROLES)] - origin[:, None]
     cc, ss = c[:, None], s[:, None]
@@ -355,7 +356,7 @@ def training_inputs(spec, positions, effector_rotations, hips_rotation, ground_h
     feet[:, :, 5] = contact
     out[:, 48] = phase
     out[:, 49] = np.asarray(task, np.float64) / (len(TASKS) - 1)
-    return out.astype(np.float32)
+    return out
 
 
 @dataclass
@@ -496,9 +497,10 @@ class DatasetBuilder:
         chunk = 65536     # the inputs are row-wise: build them in large chunks, straight into their rows
         for start in range(0, n, chunk):
             rows = slice(start, min(n, start + chunk))
-            arrays["inputs"][rows] = training_inputs(
+            training_inputs(
                 spec, arrays["positions"][rows], effector_rotations[rows], arrays["hips_rotation"][rows],
-                arrays["ground"][rows], arrays["contacts"][rows], arrays["phase"][rows], arrays["task"][rows])
+                arrays["ground"][rows], arrays["contacts"][rows], arrays["phase"][rows], arrays["task"][rows],
+                out=arrays["inputs"][rows])
         skel = self.skeleton
         arrays["role_mask"] = skel.role_mask
         arrays["action_names"] = np.array([a["name"] for a in self.actions], dtype=str)

@@ -3,24 +3,30 @@
 The exported file (onnx_export.py) keeps the game-engine contract, 50 inputs -> 69 clamped deltas. Live ticks use this
 second graph, built in memory from the same Model, because ONNX Runtime runs a small node in about 0.2 us while a
 NumPy call on a tiny array costs 0.5-1 us plus Python: the whole input builder and output conversion of the solver
-(solver.InputBuilder, q = q_mean * exp(delta)) as about 80 graph nodes is several times faster than as NumPy calls.
-tests/test_solver.py checks its inputs against features.build_inputs and its quaternions against the NumPy path.
+(solver.InputBuilder, q = q_mean * exp(delta)) as about 60 graph nodes is several times faster than as NumPy calls.
+The node count is the cost (session options change nothing measurable), so every stage is written in as few nodes as
+it can be: products with constant 0/1 matrices instead of Gather/Reshape runs, biases folded into Gemms, the hips'
+quaternion from one per-character product. tests/test_solver.py checks the inputs against features.build_inputs and
+the quaternions against the NumPy path.
 
     world (K, 7, 4, 4)       transposed (column-major, as foreach_get reads them) world matrices: armature, then the
-                             root and the five effector targets (the armature's slot is not read here)
+                             root and the five effector targets
     to_character_t (K, 1, 4, 4)  (character space from world space)^T per character
     settings (K, 6)          -ground left/right (character space), desired contact left/right, phase, task code
     z_limits, step_limits (K, 2)  per foot: ankle height and squared step below which it is in contact
-    hips_maps (K, 16, 10)    vec(hips transform^T) -> hips quaternion squares and location (set_hips_maps takes
-                             live.LiveCharacter.hips_map's, on the row-major vec)
+    hips_maps (K, 112, 11)   vec(the seven transposed character-space matrices) -> hips quaternion squares (4), sign
+                             carriers (4) and location (3) (set_hips_maps takes live.LiveCharacter.hips_map's)
     previous_feet (K, 6)     the feet positions of the previous tick (the `feet` output of that tick)
  -> q (K, 92)                local quaternions (w, x, y, z) per role, identity where the rig lacks the role
-    hips_q (K, 4), hips_location (K, 3): the hips' matrix_basis quaternion and location (zeros without hips maps)
-    feet (K, 6), check (K, 3) (see check_limits), targets_t (K, 6, 4, 4) transposed character-space targets, and
-    with debug=True the 50 network inputs (K, 50)
+    hips_q (K, 4), hips_location (K, 3): the hips' matrix_basis quaternion and location
+    feet (K, 6), check (K, 3) (see check_limits), matrices_t (K, 7, 4, 4) the transposed character-space matrices
+    (armature, then the targets), and with debug=True the 50 network inputs (K, 50)
+    with a pose layout (live: every rig of the group has the same bones): pose_base (K, 4 bones) in, the rigs' whole
+    rotation_quaternion buffers pose (K, 4 bones) out, ready for foreach_set
 
-Per-rotation sums and their spreading back are products with 0/1 matrices, the input assembly and normalisation
-fold into the first layer, and tensors stay 2-D so MatMul + Add become one Gemm.
+Stages (each a function below): character space, the linear map and heading, contacts, axis-angles, the network,
+the hips, q = q_mean * exp(delta) (and the pose buffers), the check. Tensors stay 2-D where they meet a constant
+matrix, so ONNX Runtime fuses MatMul + Add into one Gemm.
 
 The rig's bridges/offsets enter only through the builder's constant matrix (the thigh-to-thigh axis the heading is made
 from); a session whose in-between bones stand off their rest pose builds its graph from a skeleton holding their
@@ -38,14 +44,26 @@ from .roles import NUM_ROLES
 
 GRAPH_INPUTS = ("world", "to_character_t", "settings", "z_limits", "step_limits", "hips_maps", "previous_feet")
 CHECK_TOLERANCE = 1e-2       # summed |4 sin^2 + 4 cos^2 - 4| of the six relative rotations
+NEAR_HALF_TURN = 0.002       # 2 + 2 cos of a relative rotation must stay above this (away from a half turn)
+VEC = 112                    # vec of the seven transposed matrices (armature, root, five effectors)
+ROTATIONS = 6                # relative rotations converted to axis-angles: five effectors, then the hips (check only)
+PADDED = 16                  # transcendental kernels get rows of 16 (SIMD blocks and a scalar tail round differently,
+                             # so padding keeps a character's numbers independent of how many share the call)
+# Column layout of one heading block of the linear map (and of `feats`): the 50 inputs, then the six rotations' 2 sin
+# axis (18) and 2 cos (6), then -(2 + 2 cos) of the six padded to 16 (padding -4: a zero rotation).
+V_START, NC_START, NTP_START, FEATS = NUM_INPUTS, NUM_INPUTS + 3 * ROTATIONS, NUM_INPUTS + 4 * ROTATIONS, \
+    NUM_INPUTS + 4 * ROTATIONS + PADDED
+ROT_INPUTS = [6 * e + 3 + a for e in range(5) for a in range(3)]      # the effectors' axis-angle inputs
+FEET_COLUMNS = [16 * 4 + 12 + a for a in range(3)] + [16 * 5 + 12 + a for a in range(3)]   # feet: slots 4, 5, row 3
+HIPS_ROWS = 16                                                        # the root's 16 entries start here in vec
 
 
 def check_limits(height):
-    """check columns must each be <= these (NaN fails): the largest |entry| (positions within ABSURD_DISTANCE rig
-    heights), the rotation deviation, -2 cos of the relative rotations (away from a half turn)."""
+    """check columns must each be <= these (NaN fails): the summed |target coordinates| (within ABSURD_DISTANCE rig
+    heights), the rotation deviation, -(2 + 2 cos) of the relative rotations (away from a half turn)."""
     from .solver import ABSURD_DISTANCE
 
-    return np.array([ABSURD_DISTANCE * height, CHECK_TOLERANCE, 1.998], np.float32)
+    return np.array([ABSURD_DISTANCE * height, CHECK_TOLERANCE, -NEAR_HALF_TURN], np.float32)
 
 
 def _transposed_rows():
@@ -58,159 +76,283 @@ def _transposed_rows():
     return perm
 
 
-def build_runtime_graph(model, builder, height, debug=False):
-    """onnx.ModelProto of the run-time path for `model` (builder: solver.InputBuilder of the same model)."""
-    from onnx import TensorProto, helper, numpy_helper
+def linear_map(model, builder):
+    """(VEC, 3 FEATS + 10): vec of the seven transposed matrices -> three heading blocks of `feats` (features = cos *
+    block0 + sin * block1 + block2), the thigh-to-thigh axis (2), the feet (6) and their heights (2). The settings and
+    contact flags pass straight into the inputs, so they join at the first layer instead (no Concat here).
 
-    from .quaternion_math import left_matrices
-    from .rotations import matrix_to_quaternion
+    From solver.InputBuilder's matrix (rows vec(T) of the six targets then its settings order, columns three blocks of
+    the 50 inputs and the effectors' trace - 1, then the axis), extended by the hips' relative rotation (for the check)
+    and the -(2 + 2 cos) columns the axis-angle stage divides by; rows reordered to the graph's inputs."""
     from .solver import NUM_FEATURES
 
-    inits, nodes = [], []
-
-    def const(name, value, dtype=np.float32):
-        inits.append(numpy_helper.from_array(np.ascontiguousarray(np.asarray(value, dtype)), name))
-        return name
-
-    def node(op, inputs, output, **attrs):
-        nodes.append(helper.make_node(op, list(inputs), [output], name=output, **attrs))
-        return output
-
-    # ---- the linear map, extended by the hips' rotation relative to its reference (only for the check) --------
-    F = NUM_FEATURES + 5                # + the hips' relative rotation (4) and the constant 2 (padding for Atan)
-    M = builder.matrix                                            # (104, 3 * 55 + 2), rows vec(T) then settings
-    blocks = M[:, :3 * NUM_FEATURES].reshape(-1, 3, NUM_FEATURES)
-    extra = np.zeros((M.shape[0], 3, 5))
+    M = builder.matrix
+    nf = NUM_FEATURES
     href = np.asarray(model.feature_spec.hips_reference, np.float64)
-    basis = (np.diag([1.0, 1.0, 0.0, 0.0]), np.array([[0, 1, 0, 0], [-1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0.0]]),
-             np.diag([0.0, 0.0, 1.0, 1.0]))
-    for u in range(96):
+    heading = (np.diag([1.0, 1.0, 0.0, 0.0]), np.array([[0, 1, 0, 0], [-1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0.0]]),
+               np.diag([0.0, 0.0, 1.0, 1.0]))
+    out = np.zeros((M.shape[0], 3, FEATS))
+    for b in range(3):
+        block = M[:, b * nf:(b + 1) * nf]
+        out[:, b, :NUM_INPUTS] = block[:, :NUM_INPUTS]
+        for e in range(5):
+            out[:, b, V_START + 3 * e:V_START + 3 * e + 3] = block[:, 6 * e + 3:6 * e + 6]
+            out[:, b, NC_START + e] = block[:, NUM_INPUTS + e]
+    one = np.zeros(M.shape[0])                 # the linear form of the constant 1 (= the root's entry 3, 3)
+    one[15] = 1.0
+    for u in range(96):                        # the hips relative to their reference: 2 sin axis and 2 cos
         probe = np.zeros(96)
         probe[u] = 1.0
-        probe = probe.reshape(6, 4, 4)
-        for b, B in enumerate(basis):
-            G = B @ probe[0]
-            A = href.T @ G[:3, :3]                                  # the hips relative to their reference
-            extra[u, b] = (A[2, 1] - A[1, 2], A[0, 2] - A[2, 0], A[1, 0] - A[0, 1], np.trace(A) - G[3, 3], 2 * G[3, 3])
-    rows = np.concatenate([_transposed_rows(), 96 + np.array([0, 1, 4, 5, 6, 7, 2, 3])])
-    sign = np.ones(F)
-    sign[list(range(NUM_INPUTS, NUM_INPUTS + 5)) + [NUM_FEATURES + 3, NUM_FEATURES + 4]] = -1.0   # -2 cos, -2
-    big = np.concatenate([(np.concatenate([blocks, extra], axis=2) * sign).reshape(-1, 3 * F), M[:, 3 * NUM_FEATURES:]],
-                         axis=1)[rows]                                                       # (104, 3F + 2)
-    i64 = lambda name, v: const(name, v, np.int64)
-    # ---- 2-D tensors (K, n) throughout, so ONNX Runtime fuses each MatMul + Add into one Gemm ----------------
-    tt = node("MatMul", [node("Slice", ["world", i64("s1", [1]), i64("e7", [7]), i64("ax1", [1])], "world6"),
-                         "to_character_t"], "targets_t")                                     # rows = columns of T
-    vec = node("Reshape", [tt, i64("shape96", [-1, 96])], "vec")
-    # contacts: the ankle low and slow (the feet are rows 3 of targets 3 and 4)
-    feet = node("Gather", [vec, i64("feet_cols", [60, 61, 62, 76, 77, 78])], "feet", axis=1)
-    step = node("Sub", [feet, "previous_feet"], "step")
+        for b, B in enumerate(heading):
+            G = B @ probe.reshape(6, 4, 4)[0]
+            A = href.T @ G[:3, :3]
+            out[u, b, V_START + 15:V_START + 18] = (A[2, 1] - A[1, 2], A[0, 2] - A[2, 0], A[1, 0] - A[0, 1])
+            out[u, b, NC_START + 5] = np.trace(A) - G[3, 3]
+    # -(2 + 2 cos) = -(2 cos) - 2 * 1, in the constant block (the heading's third basis keeps G[3, 3])
+    out[:, :, NTP_START:NTP_START + ROTATIONS] = -out[:, :, NC_START:NC_START + ROTATIONS]
+    out[:, 2, NTP_START:NTP_START + PADDED] -= 2.0 * one[:, None]
+    out[:, 2, NTP_START + ROTATIONS:] -= 2.0 * one[:, None]          # padding: -4, a zero rotation
+    big = np.concatenate([out.reshape(-1, 3 * FEATS), M[:, 3 * nf:]], axis=1)[_transposed_rows()]
+    full = np.zeros((VEC, big.shape[1] + 8))
+    full[16:, :big.shape[1]] = big             # the armature's own matrix (slot 0) enters nothing
+    for i, column in enumerate(FEET_COLUMNS + [FEET_COLUMNS[2], FEET_COLUMNS[5]]):
+        full[column, big.shape[1] + i] = 1.0
+    return full
+
+
+def settings_rows():
+    """(8, 50): [settings (6), contact (2)] -> the inputs they pass into (solver.InputBuilder's setting columns)."""
+    from .solver import _SETTING_COLUMNS
+
+    rows = np.zeros((8, NUM_INPUTS))
+    order = [0, 1, 4, 5, 6, 7, 2, 3]           # the graph's settings then contact, in the builder's settings order
+    for i, j in enumerate(order):
+        rows[i, _SETTING_COLUMNS[j]] = 1.0
+    return rows
+
+
+class _Graph:
+    """Node and initializer lists with one-line helpers, so the stages below read like the maths."""
+
+    def __init__(self):
+        from onnx import helper, numpy_helper
+
+        self.helper, self.numpy_helper = helper, numpy_helper
+        self.inits, self.nodes = [], []
+
+    def const(self, name, value, dtype=np.float32):
+        self.inits.append(self.numpy_helper.from_array(np.ascontiguousarray(np.asarray(value, dtype)), name))
+        return name
+
+    def ints(self, name, value):
+        return self.const(name, value, np.int64)
+
+    def node(self, op, inputs, output, **attrs):
+        """One node; output is a name or a list of names (returned as given)."""
+        outputs = [output] if isinstance(output, str) else list(output)
+        self.nodes.append(self.helper.make_node(op, list(inputs), outputs, name=outputs[0], **attrs))
+        return output
+
+
+def _character_space(g):
+    """The seven world matrices into character space, flattened: vec (K, 112) and (K, 1, 112) for the hips' map."""
+    g.node("MatMul", ["world", "to_character_t"], "matrices_t")             # rows = columns of C @ W
+    vec = g.node("Reshape", ["matrices_t", g.ints("shape_vec", [-1, VEC])], "vec")
+    vec3 = g.node("Reshape", ["matrices_t", g.ints("shape_vec3", [-1, 1, VEC])], "vec3")
+    return vec, vec3
+
+
+def _contacts(g):
+    """Contact flags (K, 2) as in training: the ankle low (z below its limit) and slow (squared step below its
+    limit, against the previous tick's feet); `feet` (from the linear map) is the next tick's previous_feet."""
+    from onnx import TensorProto
+
+    step = g.node("Sub", ["feet", "previous_feet"], "step")
     sum_feet = np.zeros((6, 2))
     sum_feet[[0, 1, 2], 0] = sum_feet[[3, 4, 5], 1] = 1.0
-    step2 = node("MatMul", [node("Mul", [step, step], "step_sq"), const("sum_feet", sum_feet)], "step2")
-    z = node("Gather", [vec, i64("z_cols", [62, 78])], "z", axis=1)
-    contact = node("Cast", [node("And", [node("Less", [z, "z_limits"], "low"), node("Less", [step2, "step_limits"], "slow")],
-                                 "low_slow")], "contact", to=TensorProto.FLOAT)
-    y = node("MatMul", [node("Concat", [vec, "settings", contact], "x", axis=1), const("linear_map", big)], "y")
-    # heading: features = cos * Y0 + sin * Y1 + Y2
-    parts = [f"y{i}" for i in range(4)]
-    nodes.append(helper.make_node("Split", [y, i64("split_y", [F, F, F, 2])], parts, name="split_y", axis=1))
-    lat = parts[3]
-    length = node("Sqrt", [node("ReduceSum", [node("Mul", [lat, lat], "lat_sq"), i64("axes1", [1])], "lat2", keepdims=1)],
-                  "lat_len")
-    nodes.append(helper.make_node("Split", [node("Div", [lat, length], "cos_sin"), i64("split_cs", [1, 1])],
-                                  ["cos", "sin"], name="split_cs", axis=1))
-    feats = node("Add", [node("Add", [node("Mul", [parts[0], "cos"], "y0c"), node("Mul", [parts[1], "sin"], "y1s")], "y01"),
-                         parts[2]], "feats")
-    # axis-angle of the six relative rotations (5 effectors + the hips, for the check); the trace columns hold
-    # -2 cos, and transcendental kernels get rows of 16 (SIMD blocks and a scalar tail round differently, so
-    # padding keeps a character's numbers independent of how many share the call; padding: sin 0, -2 cos = -2)
-    v_cols = [6 * e + 3 + a for e in range(5) for a in range(3)] + [NUM_FEATURES, NUM_FEATURES + 1, NUM_FEATURES + 2]
-    t_cols = list(range(NUM_INPUTS, NUM_INPUTS + 5)) + [NUM_FEATURES + 3] + [NUM_FEATURES + 4] * 10
-    sum3 = np.zeros((18, 16))
-    sum3[:, :6] = np.kron(np.eye(6), np.ones((3, 1)))
-    v = node("Gather", [feats, i64("v_cols", v_cols)], "v", axis=1)
-    neg_cos = node("Gather", [feats, i64("t_cols", t_cols)], "neg_two_cos", axis=1)
-    sin2 = node("MatMul", [node("Mul", [v, v], "v_sq"), const("sum3", sum3)], "four_sin2")
-    two_sin = node("Sqrt", [sin2], "two_sin")
-    # angle = atan2(2 sin, 2 cos) = 2 atan(2 sin / (2 + 2 cos)) for a rotation (the check guards everything else)
-    half = node("Atan", [node("Div", [two_sin, node("Sub", [const("two", 2.0), neg_cos], "two_plus")], "tan_half")],
-                "half_angle")
-    factor = node("Div", [half, node("Max", [two_sin, const("tiny", 1e-30)], "sin_safe")], "factor")
-    aa = node("Mul", [v, node("MatMul", [factor, const("spread3", 2.0 * sum3.T)], "factor18")], "aa")   # (K, 18)
-    # the network, its first layer folded with the input assembly and normalisation
+    step2 = g.node("MatMul", [g.node("Mul", [step, step], "step_sq"), g.const("sum_feet", sum_feet)], "step2")
+    low_slow = g.node("And", [g.node("Less", ["feet_z", "z_limits"], "low"), g.node("Less", [step2, "step_limits"], "slow")],
+                      "low_slow")
+    return g.node("Cast", [low_slow], "contact", to=TensorProto.FLOAT)
+
+
+def _features(g, model, builder, vec):
+    """feats (K, FEATS) (and the feet): one product with the linear map, then the three heading blocks mixed by the
+    root heading's cos and sin (the normalised thigh-to-thigh axis; a zero axis gives NaN, which the check catches)."""
+    y = g.node("MatMul", [vec, g.const("linear_map", linear_map(model, builder))], "y")
+    g.node("Split", [y, g.ints("split_y", [FEATS, FEATS, FEATS, 2, 6, 2])], ["y0", "y1", "y2", "lateral", "feet", "feet_z"],
+           axis=1)
+    cos_sin = g.node("Div", ["lateral", g.node("ReduceL2", ["lateral"], "lateral_length", axes=[1], keepdims=1)],
+                     "cos_sin")
+    g.node("Split", [cos_sin, g.ints("split_cs", [1, 1])], ["cos", "sin"], axis=1)
+    mixed = g.node("Add", [g.node("Mul", ["y0", "cos"], "y0c"), g.node("Mul", ["y1", "sin"], "y1s")], "y01")
+    return g.node("Add", [mixed, "y2"], "feats")
+
+
+def _axis_angles(g, feats):
+    """Axis-angles of the six relative rotations from their 2 sin axis (v) and -(2 + 2 cos) (ntp):
+    angle / 2 = atan(|v| / (2 + 2 cos)), aa = v * angle / |v|. Returns (aa (K, 24): the five effectors' axis-angles
+    (15), then zeros, rotation deviation (K, 1) for the check: sum |4 sin^2 + 4 cos^2 - 4|)."""
+    g.node("Split", [feats, g.ints("split_feats", [NUM_INPUTS, 4 * ROTATIONS, PADDED])], ["feats_inputs", "vnc", "ntp"],
+           axis=1)
+    sq = g.node("Mul", ["vnc", "vnc"], "vnc_sq")
+    sum_v = np.zeros((4 * ROTATIONS, PADDED))
+    sum_v[:3 * ROTATIONS, :ROTATIONS] = np.kron(np.eye(ROTATIONS), np.ones((3, 1)))
+    sum_all = sum_v[:, :ROTATIONS].copy()
+    sum_all[3 * ROTATIONS:] = np.eye(ROTATIONS)
+    four_sin2 = g.node("Add", [g.node("MatMul", [sq, g.const("sum_v", sum_v)], "four_sin2_m"),
+                               g.const("tiny_sin", np.full(PADDED, 1e-30))], "four_sin2")
+    deviation = g.node("Add", [g.node("MatMul", [sq, g.const("sum_all", sum_all)], "four_m"),
+                               g.const("minus_four", np.full(ROTATIONS, -4.0))], "deviation")
+    rot_dev = g.node("ReduceL1", [deviation], "rot_dev", axes=[1], keepdims=1)
+    two_sin = g.node("Sqrt", [four_sin2], "two_sin")
+    minus_half = g.node("Atan", [g.node("Div", [two_sin, "ntp"], "minus_tan_half")], "minus_half_angle")
+    factor = g.node("Div", [minus_half, two_sin], "factor")                       # -angle / (4 sin)
+    spread = np.zeros((PADDED, 4 * ROTATIONS))
+    spread[:5, :15] = -2.0 * np.kron(np.eye(5), np.ones((1, 3)))                  # the hips' only feed the check
+    aa = g.node("Mul", ["vnc", g.node("MatMul", [factor, g.const("spread", spread)], "factor24")], "aa")
+    return aa, rot_dev
+
+
+def _network(g, model, feats, aa, contact):
+    """The MLP with the input assembly and normalisation folded into its first layer; returns half deltas (K, 69)
+    (the last layer and the clamp are halved: exp takes half angles), the first layer's input [feats, aa, settings,
+    contact] and the map P of that input to the 50 network inputs (for the debug inputs)."""
     std, mean = np.asarray(model.input_std, np.float64), np.asarray(model.input_mean, np.float64)
-    rot_inputs = [6 * e + 3 + a for e in range(5) for a in range(3)]
-    P = np.zeros((F + 18, NUM_INPUTS))                  # [feats, aa] -> the 50 inputs
+    P = np.zeros((FEATS + 4 * ROTATIONS + 8, NUM_INPUTS))
     for j in range(NUM_INPUTS):
-        if j not in rot_inputs:
+        if j not in ROT_INPUTS:
             P[j, j] = 1.0
-    for i, j in enumerate(rot_inputs):
-        P[F + i, j] = 1.0
+    for i, j in enumerate(ROT_INPUTS):
+        P[FEATS + i, j] = 1.0
+    P[FEATS + 4 * ROTATIONS:] = settings_rows()
     W = [np.asarray(w, np.float64) for w in model.weights]
-    both = node("Concat", [feats, aa], "feats_aa", axis=1)
-    h = node("Add", [node("MatMul", [both, const("W0", P @ (W[0] / std[:, None]))], "z0m"),
-                     const("b0", W[1] - (mean / std) @ W[0])], "z0")
+    both = g.node("Concat", [feats, aa, "settings", contact], "first_input", axis=1)
+    h = g.node("Add", [g.node("MatMul", [both, g.const("W0", P @ (W[0] / std[:, None]))], "z0m"),
+                       g.const("b0", W[1] - (mean / std) @ W[0])], "z0")
     layers = len(W) // 2
     for k in range(1, layers):
-        h = node("Tanh", [h], f"h{k}")
+        h = g.node("Tanh", [h], f"h{k}")
         scale = 0.5 if k == layers - 1 else 1.0                  # the last layer gives half deltas
-        h = node("Add", [node("MatMul", [h, const(f"W{k}", W[2 * k] * scale)], f"z{k}m"), const(f"b{k}", W[2 * k + 1] * scale)],
-                 f"z{k}")
+        h = g.node("Add", [g.node("MatMul", [h, g.const(f"W{k}", W[2 * k] * scale)], f"z{k}m"),
+                           g.const(f"b{k}", W[2 * k + 1] * scale)], f"z{k}")
     if layers == 1:
-        h = node("Mul", [h, const("half_out", 0.5)], "z_half")
+        h = g.node("Mul", [h, g.const("half_out", 0.5)], "z_half")
     low = 0.5 * np.asarray(model.limit_low, np.float64).reshape(-1)
     high = 0.5 * np.asarray(model.limit_high, np.float64).reshape(-1)
-    d = node("Max", [node("Min", [h, const("limit_high", high)], "below_high"), const("limit_low", low)], "half_deltas")
-    # q = q_mean * exp(delta): E = [cos (23, padded to 32), sin/theta * d (69)], q = E @ block + identity where unmapped
+    d = g.node("Max", [g.node("Min", [h, g.const("limit_high", high)], "below_high"), g.const("limit_low", low)],
+               "half_deltas")
+    return d, both, P
+
+
+def _quaternions(g, model, d, hips_q, pose_layout):
+    """q = q_mean * exp(delta) per role: E = [cos theta (23, padded to 32), sin theta / theta * d (69), the hips'
+    quaternion (4)], q = E @ block + identity where the rig lacks the role (block holds the mean pose's
+    left-multiplication matrices). With a pose layout, a second product puts the same quaternions and the hips' straight
+    into the rig's rotation_quaternion buffer (`pose`), on top of `pose_base` (the unmapped bones' rotations)."""
+    from .quaternion_math import left_matrices
+    from .rotations import matrix_to_quaternion
+
     sum3r = np.zeros((3 * NUM_ROLES, 32))
     sum3r[:, :NUM_ROLES] = np.kron(np.eye(NUM_ROLES), np.ones((3, 1)))
-    theta = node("Sqrt", [node("Add", [node("MatMul", [node("Mul", [d, d], "d_sq"), const("sum_roles", sum3r)], "theta2m"),
-                                       const("tiny2", np.full(32, 1e-30))], "theta2")], "theta")
-    sinc = node("MatMul", [node("Div", [node("Sin", [theta], "sin_theta"), theta], "sinc"), const("spread_roles", sum3r.T)],
-                "sinc69")
-    e = node("Concat", [node("Cos", [theta], "cos_theta"), node("Mul", [d, sinc], "xyz")], "exp", axis=1)
+    theta2 = g.node("Add", [g.node("MatMul", [g.node("Mul", [d, d], "d_sq"), g.const("sum_roles", sum3r)], "theta2m"),
+                            g.const("tiny2", np.full(32, 1e-30))], "theta2")
+    theta = g.node("Sqrt", [theta2], "theta")
+    sinc = g.node("MatMul", [g.node("Div", [g.node("Sin", [theta], "sin_theta"), theta], "sinc"),
+                             g.const("spread_roles", sum3r.T)], "sinc69")
+    e = g.node("Concat", [g.node("Cos", [theta], "cos_theta"), g.node("Mul", [d, sinc], "xyz"), hips_q], "exp", axis=1)
     mask = model.skeleton.role_mask
     mean_q = matrix_to_quaternion(np.asarray(model.mean_pose, np.float64))
     L = np.where(mask[:, None, None], left_matrices(mean_q), 0.0)
-    block = np.zeros((32 + 3 * NUM_ROLES, 4 * NUM_ROLES))
+    block = np.zeros((32 + 3 * NUM_ROLES + 4, 4 * NUM_ROLES))
     for j in range(NUM_ROLES):
         block[j, 4 * j:4 * j + 4] = L[j][:, 0]
         block[32 + 3 * j:32 + 3 * j + 3, 4 * j:4 * j + 4] = L[j][:, 1:].T
     bias = np.where(mask[:, None], 0.0, np.array([1.0, 0.0, 0.0, 0.0])).reshape(-1)
-    node("Add", [node("MatMul", [e, const("mean_left", block)], "q_raw"), const("q_bias", bias)], "q")
-    # the hips' matrix_basis quaternion and location through each character's hips map (live.LiveCharacter.hips_map)
-    hv = node("Reshape", [node("Slice", [vec, i64("hs", [0]), i64("he", [16]), i64("hax", [1])], "hips_vec"),
-                          i64("shape_h", [-1, 1, 16])], "hips_vec3")
-    hm = node("Reshape", [node("MatMul", [hv, "hips_maps"], "hips_mapped3"), i64("shape_hm", [-1, 10])], "hips_mapped")
-    nodes.append(helper.make_node("Split", [hm, i64("split_h", [4, 3, 3])], ["squares", "signs", "hips_location"],
-                                  name="split_h", axis=1))
-    mag = node("Sqrt", [node("Relu", ["squares"], "squares_pos")], "magnitudes")
-    nodes.append(helper.make_node("Split", [mag, i64("split_w", [1, 3])], ["mag_w", "mag_xyz"], name="split_w", axis=1))
-    xyz = node("Where", [node("Less", ["signs", const("zero_s", 0.0)], "negative"), node("Neg", ["mag_xyz"], "neg_xyz"),
-                         "mag_xyz"], "signed_xyz")
-    node("LpNormalization", [node("Concat", ["mag_w", xyz], "hips_q_raw", axis=1)], "hips_q", axis=1, p=2)
-    # check (K, 3), every column <= check_limits: |entries| (absurd distances), the rotation deviation (NaN from
-    # any non-finite entry reaches it through the products), -2 cos (away from a half turn)
-    far = node("ReduceMax", [node("Abs", [vec], "vec_abs")], "far", axes=[1], keepdims=1)
-    sc = node("Sub", [node("Add", [sin2, node("Mul", [neg_cos, neg_cos], "c_sq")], "sc"), const("four", 4.0)], "sc4")
-    rot_dev = node("ReduceSum", [node("Abs", [sc], "sc_abs"), i64("axes1b", [1])], "rot_dev", keepdims=1)
-    near_pi = node("ReduceMax", [neg_cos], "near_pi", axes=[1], keepdims=1)
-    node("Concat", [far, rot_dev, near_pi], "check", axis=1)
-    outputs = ["q", "feet", "check", "targets_t", "hips_q", "hips_location"]
+    g.node("Add", [g.node("MatMul", [e, g.const("mean_left", block)], "q_raw"), g.const("q_bias", bias)], "q")
+    if pose_layout is not None:
+        count, bones, roles, hips_index = pose_layout
+        place = np.zeros((len(block), 4 * count))
+        for b, r in zip(bones, roles):
+            place[:, 4 * b:4 * b + 4] = block[:, 4 * r:4 * r + 4]
+        if hips_index is not None:
+            place[-4:, 4 * hips_index:4 * hips_index + 4] = np.eye(4)
+        g.node("Add", [g.node("MatMul", [e, g.const("pose_place", place)], "pose_raw"), "pose_base"], "pose")
+
+
+def _hips(g, vec3):
+    """The hips' matrix_basis quaternion and location through each character's map: squares of (w, x, y, z) (times
+    4), carriers of their signs (w's is the constant 1; x, y, z: the antisymmetric part, nudged off zero so a zero
+    reads as +), location; q = normalise(sign * sqrt(max(squares, 0)))."""
+    mapped = g.node("Reshape", [g.node("MatMul", [vec3, "hips_maps"], "hips_mapped3"), g.ints("shape_h", [-1, 11])],
+                    "hips_mapped")                                                  # (K, 11)
+    g.node("Split", [mapped, g.ints("split_h", [4, 4, 3])], ["squares", "signs", "hips_location"], axis=1)
+    magnitude = g.node("Sqrt", [g.node("Relu", ["squares"], "squares_pos")], "magnitudes")
+    signed = g.node("Mul", [magnitude, g.node("Sign", ["signs"], "sign")], "signed")
+    return g.node("LpNormalization", [signed], "hips_q", axis=1, p=2)
+
+
+def _check(g, vec, rot_dev):
+    """check (K, 3), every column <= check_limits: the summed |coordinates| of the targets (absurd distances; a
+    product, so NaN anywhere in vec reaches it), the rotation deviation (scaled, sheared or mirrored targets, a
+    degenerate heading), max -(2 + 2 cos) (away from a half turn)."""
+    coordinates = np.zeros((VEC, 1))
+    for slot in range(1, 7):
+        coordinates[16 * slot + 12:16 * slot + 15] = 1.0
+    far = g.node("MatMul", [g.node("Abs", [vec], "vec_abs"), g.const("coordinates", coordinates)], "far")
+    near_half_turn = g.node("ReduceMax", ["ntp"], "near_half_turn", axes=[1], keepdims=1)
+    g.node("Concat", [far, rot_dev, near_half_turn], "check", axis=1)
+
+
+def build_runtime_graph(model, builder, height, debug=False, pose_layout=None):
+    """onnx.ModelProto of the run-time path for `model` (builder: solver.InputBuilder of the same model).
+
+    pose_layout (bone count, pose-bone indices, their roles, the hips' pose-bone index or None): adds the input
+    `pose_base` (K, 4 * bones) and the output `pose`, every character's whole rotation_quaternion buffer."""
+    from onnx import TensorProto, helper
+
+    g = _Graph()
+    vec, vec3 = _character_space(g)
+    feats = _features(g, model, builder, vec)
+    contact = _contacts(g)
+    aa, rot_dev = _axis_angles(g, feats)
+    d, both, P = _network(g, model, feats, aa, contact)
+    hips_q = _hips(g, vec3)
+    _quaternions(g, model, d, hips_q, pose_layout)
+    _check(g, vec, rot_dev)
+    inputs = list(GRAPH_INPUTS)
+    outputs = ["q", "feet", "check", "matrices_t", "hips_q", "hips_location"]
+    if pose_layout is not None:
+        inputs.append("pose_base")
+        outputs.append("pose")
     if debug:
-        node("MatMul", [both, const("P", P)], "inputs")
+        g.node("MatMul", [both, g.const("P", P)], "inputs")
         outputs += ["inputs"]
-    shapes = {"world": [None, 7, 4, 4], "to_character_t": [None, 1, 4, 4], "settings": [None, 6],
-              "z_limits": [None, 2], "step_limits": [None, 2], "hips_maps": [None, 16, 10], "previous_feet": [None, 6]}
-    out_shapes = {"q": [None, 4 * NUM_ROLES], "feet": [None, 6], "check": [None, 3], "inputs": [None, NUM_INPUTS],
-                  "targets_t": [None, 6, 4, 4], "hips_q": [None, 4], "hips_location": [None, 3]}
-    info = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch"] + s[1:])
-    graph = helper.make_graph(nodes, "neural_ik_runtime", [info(n, shapes[n]) for n in GRAPH_INPUTS],
-                              [info(n, out_shapes[n]) for n in outputs], initializer=inits)
+    width = [4 * pose_layout[0]] if pose_layout is not None else []
+    shapes = {"world": [7, 4, 4], "to_character_t": [1, 4, 4], "settings": [6], "z_limits": [2], "step_limits": [2],
+              "hips_maps": [VEC, 11], "previous_feet": [6], "pose_base": width}
+    out_shapes = {"q": [4 * NUM_ROLES], "feet": [6], "check": [3], "inputs": [NUM_INPUTS], "matrices_t": [7, 4, 4],
+                  "hips_q": [4], "hips_location": [3], "pose": width}
+    info = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch"] + s)
+    graph = helper.make_graph(g.nodes, "neural_ik_runtime", [info(n, shapes[n]) for n in inputs],
+                              [info(n, out_shapes[n]) for n in outputs], initializer=g.inits)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="neural_ik.runtime")
     proto.ir_version = 8
     return proto
+
+
+def graph_hips_maps(maps):
+    """(K, 16, 10) maps of live.LiveCharacter.hips_map (row-major vec(hips transform) -> 7 squares/signs of
+    quaternion_math.MATRIX_TO_SQUARES and the location) -> the graph's (K, 112, 11) on vec of the transposed seven."""
+    maps = np.asarray(maps, np.float64)
+    rows = HIPS_ROWS + _transposed_rows()[:16]
+    out = np.zeros((len(maps), VEC, 11))
+    out[:, rows, 0:4] = maps[:, :, 0:4]
+    out[:, HIPS_ROWS + 15, 4] = 1.0                          # w's sign: +
+    out[:, rows, 5:8] = maps[:, :, 4:7]
+    out[:, HIPS_ROWS + 15, 5:8] += 1e-30                     # a zero antisymmetric part reads as +
+    out[:, rows, 8:11] = maps[:, :, 7:10]
+    return out
 
 
 class RuntimeEngine:
@@ -220,35 +362,42 @@ class RuntimeEngine:
     nothing is copied. `previous_feet` is always the buffer holding the latest feet."""
     name = "onnxruntime"
 
-    def __init__(self, model, builder, height, characters, debug=False):
+    def __init__(self, model, builder, height, characters, debug=False, pose_layout=None):
         from .solver import ort_session
 
         k = characters
-        self.session = ort_session(build_runtime_graph(model, builder, height, debug).SerializeToString())
+        self.session = ort_session(build_runtime_graph(model, builder, height, debug, pose_layout).SerializeToString())
         self.world = np.broadcast_to(np.eye(4, dtype=np.float32), (k, 7, 4, 4)).copy()
         self.to_character_t = np.broadcast_to(np.eye(4, dtype=np.float32), (k, 1, 4, 4)).copy()
         self.settings = np.zeros((k, 6), np.float32)
         self.z_limits = np.zeros((k, 2), np.float32)
         self.step_limits = np.full((k, 2), np.inf, np.float32)
-        self.hips_maps = np.zeros((k, 16, 10), np.float32)
+        self.hips_maps = np.zeros((k, VEC, 11), np.float32)
         self.feet = (np.zeros((k, 6), np.float32), np.zeros((k, 6), np.float32))
         self.q = np.zeros((k, 4 * NUM_ROLES), np.float32)
         self.check = np.zeros((k, 3), np.float32)
         self.ok = np.zeros((k, 3), bool)
         self.limits = check_limits(height)
-        self.targets_t = np.zeros((k, 6, 4, 4), np.float32)
-        self.targets = np.swapaxes(self.targets_t, -1, -2)           # character space (a view)
+        self.matrices_t = np.zeros((k, 7, 4, 4), np.float32)
+        self.targets = np.swapaxes(self.matrices_t[:, 1:], -1, -2)     # character-space targets (a view)
         self.hips_q = np.zeros((k, 4), np.float32)
         self.hips_location = np.zeros((k, 3), np.float32)
         self.inputs = np.zeros((k, NUM_INPUTS), np.float32) if debug else None
-        outputs = {"q": self.q, "check": self.check, "targets_t": self.targets_t, "hips_q": self.hips_q,
+        outputs = {"q": self.q, "check": self.check, "matrices_t": self.matrices_t, "hips_q": self.hips_q,
                    "hips_location": self.hips_location}
+        inputs = list(GRAPH_INPUTS[:-1])
+        self.pose = self.pose_base = None
+        if pose_layout is not None:
+            self.pose_base = np.zeros((k, 4 * pose_layout[0]), np.float32)
+            self.pose = np.zeros((k, 4 * pose_layout[0]), np.float32)
+            outputs["pose"] = self.pose
+            inputs.append("pose_base")
         if debug:
             outputs["inputs"] = self.inputs
         self.bindings = []
         for p in (0, 1):
             io = self.session.io_binding()
-            for name in GRAPH_INPUTS[:-1]:
+            for name in inputs:
                 io.bind_cpu_input(name, getattr(self, name))
             io.bind_cpu_input("previous_feet", self.feet[p])
             for name, buf in list(outputs.items()) + [("feet", self.feet[1 - p])]:
@@ -256,10 +405,11 @@ class RuntimeEngine:
             self.bindings.append(io)
         self.parity = 0
         self.run_binding = self.session.run_with_iobinding
+        self.less_equal = np.less_equal
 
     def set_hips_maps(self, maps):
-        """maps (K or 1, 16, 10) acting on vec(hips transform) (row-major); the graph holds it transposed."""
-        np.copyto(self.hips_maps, np.asarray(maps)[:, _transposed_rows()[:16]])
+        """maps (K or 1, 16, 10) acting on vec(hips transform) (row-major), as live.LiveCharacter.hips_map builds."""
+        np.copyto(self.hips_maps, graph_hips_maps(maps))
 
     @property
     def previous_feet(self):
@@ -269,4 +419,4 @@ class RuntimeEngine:
         """One call; returns True when every character passed the graph's checks."""
         self.run_binding(self.bindings[self.parity])
         self.parity ^= 1
-        return np.less_equal(self.check, self.limits, out=self.ok).all()
+        return self.less_equal(self.check, self.limits, out=self.ok).all()

@@ -450,17 +450,20 @@ class PoseBatch:
     matrices: np.ndarray          # (3, 3, K, N) pose rotations (normalised when the pose has scale)
     heads: np.ndarray             # (3, K, N) bone heads
     moving: np.ndarray            # (A,) bool: the rest skeleton's bridges/offsets do not hold for the action
+    matrix_rows: np.ndarray = None  # (K,) index of each chain position in matrices (-1: not kept); None: all K
 
     def rows(self, a):
         return slice(int(self.starts[a]), int(self.starts[a + 1]))
 
 
 def read_pose_batches(rig, obj, actions, frame_start=None, frame_end=None, batch_frames=None, channels=None,
-                      ranges=None, dtype=np.float64):
+                      ranges=None, dtype=np.float64, keep_rotations=None):
     """PoseBatch of up to `batch_frames` frames (at least one action) at a time, for every action in turn, without
     frame_set and without changing anything. channels: each action's action_channels when the caller has them;
     ranges: each action's action_frame_range likewise (Blender scans every curve for it). dtype: of the FK
-    (float32, as Blender's own pose evaluation, for a training set; float64 for solving and baking)."""
+    (float32, as Blender's own pose evaluation, for a training set; float64 for solving and baking).
+    keep_rotations: chain positions whose pose rotations the caller needs (None: all; all are kept anyway for a
+    batch where an action's links move); see PoseBatch.matrix_rows."""
     chain = bone_chain(rig)
     names = [rig.bone_names[b] for b in chain.bones]
     current = _current_channels(obj, names)
@@ -477,13 +480,13 @@ def read_pose_batches(rig, obj, actions, frame_start=None, frame_end=None, batch
         pending.append((action, first, last, own))
         pending_frames += last - first + 1
         if pending_frames >= batch_frames:
-            yield _pose_batch(rig, obj, chain, names, current, pending, dtype)
+            yield _pose_batch(rig, obj, chain, names, current, pending, dtype, keep_rotations)
             pending, pending_frames = [], 0
     if pending:
-        yield _pose_batch(rig, obj, chain, names, current, pending, dtype)
+        yield _pose_batch(rig, obj, chain, names, current, pending, dtype, keep_rotations)
 
 
-def _pose_batch(rig, obj, chain, names, current, pending, dtype=np.float64):
+def _pose_batch(rig, obj, chain, names, current, pending, dtype=np.float64, keep_rotations=None):
     counts = np.array([last - first + 1 for _, first, last, _ in pending])
     starts = np.concatenate([[0], np.cumsum(counts)])
     frames = np.concatenate([np.arange(first, last + 1) for _, first, last, _ in pending])
@@ -492,13 +495,18 @@ def _pose_batch(rig, obj, chain, names, current, pending, dtype=np.float64):
     scale = values.get("scale")
     moving_rows = _moving_rows(rig, chain, local, values)
     moving = np.logical_or.reduceat(moving_rows, starts[:-1]) if len(moving_rows) else np.zeros(len(pending), bool)
+    matrix_rows = None
     if scale is None:
         location = values.get("location")
         moved = None
         if location is not None:
             ks = np.where(np.any(location != 0.0, axis=(0, 2)))[0]
             moved = (ks, location[:, ks]) if len(ks) else None
-        matrices, heads = chain.forward(local, moved)
+        keep = None if keep_rotations is None or moving.any() else np.asarray(keep_rotations, dtype=np.int64)
+        matrices, heads = chain.forward(local, moved, keep)
+        if keep is not None:
+            matrix_rows = np.full(len(chain.bones), -1, dtype=np.int64)
+            matrix_rows[keep] = np.arange(len(keep))
     else:       # the general form: rotation @ scale, orientations are the normalised columns
         location = values.get("location")
         if location is None:
@@ -507,7 +515,7 @@ def _pose_batch(rig, obj, chain, names, current, pending, dtype=np.float64):
         scaled, heads = chain.forward_scaled(rot, location)
         matrices = scaled / np.sqrt(np.sum(scaled * scaled, axis=0, keepdims=True))
     return PoseBatch([p[0] for p in pending], frames, starts, [(p[1], p[2]) for p in pending], animated, local,
-                     matrices, heads, moving)
+                     matrices, heads, moving, matrix_rows)
 
 
 def _read_channels(rig, obj, chain, names, current, pending, starts, dtype=np.float64):
@@ -767,7 +775,12 @@ def batch_role_arrays(rig, batch, rotations="effectors", dtype=np.float64):
     chain_of = dict(zip(roles.tolist(), ks.tolist()))
     which = [r for r in needed_roles if r in chain_of]
     hips = chain_of.get(0, ks[0])
-    mats = _character_rotations(rig, batch.matrices[:, :, [hips] + [chain_of[r] for r in which]])   # (3, 3, S, N)
+    wanted = [hips] + [chain_of[r] for r in which]
+    if batch.matrix_rows is not None:
+        wanted = batch.matrix_rows[wanted]
+        if np.any(wanted < 0):
+            raise ValueError("batch_role_arrays needs rotations the PoseBatch did not keep")
+    mats = _character_rotations(rig, batch.matrices[:, :, wanted])                  # (3, 3, S, N)
     hips_rotation = np.empty((n, 3, 3), dtype)
     _frames_last(hips_rotation)[...] = mats[:, :, 0].swapaxes(0, 1)
     out["hips_rotation"] = hips_rotation
@@ -796,6 +809,13 @@ def _frames_last(a):
     with one strided copy (matrices (N, S, 3, 3) come out as (3, 3, S, N) with rows and columns swapped, so callers
     swap them back)."""
     return a.transpose(tuple(range(a.ndim - 1, -1, -1)))
+
+
+def _hips_and_effectors(rig):
+    """Chain positions of the hips and the mapped effectors: the rotations a training set stores."""
+    roles, ks = _role_positions(rig, bone_chain(rig))
+    chain_of = dict(zip(roles.tolist(), ks.tolist()))
+    return [chain_of.get(0, int(ks[0]))] + [chain_of[r] for r in EFFECTOR_ROLES if r in chain_of]
 
 
 def _identity(m):
@@ -837,7 +857,7 @@ def read_dataset_batches(rig, obj, actions, tasks, channels=None, batch_frames=N
     DatasetBuilder.add_batch takes. tasks: the task index of each action; channels, ranges: see read_pose_batches."""
     done = 0
     for batch in read_pose_batches(rig, obj, actions, batch_frames=batch_frames, channels=channels, ranges=ranges,
-                                   dtype=np.float32):
+                                   dtype=np.float32, keep_rotations=_hips_and_effectors(rig)):
         arrays = batch_role_arrays(rig, batch, dtype=np.float32)
         count = len(batch.actions)
         ranges = np.array(batch.ranges).reshape(-1, 2)

@@ -195,15 +195,20 @@ class BoneChain:
         return cls(np.array(ordered, dtype=np.int64), levels, left_matrices(link_q), links[:, :3, :3].copy(),
                    np.ascontiguousarray(links[:, :3, 3].T))
 
-    def forward(self, basis_quaternions, locations=None):
+    def forward(self, basis_quaternions, locations=None, keep=None):
         """Armature-space pose from each bone's matrix_basis rotation (4, K, N unit quaternions) and locations
         (None, or (positions ks of the bones that have one, values (3, len(ks), N))): rotation matrices
-        (3, 3, K, N) and heads (3, K, N), float32 for float32 quaternions (float64 otherwise). The rest link and
-        the basis rotation are composed as quaternions for every bone at once; the chain itself is one 3x3 product
-        and one rotated step per depth, FRAME_BLOCK frames at a time in scratch arrays."""
+        (3, 3, K, N) and heads (3, K, N), float32 for float32 quaternions (float64 otherwise). keep: positions
+        whose rotation matrices are returned ((3, 3, len(keep), N); the others stay in scratch, never written out).
+        The rest link and the basis rotation are composed as quaternions for every bone at once; the chain is one
+        product of 3 x 4 [rotation | head] blocks per depth, FRAME_BLOCK frames at a time in scratch arrays."""
         k, n = basis_quaternions.shape[1:]
         dtype = compute_dtype(basis_quaternions)
-        world, heads = np.empty((3, 3, k, n), dtype), np.empty((3, k, n), dtype)
+        if keep is None:
+            pose = np.empty((3, 4, k, n), dtype)       # [rotation | head]: the two results are views of one array
+        else:
+            keep = np.asarray(keep, dtype=np.int64)
+            matrices, heads = np.empty((3, 3, len(keep), n), dtype), np.empty((3, k, n), dtype)
         link_left, link_rotation, link_translation = self._constants(dtype)
         scratch = self._scratch(dtype)
         if locations is not None:
@@ -213,17 +218,21 @@ class BoneChain:
             cols = slice(start, min(n, start + FRAME_BLOCK))
             m = cols.stop - cols.start
             q = constant_product(link_left, basis_quaternions[:, :, cols], scratch["q"][..., :m], scratch["q2"][..., :m])
-            own = quaternion_matrices(q, scratch["own"][..., :m])
-            steps = link_translation[:, :, None]
+            own = scratch["own"][..., :m]                # [own rotation | step]
+            quaternion_matrices(q, own[:, :3])
+            own[:, 3] = link_translation[:, :, None]
             if locations is not None:            # link rotation @ location + link translation, bones that have one
-                steps = scratch["steps"][..., :m]
-                steps[...] = link_translation[:, :, None]
                 part = scratch["part"][:, :len(ks), :m]
                 for i in range(3):
                     np.multiply(lr[:, i], loc[i, :, cols], out=part)
-                    steps[:, ks] += part
-            self._chain_block(own, steps, world[..., cols], heads[..., cols], scratch, m)
-        return world, heads
+                    own[:, 3, ks] += part
+            if keep is None:
+                self._chain_block(own, pose[..., cols], scratch, m)
+                continue
+            block = self._chain_block(own, scratch["pose"][..., :m], scratch, m)
+            heads[:, :, cols] = block[:, 3]
+            np.take(block[:, :3], keep, axis=2, out=matrices[..., cols], mode="clip")
+        return (pose[:, :3], pose[:, 3]) if keep is None else (matrices, heads)
 
     def _constants(self, dtype):
         """link_left, link_rotation, link_translation in the compute dtype (float32 copies made once)."""
@@ -241,10 +250,10 @@ class BoneChain:
             widest = max((rows.stop - rows.start for rows, _ in self.levels), default=1)
             b = FRAME_BLOCK
             cache[dtype] = {"q": np.empty((4, k, b), dtype), "q2": np.empty((4, k, b), dtype),
-                            "own": np.empty((3, 3, k, b), dtype), "steps": np.empty((3, k, b), dtype),
-                            "part": np.empty((3, k, b), dtype), "r": np.empty((3, 3, widest, b), dtype),
-                            "t1": np.empty((3, 3, widest, b), dtype), "t2": np.empty((3, 3, widest, b), dtype),
-                            "h": np.empty((3, widest, b), dtype)}
+                            "own": np.empty((3, 4, k, b), dtype), "part": np.empty((3, k, b), dtype),
+                            "pose": np.empty((3, 4, k, b), dtype),
+                            "r": np.empty((3, 3, widest, b), dtype), "h": np.empty((3, widest, b), dtype),
+                            "t1": np.empty((3, 4, widest, b), dtype), "t2": np.empty((3, 4, widest, b), dtype)}
         return cache[dtype]
 
     def _parent_views(self):
@@ -265,32 +274,29 @@ class BoneChain:
             self.__dict__["_parents"] = views
         return views
 
-    def _chain_block(self, own, steps, world, heads, scratch, m):
-        """The chain for one block of m frames: world = parent world @ own, heads = parent head + parent world @
-        step, per depth, every product written in place."""
+    def _chain_block(self, own, pose, scratch, m):
+        """The chain for one block of m frames, per depth: [R | h] = [R_p @ own | R_p @ step + h_p] for 3 x 4 blocks
+        [own | step], every product written in place."""
         for (rows, _), parents in zip(self.levels, self._parent_views()):
             if parents is None:
-                world[:, :, rows] = own[:, :, rows]
-                heads[:, rows] = steps[:, rows]
+                pose[:, :, rows] = own[:, :, rows]
                 continue
             w = rows.stop - rows.start
             if isinstance(parents, slice):
-                r, h_parent = world[:, :, parents], heads[:, parents]
+                r, h_parent = pose[:, :3, parents], pose[:, 3, parents]
             else:
-                r = np.take(world, parents, axis=2, out=scratch["r"][:, :, :w, :m], mode="clip")
-                h_parent = heads[:, parents]
+                r = np.take(pose[:, :3], parents, axis=2, out=scratch["r"][:, :, :w, :m], mode="clip")
+                h_parent = np.take(pose[:, 3], parents, axis=1, out=scratch["h"][:, :w, :m], mode="clip")
             t1, t2 = scratch["t1"][:, :, :w, :m], scratch["t2"][:, :, :w, :m]
             o = own[:, :, rows]
             np.multiply(r[:, 0, None], o[None, 0], out=t1)
             np.multiply(r[:, 1, None], o[None, 1], out=t2)
             t1 += t2
             np.multiply(r[:, 2, None], o[None, 2], out=t2)
-            np.add(t1, t2, out=world[:, :, rows])
-            np.multiply(r, steps[None, :, rows], out=t1)        # t1[i, j] = R[i, j] * step[j]
-            h = scratch["h"][:, :w, :m]
-            np.add(t1[:, 0], t1[:, 1], out=h)
-            h += t1[:, 2]
-            np.add(h, h_parent, out=heads[:, rows])
+            out = pose[:, :, rows]
+            np.add(t1, t2, out=out)
+            out[:, 3] += h_parent
+        return pose
 
     def _chain(self, own, steps, world=None, heads=None):
         world = np.empty_like(own) if world is None else world

@@ -12,6 +12,7 @@ object. It never calls `view_layer.update()`: Blender evaluates the depsgraph it
 
 import time
 from collections import deque
+from operator import attrgetter
 
 import numpy as np
 
@@ -25,6 +26,8 @@ from .properties import get_bone_map
 TARGET_SLOTS = ("target_root", "target_left_hand", "target_right_hand", "target_left_foot", "target_right_foot",
                 "target_head")
 TARGET_LABELS = ("root", "left hand", "right hand", "left foot", "right foot", "head")
+_RAW_SETTINGS = attrgetter("ground_left", "ground_right", "contact_left", "contact_right", "task", "phase",
+                           "phase_follows_time", "refine_iterations")
 
 
 class LiveStopped(Exception):
@@ -156,13 +159,19 @@ class LiveCharacter:
 
     def settings(self, scene):
         """(ground (2,) in character space, desired contact (2,), task index, phase, phase follows time, iterations)."""
-        s = self.obj.neural_ik
-        world = self.obj.matrix_world
+        return self.convert_settings(_RAW_SETTINGS(self.obj.neural_ik), self.obj.matrix_world)
+
+    def raw_settings(self):
+        """The panel values as they are (one C-level read of the eight): compared tick to tick, converted on change."""
+        return _RAW_SETTINGS(self.obj.neural_ik)
+
+    def convert_settings(self, raw, world):
+        """settings() from raw_settings() and the armature's world matrix (ground heights are world Z)."""
+        ground_left, ground_right, contact_left, contact_right, task, phase, follows, iterations = raw
         unit = self.rig.scale / max(world.to_scale().z, 1e-12)
         origin_z = world.translation.z
-        return ((s.ground_left - origin_z) * unit, (s.ground_right - origin_z) * unit,
-                float(s.contact_left), float(s.contact_right), TASKS.index(s.task.lower()), s.phase,
-                bool(s.phase_follows_time), s.refine_iterations)
+        return ((ground_left - origin_z) * unit, (ground_right - origin_z) * unit, float(contact_left),
+                float(contact_right), TASKS.index(task.lower()), phase, bool(follows), iterations)
 
     def hips_map(self):
         """(16, 10): vec(hips transform, character space) -> 7 quaternion squares of the hips' matrix_basis rotation
@@ -218,6 +227,7 @@ class TargetReader:
         self.matrices = self.runtime.world if self.runtime is not None else np.zeros((self.k, 7, 4, 4), np.float32)
         self.targets = np.zeros((self.k, 6, 4, 4))
         self.armature_bytes = b""
+        self.moved = True                       # an armature moved since the last read (ground heights follow it)
         self.to_character = np.stack([np.asarray(c.to_character_np) for c in characters])
         self.armature_to_character = np.zeros((self.k, 1, 4, 4))
         self._index()
@@ -268,7 +278,8 @@ class TargetReader:
             self._read_each()
         m = self.matrices
         arm = m[:, 0].tobytes()
-        if arm != self.armature_bytes:           # the armature moved (or the first tick): character space again
+        self.moved = arm != self.armature_bytes
+        if self.moved:                           # the armature moved (or the first tick): character space again
             world = np.swapaxes(m[:, 0], -1, -2).astype(np.float64)
             self.armature_to_character[:, 0] = self.to_character @ np.linalg.pinv(world)
             self.armature_bytes = arm
@@ -299,11 +310,16 @@ class LiveGroup:
     def __init__(self, model, onnx_bytes, characters, engine, links=None):
         self.characters = characters
         self.k = k = len(characters)
-        self.solver = Solver(model, onnx_bytes, characters=k, engine=engine, links=links)
         first = characters[0]
         self.uniform = all(c.count == first.count and c.hips_index == first.hips_index
+                           and c.hips_is_quaternion == first.hips_is_quaternion
                            and np.array_equal(c.quaternion_bones, first.quaternion_bones)
                            and np.array_equal(c.quaternion_roles, first.quaternion_roles) for c in characters)
+        # rigs with one bone layout get their whole rotation buffers straight from the run-time graph (runtime.pose)
+        layout = (first.count, first.quaternion_bones, first.quaternion_roles,
+                  first.hips_index if first.hips_is_quaternion else None) if self.uniform else None
+        self.solver = Solver(model, onnx_bytes, characters=k, engine=engine, links=links, pose_layout=layout)
+        self.raw = [None] * k
         self.hips_out = np.empty((k, 1, 10))
         self.hips_q = np.empty((k, 4))
         self.cached = [None] * k
@@ -328,17 +344,34 @@ class LiveGroup:
             self.bones = c0.quaternion_bones
             self.roles = c0.quaternion_roles
             self.hips_index = c0.hips_index
+            rt = self.solver.runtime
+            if rt is not None and rt.pose_base is not None:
+                base = self.buffer.copy()           # the unmapped bones' rotations; the graph adds the solved ones
+                base[:, self.bones] = 0.0
+                if c0.hips_is_quaternion:
+                    base[:, self.hips_index] = 0.0
+                rt.pose_base[:] = base.reshape(k, -1)
+                self.pose_rows = [[rt.results(p)["pose"][i] for i in range(k)] for p in (0, 1)]
+                self.pose_locations = [rt.results(p)["hips_location"] for p in (0, 1)]
 
-    def refresh_settings(self, scene, which):
-        """Re-read the settings of characters `which`; pass them to the solver when any changed."""
+    def refresh_settings(self, scene, which, moved=False):
+        """Re-read the settings of characters `which`; pass them to the solver when any changed. The panel values are
+        read raw and converted only when they (or, moved=True, the armatures' world matrices) changed."""
         changed = not self.solver.started
+        if moved:                                # ground heights follow the armature: convert everyone's again
+            self.raw = [None] * self.k
+        characters, raw_rows = self.characters, self.raw
         for i in which:
-            row = self.characters[i].settings(scene)
+            raw = characters[i].raw_settings()
+            if raw == raw_rows[i]:
+                continue
+            raw_rows[i] = raw
+            row = characters[i].convert_settings(raw, characters[i].obj.matrix_world)
             self.iteration_counts[i] = row[7]
             if row[:7] != self.cached[i]:
                 self.cached[i] = row[:7]
                 changed = True
-        self.iterations = int(self.iteration_counts.max())
+            self.iterations = int(self.iteration_counts.max())
         if changed:
             v = np.array(self.cached, np.float64)
             self.solver.set_settings(ground=v[:, 0:2], desired_contact=v[:, 2:4], phase=v[:, 5])
@@ -353,6 +386,18 @@ class LiveGroup:
             phase[self.follows_time] = phase_now
             solver.set_settings(phase=phase)
         solver.step(targets, None, None, None, None, refine_iterations=self.iterations, measure_errors=False)
+        rt = solver.runtime
+        if solver.used_runtime and solver.pending is not None and rt.pose_base is not None:
+            # the graph's own buffers hold every rig's rotations (hips included): one foreach_set and one location each
+            p = rt.latest
+            for character, row, location in zip(self.characters, self.pose_rows[p], self.pose_locations[p].tolist()):
+                bones = character.obj.pose.bones
+                bones.foreach_set("rotation_quaternion", row)
+                bones[character.hips_index].location = location   # also tags the armature for re-evaluation
+            for character in self.slow_bones:
+                character.write_other_bones(solver.q[self.characters.index(character)], solver.last_hips[
+                    self.characters.index(character), :3, :3])
+            return
         if solver.used_runtime:              # the graph mapped the hips too
             hips_q, locations = solver.runtime.hips_q, solver.runtime.hips_location.tolist()
         else:
@@ -437,17 +482,17 @@ class LiveTick:
             targets = reader.read()
             k = group.k
             if k <= self.SETTINGS_EVERY_TICK or not group.solver.started:
-                group.refresh_settings(scene, range(k))
+                group.refresh_settings(scene, range(k), reader.moved)
             else:
                 step = -(-k // self.SETTINGS_ROUNDS)
                 first = (self.rounds % self.SETTINGS_ROUNDS) * step
-                group.refresh_settings(scene, range(first, min(first + step, k)))
+                group.refresh_settings(scene, range(first, min(first + step, k)), reader.moved)
             try:
                 group.solve_and_write(targets, phase_now)
             except ReferenceError:
                 raise LiveStopped("an armature was deleted: live IK stopped") from None
             status = group.solver.status
-            if status.any() or self.status:
+            if self.status or (group.solver.status_set and status.any()):
                 for character, code in zip(group.characters, status.tolist()):
                     self.status[character.name] = code
                 if not status.any():

@@ -59,11 +59,12 @@ HIPS_ROWS = 16                                                        # the root
 
 
 def check_limits(height):
-    """check columns must each be <= these (NaN fails): the summed |target coordinates| (within ABSURD_DISTANCE rig
-    heights), the rotation deviation, -(2 + 2 cos) of the relative rotations (away from a half turn)."""
+    """The raw check measures must each be <= these (NaN fails): the summed |target coordinates| (within
+    ABSURD_DISTANCE rig heights), the rotation deviation, -(2 + 2 cos) of the relative rotations (away from a half
+    turn). The graph outputs them scaled and shifted so that every column must be <= 0."""
     from .solver import ABSURD_DISTANCE
 
-    return np.array([ABSURD_DISTANCE * height, CHECK_TOLERANCE, -NEAR_HALF_TURN], np.float32)
+    return np.array([ABSURD_DISTANCE * height, CHECK_TOLERANCE, -NEAR_HALF_TURN], np.float64)
 
 
 def _transposed_rows():
@@ -292,16 +293,20 @@ def _hips(g, vec3):
     return g.node("LpNormalization", [signed], "hips_q", axis=1, p=2)
 
 
-def _check(g, vec, rot_dev):
-    """check (K, 3), every column <= check_limits: the summed |coordinates| of the targets (absurd distances; a
-    product, so NaN anywhere in vec reaches it), the rotation deviation (scaled, sheared or mirrored targets, a
-    degenerate heading), max -(2 + 2 cos) (away from a half turn)."""
+def _check(g, vec, rot_dev, height):
+    """check (K, 3), every column <= 0 (NaN fails) when the fast path holds, the measures of check_limits over
+    their limits, minus 1: the summed |coordinates| of the targets (absurd distances; a product, so NaN anywhere in
+    vec reaches it), the rotation deviation (scaled, sheared or mirrored targets, a degenerate heading), max -(2 + 2
+    cos) (away from a half turn). One sign test per number is then the whole verdict (RuntimeEngine.run)."""
     coordinates = np.zeros((VEC, 1))
     for slot in range(1, 7):
         coordinates[16 * slot + 12:16 * slot + 15] = 1.0
     far = g.node("MatMul", [g.node("Abs", [vec], "vec_abs"), g.const("coordinates", coordinates)], "far")
     near_half_turn = g.node("ReduceMax", ["ntp"], "near_half_turn", axes=[1], keepdims=1)
-    g.node("Concat", [far, rot_dev, near_half_turn], "check", axis=1)
+    limits = check_limits(height)
+    measures = g.node("Concat", [far, rot_dev, near_half_turn], "measures", axis=1)
+    g.node("Add", [g.node("MatMul", [measures, g.const("over_limits", np.diag(1.0 / np.abs(limits)))], "scaled"),
+                   g.const("minus_one", -np.sign(limits))], "check")
 
 
 def build_runtime_graph(model, builder, height, debug=False, pose_layout=None):
@@ -319,7 +324,7 @@ def build_runtime_graph(model, builder, height, debug=False, pose_layout=None):
     d, both, P = _network(g, model, feats, aa, contact)
     hips_q = _hips(g, vec3)
     _quaternions(g, model, d, hips_q, pose_layout)
-    _check(g, vec, rot_dev)
+    _check(g, vec, rot_dev, height)
     inputs = list(GRAPH_INPUTS)
     outputs = ["q", "feet", "check", "matrices_t", "hips_q", "hips_location"]
     if pose_layout is not None:
@@ -358,8 +363,10 @@ def graph_hips_maps(maps):
 class RuntimeEngine:
     """ONNX Runtime on the run-time graph, every input and output bound once to a preallocated float32 buffer.
 
-    The feet output of one tick is the previous_feet input of the next: two bindings swap the two feet buffers, so
-    nothing is copied. `previous_feet` is always the buffer holding the latest feet."""
+    Two bindings alternate: the feet output of one tick is the previous_feet input of the next (nothing is copied),
+    and every other output has a buffer per binding, so the results of the last run that passed its checks stay
+    readable after a run that did not (the solver keeps them as the last good pose without copying them each tick).
+    `q`, `targets`, `hips_q`, `hips_location` and `pose` are the latest run's; `results(p)` those of binding p."""
     name = "onnxruntime"
 
     def __init__(self, model, builder, height, characters, debug=False, pose_layout=None):
@@ -374,42 +381,48 @@ class RuntimeEngine:
         self.step_limits = np.full((k, 2), np.inf, np.float32)
         self.hips_maps = np.zeros((k, VEC, 11), np.float32)
         self.feet = (np.zeros((k, 6), np.float32), np.zeros((k, 6), np.float32))
-        self.q = np.zeros((k, 4 * NUM_ROLES), np.float32)
         self.check = np.zeros((k, 3), np.float32)
-        self.ok = np.zeros((k, 3), bool)
-        self.limits = check_limits(height)
-        self.matrices_t = np.zeros((k, 7, 4, 4), np.float32)
-        self.targets = np.swapaxes(self.matrices_t[:, 1:], -1, -2)     # character-space targets (a view)
-        self.hips_q = np.zeros((k, 4), np.float32)
-        self.hips_location = np.zeros((k, 3), np.float32)
+        self.check_flat = self.check.reshape(-1)
         self.inputs = np.zeros((k, NUM_INPUTS), np.float32) if debug else None
-        outputs = {"q": self.q, "check": self.check, "matrices_t": self.matrices_t, "hips_q": self.hips_q,
-                   "hips_location": self.hips_location}
+        widths = {"q": (4 * NUM_ROLES,), "matrices_t": (7, 4, 4), "hips_q": (4,), "hips_location": (3,)}
         inputs = list(GRAPH_INPUTS[:-1])
-        self.pose = self.pose_base = None
+        self.pose_base = None
         if pose_layout is not None:
             self.pose_base = np.zeros((k, 4 * pose_layout[0]), np.float32)
-            self.pose = np.zeros((k, 4 * pose_layout[0]), np.float32)
-            outputs["pose"] = self.pose
+            widths["pose"] = (4 * pose_layout[0],)
             inputs.append("pose_base")
-        if debug:
-            outputs["inputs"] = self.inputs
+        self.buffers = [{name: np.zeros((k,) + w, np.float32) for name, w in widths.items()} for _ in (0, 1)]
+        for buffers in self.buffers:
+            buffers["targets"] = np.swapaxes(buffers["matrices_t"][:, 1:], -1, -2)   # character space (a view)
+            buffers.setdefault("pose", None)
         self.bindings = []
         for p in (0, 1):
             io = self.session.io_binding()
             for name in inputs:
                 io.bind_cpu_input(name, getattr(self, name))
             io.bind_cpu_input("previous_feet", self.feet[p])
-            for name, buf in list(outputs.items()) + [("feet", self.feet[1 - p])]:
+            outputs = [(name, self.buffers[p][name]) for name in widths] + [("check", self.check), ("feet", self.feet[1 - p])]
+            if debug:
+                outputs.append(("inputs", self.inputs))
+            for name, buf in outputs:
                 io.bind_output(name, "cpu", 0, np.float32, buf.shape, buf.ctypes.data)
             self.bindings.append(io)
         self.parity = 0
+        self.latest = 1
         self.run_binding = self.session.run_with_iobinding
-        self.less_equal = np.less_equal
 
     def set_hips_maps(self, maps):
         """maps (K or 1, 16, 10) acting on vec(hips transform) (row-major), as live.LiveCharacter.hips_map builds."""
         np.copyto(self.hips_maps, graph_hips_maps(maps))
+
+    def results(self, p):
+        return self.buffers[p]
+
+    q = property(lambda self: self.buffers[self.latest]["q"])
+    targets = property(lambda self: self.buffers[self.latest]["targets"])
+    hips_q = property(lambda self: self.buffers[self.latest]["hips_q"])
+    hips_location = property(lambda self: self.buffers[self.latest]["hips_location"])
+    pose = property(lambda self: self.buffers[self.latest]["pose"])
 
     @property
     def previous_feet(self):
@@ -417,6 +430,11 @@ class RuntimeEngine:
 
     def run(self):
         """One call; returns True when every character passed the graph's checks."""
-        self.run_binding(self.bindings[self.parity])
-        self.parity ^= 1
-        return self.less_equal(self.check, self.limits, out=self.ok).all()
+        p = self.parity
+        self.run_binding(self.bindings[p])
+        self.latest = p
+        self.parity = p ^ 1
+        for value in self.check_flat.tolist():      # a handful of floats: cheaper in Python than a NumPy reduction
+            if not value <= 0.0:                    # NaN fails too
+                return False
+        return True

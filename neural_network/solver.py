@@ -315,9 +315,11 @@ class Solver:
     """
 
     def __init__(self, model, onnx_bytes=None, characters=1, engine="auto", blend_ticks=8, tolerance=1e-3,
-                 runtime_graph=True, links=None):
+                 runtime_graph=True, links=None, pose_layout=None):
         """links: the bridges and offsets FK needs where unmapped in-between bones (CMU's CC_Base_Pelvis) are off
-        their rest pose - one set for every character, or one per character (see resolve_links); None: rest."""
+        their rest pose - one set for every character, or one per character (see resolve_links); None: rest.
+        pose_layout: (bone count, pose-bone indices, their roles, the hips' index or None) of rigs that share one
+        bone layout: the run-time graph then also gives their whole rotation_quaternion buffers (runtime.pose)."""
         self.model = model
         self.k = k = characters
         skeleton, per_character = resolve_links(model.skeleton, links, k)
@@ -329,7 +331,7 @@ class Solver:
         if self.engine.name == "onnxruntime" and runtime_graph and per_character is None:
             from .runtime_graph import RuntimeEngine
 
-            self.runtime = RuntimeEngine(model, self.build_inputs, model.skeleton.height, k)
+            self.runtime = RuntimeEngine(model, self.build_inputs, model.skeleton.height, k, pose_layout=pose_layout)
         self.fallbacks = 0                   # ticks the run-time graph handed back to the careful NumPy path
         self.used_runtime = False            # whether the last step's results came from the run-time graph
         self.refiner = Refiner(skeleton, model.mean_pose, model.limit_low, model.limit_high)
@@ -348,13 +350,16 @@ class Solver:
         self.unmapped_bias = np.where(mask[:, None], 0.0, np.array([1.0, 0.0, 0.0, 0.0]))
         self.any_unmapped = not mask.all()
         start = np.where(mask[:, None], mean_q, np.array([1.0, 0.0, 0.0, 0.0]))
-        self.last_q = np.broadcast_to(start, (k, NUM_ROLES, 4)).copy()
+        self._last_q = np.broadcast_to(start, (k, NUM_ROLES, 4)).copy()
         self.has_good = np.zeros(k, bool)   # False until a character's first usable tick
         self.all_had_good = False
-        self.last_hips = np.broadcast_to(np.eye(4), (k, 4, 4)).copy()
+        self._last_hips = np.broadcast_to(np.eye(4), (k, 4, 4)).copy()
+        self.pending = None                 # the run-time binding whose results are the latest good pose, not yet copied
+        self.status_set = False             # whether status may hold bits (the graph's fast path skips clearing it)
         self.task = np.zeros(k, np.int64)
         self.previous_task = np.zeros(k, np.int64)
         self.blend = np.ones(k)
+        self.blending = False               # any character mid task blend
         self.started = False
         rest = model.skeleton.rest_positions
         feet = rest[list(FOOT_ROLES), 2]
@@ -372,7 +377,7 @@ class Solver:
         self.have_previous_feet = False
         self.half_deltas = np.empty((k, NUM_ROLES, 3))
         self.exp = np.empty((k, NUM_ROLES, 4))
-        self.q = np.empty((k, NUM_ROLES, 4))
+        self._q = np.empty((k, NUM_ROLES, 4))
         self.status = np.zeros(k, np.int64)
         self.no_errors = np.full((k, 5), np.nan)
         self.errors = self.no_errors
@@ -389,6 +394,35 @@ class Solver:
     def hips(self):
         """(K, 4, 4) the hips transform each character was solved with (held with its pose)."""
         return self.last_hips
+
+    # A tick through the run-time graph without refinement leaves its results in the graph's buffers (runtime.q,
+    # runtime.targets; the live tick writes the rigs from them): q, last_q and last_hips are copied from there only
+    # when something reads them, or before a tick the graph hands back to the NumPy path.
+    def _sync(self):
+        results = self.runtime.results(self.pending)
+        self.pending = None
+        np.copyto(self._q.reshape(self.k, 4 * NUM_ROLES), results["q"])
+        np.copyto(self._last_q, self._q)
+        np.copyto(self._last_hips, results["targets"][:, 0])
+
+    @property
+    def q(self):
+        """(K, 23, 4) local quaternions of the last step (w, x, y, z)."""
+        if self.pending is not None:
+            self._sync()
+        return self._q
+
+    @property
+    def last_q(self):
+        if self.pending is not None:
+            self._sync()
+        return self._last_q
+
+    @property
+    def last_hips(self):
+        if self.pending is not None:
+            self._sync()
+        return self._last_hips
 
     def set_settings(self, ground=None, desired_contact=None, phase=None):
         """Per-character settings that stay until changed: ground height (K, 2), desired contact (K, 2), phase (K,)."""
@@ -419,6 +453,7 @@ class Solver:
         else:
             self.previous_task = np.where(changed, self.task, self.previous_task)
             self.blend = np.where(changed, 0.0, self.blend)
+            self.blending = bool(self.blend.min() < 1.0)
             self.task = task.copy()
         self.settings[:, 7] = self.task / (len(TASKS) - 1)
         if self.runtime is not None:
@@ -474,7 +509,7 @@ class Solver:
         if ground is not None or desired_contact is not None or phase is not None:
             self.set_settings(ground, desired_contact, phase)
         self.used_runtime = False
-        if self.runtime is not None and self.blend.min() >= 1.0:
+        if self.runtime is not None and not self.blending:
             if self._runtime_step(targets, refine_iterations, dt, contact, measure_errors):
                 self.used_runtime = True
                 return
@@ -493,7 +528,7 @@ class Solver:
         self.build_inputs(self.input_buffers, inputs[:k])
         rows = k
         blending = None
-        if self.blend.min() < 1.0:
+        if self.blending:
             blending = np.nonzero(self.blend < 1.0)[0]
             rows = k + len(blending)
             inputs[k:rows] = inputs[blending]
@@ -505,6 +540,7 @@ class Solver:
             w = self.blend[blending, None, None]
             half[blending] = w * half[blending] + (1 - w) * 0.5 * out[k:rows].reshape(-1, NUM_ROLES, 3)
             self.blend[blending] = np.minimum(1.0, self.blend[blending] + 1.0 / self.blend_ticks)
+            self.blending = bool(self.blend.min() < 1.0)
         exp_quaternions(half, self.exp)
         q = self.q
         np.matmul(self.mean_left, self.exp[..., None], out=q[..., None])
@@ -525,6 +561,7 @@ class Solver:
             check = q.sum()
         status = self.status
         status.fill(OK)
+        self.status_set = True
         if usable is None and np.isfinite(check):
             np.copyto(self.last_q, q)
             np.copyto(self.last_hips, hips)
@@ -559,27 +596,41 @@ class Solver:
                 rt.step_limits[:] = (0.6 * self.height * dt) ** 2 if self.have_previous_feet and dt > 0 else np.inf
                 self.step_limit_dt = dt if self.have_previous_feet else None
         if not rt.run():
+            if self.pending is not None:               # the last good pose is still in the other binding's buffers
+                self._sync()
             return False
         self.have_previous_feet = True
-        q = self.q
-        np.copyto(q.reshape(k, 4 * NUM_ROLES), rt.q)
-        if refine_iterations > 0 or measure_errors:
-            t = rt.targets.astype(np.float64)
-            if refine_iterations > 0:
-                self.errors = self.refiner.refine_quaternions(q, t[:, 0], t[:, 1:, :3, 3], t[:, 1:, :3, :3],
-                                                              iterations=refine_iterations)
-            else:
-                miss = self.refiner.chain_forward(q, t[:, 0])[:, self.effector_slots][..., :3, 3] - t[:, 1:, :3, 3]
-                self.errors = np.sqrt(np.einsum("kei,kei->ke", miss, miss))
-            if not np.isfinite(q.sum() + self.errors.sum()):
-                return False
-        else:                      # finite checked targets through a finite network give finite quaternions
+        if refine_iterations <= 0 and not measure_errors:
+            # finite checked targets through a finite network give finite quaternions: keep them where they are
+            self.pending = rt.latest
             self.errors = self.no_errors
-        np.copyto(self.last_q, q)
-        np.copyto(self.last_hips, rt.targets[:, 0])
+            if self.status_set:
+                self.status.fill(OK)
+                self.status_set = False
+            if not self.all_had_good:
+                self.has_good[:] = True
+                self.all_had_good = True
+            return True
+        if self.pending is not None:                   # keep the previous good pose until this one is
+            self._sync()
+        q = self._q
+        np.copyto(q.reshape(k, 4 * NUM_ROLES), rt.q)
+        t = rt.targets.astype(np.float64)
+        if refine_iterations > 0:
+            self.errors = self.refiner.refine_quaternions(q, t[:, 0], t[:, 1:, :3, 3], t[:, 1:, :3, :3],
+                                                          iterations=refine_iterations)
+        else:
+            miss = self.refiner.chain_forward(q, t[:, 0])[:, self.effector_slots][..., :3, 3] - t[:, 1:, :3, 3]
+            self.errors = np.sqrt(np.einsum("kei,kei->ke", miss, miss))
+        if not np.isfinite(q.sum() + self.errors.sum()):
+            return False
+        np.copyto(self._last_q, q)
+        np.copyto(self._last_hips, rt.targets[:, 0])
         self.status.fill(OK)
+        self.status_set = False
         if refine_iterations > 0:
             self.status[self.errors.max(axis=1) > self.tolerance] |= MISSED
+            self.status_set = True
         if not self.all_had_good:
             self.has_good[:] = True
             self.all_had_good = True

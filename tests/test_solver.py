@@ -186,3 +186,56 @@ def test_runtime_graph_hands_bad_targets_to_the_careful_path(model, poses):
     np.testing.assert_allclose(result.local[0], good.local[0], atol=1e-5)
     assert result.status[0] == OK and np.all(result.status[1:] & HELD_BAD_TARGETS)
     np.testing.assert_array_equal(result.local[1:], good.local[1:])
+
+
+def test_runtime_pose_buffers_equal_the_numpy_path(model, poses):
+    """With a pose layout the graph also writes each rig's whole rotation_quaternion buffer: the solved roles at their
+    bones, the hips' quaternion at the hips, and the unmapped bones' own rotations (pose_base) everywhere else."""
+    from neural_ik.neural_network.runtime_graph import RuntimeEngine
+
+    targets = poses[0][:3]
+    k, count = len(targets), 30
+    rng = np.random.default_rng(8)
+    roles = np.arange(1, 23)
+    bones = rng.permutation(np.arange(1, count))[:len(roles)]
+    hips_index = 0
+    reference = Solver(model, characters=k, engine="numpy").solve(targets, contact=np.zeros((k, 2)))
+    rt = RuntimeEngine(model, Solver(model, characters=1, engine="numpy").build_inputs, model.skeleton.height, k,
+                       pose_layout=(count, bones, roles, hips_index))
+    rt.world[:, 1:] = np.swapaxes(targets, -1, -2)
+    rt.settings[:] = (0.0, 0.0, 1.0, 1.0, 0.0, 0.0)
+    rt.z_limits[:] = -np.inf
+    base = rng.normal(size=(k, count, 4)).astype(np.float32)
+    base[:, bones] = 0.0
+    base[:, hips_index] = 0.0
+    rt.pose_base[:] = base.reshape(k, -1)
+    maps = np.zeros((1, 16, 10))
+    maps[0, 15, 0] = 4.0                         # a hips map whose squares say "identity" (4 w^2 = 4)
+    rt.set_hips_maps(maps)
+    assert rt.run()
+    pose = rt.pose.reshape(k, count, 4)
+    np.testing.assert_allclose(pose[:, bones], reference.quaternions[:, roles], atol=2e-6)
+    np.testing.assert_allclose(pose[:, hips_index], rt.hips_q, atol=0)
+    np.testing.assert_allclose(rt.hips_q, np.tile([1.0, 0.0, 0.0, 0.0], (k, 1)), atol=1e-7)
+    others = np.setdiff1d(np.arange(count), np.concatenate([bones, [hips_index]]))
+    np.testing.assert_array_equal(pose[:, others], base[:, others])
+
+
+def test_fast_ticks_keep_the_last_good_pose_in_the_graph_buffers(model, poses):
+    """A tick through the graph without refinement leaves its results in the graph's buffers; a following tick the
+    check rejects must still hold exactly that pose (the other binding's buffers), like the NumPy engine does."""
+    targets = poses[0][:2]
+    fast, careful = Solver(model, characters=2), Solver(model, characters=2, engine="numpy")
+    for solver in (fast, careful):
+        solver.step(targets, contact=np.zeros((2, 2)), measure_errors=False)
+    assert fast.used_runtime and fast.pending is not None
+    first = fast.q.copy()
+    np.testing.assert_allclose(first, careful.q, atol=2e-6)
+    fast.step(poses[0][2:4], contact=np.zeros((2, 2)), measure_errors=False)   # another good tick, other buffers
+    second = fast.q.copy()
+    mess = poses[0][4:6].copy()
+    mess[1, 2, 0, 3] = np.nan
+    fast.step(mess, contact=np.zeros((2, 2)), measure_errors=False)
+    assert not fast.used_runtime and fast.status[1] & HELD_BAD_TARGETS
+    np.testing.assert_array_equal(fast.q[1], second[1])
+    assert np.abs(fast.q[0] - second[0]).max() > 1e-3                          # the good character moved on

@@ -3,7 +3,7 @@
 Each module lists its classes in `classes`; they are registered in the order of MODULES.
 """
 
-import importlib
+from ..registration import register_modules, unregister_modules
 
 MODULE_NAMES = (
     "rig",
@@ -17,25 +17,9 @@ _modules = []
 
 
 def register():
-    import bpy
-
-    _modules.clear()
-    for name in MODULE_NAMES:
-        module = importlib.import_module(f".{name}", __package__)
-        _modules.append(module)
-        for cls in module.classes:
-            bpy.utils.register_class(cls)
-        if hasattr(module, "register_extra"):
-            module.register_extra()
+    _modules[:] = register_modules(__package__, MODULE_NAMES)
 
 
 def unregister():
-    import bpy
-
-    for module in reversed(_modules):
-        if hasattr(module, "unregister_extra"):
-            module.unregister_extra()
-        for cls in reversed(module.classes):
-            if getattr(cls, "is_registered", False):
-                bpy.utils.unregister_class(cls)
+    unregister_modules(_modules)
     _modules.clear()

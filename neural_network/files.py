@@ -1,8 +1,9 @@
 """Safe files: atomic writes, .npz arrays without pickle, JSON metadata checked before arrays are trusted.
 
-Every file the project writes is a .npz whose entry "meta" is a JSON string (a 0-d unicode array, which needs no
-pickle). A writer produces the whole file under a temporary name in the same folder and renames it over the target,
-so a crash or Cancel leaves either the old file or the new one, never half of one.
+Every file the project writes is a .npz whose entry "meta" is a JSON text stored as UTF-8 bytes (a uint8 array,
+which needs no pickle; 0-d unicode arrays written by earlier versions are read too). A writer produces the whole
+file under a temporary name in the same folder and renames it over the target, so a crash or Cancel leaves either
+the old file or the new one, never half of one.
 """
 
 import json
@@ -12,6 +13,9 @@ import zipfile
 
 import numpy as np
 
+# Files get the permissions the user's umask gives a new file (mkstemp alone would make them private, 0600).
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 MAX_NPZ_BYTES = 8 * 1024 ** 3     # more than any dataset or model this add-on writes; a larger file is refused unread
 
 
@@ -32,6 +36,7 @@ def atomic_write_bytes(path, write):
     except OSError as exc:     # say which file could not be written, not the temporary name
         raise FileRefused(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
@@ -51,7 +56,7 @@ def save_npz(path, arrays, meta):
     for name, value in payload.items():
         if value.dtype == object:
             raise TypeError(f"array {name} has dtype object, which would need pickle")
-    payload["meta"] = np.array(json.dumps(meta))
+    payload["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
     atomic_write_bytes(path, lambda handle: _write_npz(handle, payload))
 
 
@@ -89,8 +94,8 @@ def load_npz(path, kind, required=()):
     if "meta" not in arrays:
         raise FileRefused(f"{os.path.basename(path)} has no Neural IK metadata")
     try:
-        meta = json.loads(str(arrays.pop("meta")))
-    except (json.JSONDecodeError, TypeError) as exc:
+        meta = decode_meta(arrays.pop("meta"))
+    except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as exc:
         raise FileRefused(f"{os.path.basename(path)} has unreadable metadata: {exc}") from None
     if not isinstance(meta, dict) or meta.get("kind") != kind:
         found = meta.get("kind") if isinstance(meta, dict) else type(meta).__name__
@@ -99,6 +104,13 @@ def load_npz(path, kind, required=()):
     if missing:
         raise FileRefused(f"{os.path.basename(path)} lacks the arrays {', '.join(missing)}")
     return meta, arrays
+
+
+def decode_meta(entry):
+    """The metadata dict from an .npz "meta" entry: UTF-8 bytes, or the 0-d unicode array of earlier versions."""
+    if entry.dtype == np.uint8:
+        return json.loads(entry.tobytes().decode("utf-8"))
+    return json.loads(str(entry))
 
 
 def save_json(path, data):

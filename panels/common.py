@@ -11,6 +11,7 @@ import os
 import bpy
 import numpy as np
 
+from ..neural_network.files import decode_meta
 from ..neural_network.roles import TASKS
 
 classes = ()
@@ -93,7 +94,7 @@ def _read_meta_uncached(path):
             with np.load(path, allow_pickle=False) as data:
                 if "meta" not in data.files:
                     return None, f"{name} is not a Neural IK file"
-                meta = json.loads(str(data["meta"]))
+                meta = decode_meta(data["meta"])
     except (OSError, ValueError, KeyError, EOFError) as exc:
         return None, f"{name} cannot be read: {exc}"
     if not isinstance(meta, dict):

@@ -109,3 +109,13 @@ def test_failed_write_keeps_the_previous_file(tmp_path):
     meta, _ = files.load_npz(path, "k")
     assert meta["version"] == "old"
     assert sorted(os.listdir(tmp_path)) == ["a.npz"]   # no temporary left behind
+
+
+def test_written_files_follow_the_umask_and_old_unicode_metadata_still_reads(tmp_path):
+    path = tmp_path / "a.npz"
+    files.save_npz(path, {"x": np.ones(2)}, {"kind": "k", "text": "ünïcode"})
+    assert (os.stat(path).st_mode & 0o777) == 0o666 & ~files._UMASK
+    meta, _ = files.load_npz(path, "k")
+    assert meta["text"] == "ünïcode"
+    np.savez(tmp_path / "old.npz", meta=np.array('{"kind": "k", "v": 2}'), x=np.ones(2))
+    assert files.load_npz(tmp_path / "old.npz", "k")[0]["v"] == 2

@@ -1,0 +1,47 @@
+"""The model shipped in weights/: it fits the demo rig, its ONNX export agrees with it, and the demo rig uses it."""
+
+import json
+import os
+
+import numpy as np
+from conftest import REPO
+
+from neural_ik.neural_network import checkpoint, onnx_export
+
+WEIGHTS = os.path.join(REPO, "weights")
+
+
+def test_the_demo_rig_comes_with_the_shipped_model_and_it_solves(empty_scene):
+    import bpy
+
+    from neural_ik import rig_io
+    from neural_ik.properties import get_bone_map
+
+    bpy.ops.neural_ik.create_demo_rig(seed=3)
+    obj = bpy.context.scene.neural_ik.armature
+    assert os.path.samefile(bpy.path.abspath(obj.neural_ik.model_path), os.path.join(WEIGHTS, "demo.npz"))
+    skeleton = rig_io.read_rig(obj, get_bone_map(obj)).skeleton
+    model = checkpoint.load_model(os.path.join(WEIGHTS, "demo.npz"), skeleton.fingerprint())   # refuses another rig
+    assert model.layer_sizes == [50, 128, 96, 69]
+    before = set(bpy.data.actions)
+    bpy.ops.neural_ik.bake(source_action="walk_slow_01", frame_start=1, frame_end=12, refine_iterations=4)
+    baked = [a for a in bpy.data.actions if a not in before]
+    assert [a.name for a in baked] == ["walk_slow_01.nik"]
+
+
+def test_shipped_onnx_equals_the_checkpoint_and_carries_its_metadata():
+    import onnxruntime
+
+    model = checkpoint.load_model(os.path.join(WEIGHTS, "demo.npz"))
+    onnx_model, _ = onnx_export.load_model_file(os.path.join(WEIGHTS, "demo.onnx"), model.skeleton)
+    session = onnxruntime.InferenceSession(os.path.join(WEIGHTS, "demo.onnx"), providers=["CPUExecutionProvider"])
+    x = (model.input_mean + model.input_std * np.random.default_rng(0).normal(size=(64, 50))).astype(np.float32)
+    (out,) = session.run(None, {session.get_inputs()[0].name: x})
+    np.testing.assert_allclose(out, model.predict_clamped(x), atol=1e-5)
+    np.testing.assert_allclose(onnx_model.predict_clamped(x), model.predict_clamped(x), atol=1e-5)
+    with open(os.path.join(WEIGHTS, "demo.json")) as handle:
+        sidecar = json.load(handle)
+    assert sidecar["neural_ik.rig_fingerprint"] == model.skeleton.fingerprint()
+    with open(os.path.join(WEIGHTS, "demo_metrics.json")) as handle:
+        metrics = json.load(handle)
+    assert metrics["best"]["frames"] > 0 and np.isfinite(metrics["best"]["effector_cm_mean"])

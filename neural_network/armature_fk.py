@@ -80,9 +80,10 @@ def constant_product(constant_left, b, out=None, tmp=None):
 def normalized(q, out=None):
     """Unit quaternions as Blender makes them before use: q / |q|, and identity for a zero quaternion (into `out`
     when given; temporaries the size of one component)."""
-    norm = q[0] * q[0]
-    for i in (1, 2, 3):
-        norm += q[i] * q[i]
+    with np.errstate(over="ignore", invalid="ignore"):   # absurd keys overflow to inf; extraction refuses them later
+        norm = q[0] * q[0]
+        for i in (1, 2, 3):
+            norm += q[i] * q[i]
     np.sqrt(norm, out=norm)
     zero = norm < 1e-12
     some_zero = zero.any()

@@ -69,15 +69,20 @@ def _write_npz(handle, payload):
                 np.lib.format.write_array(member, value, allow_pickle=False)
 
 
-def load_npz(path, kind, required=()):
-    """Open an .npz written by save_npz: (meta dict, {name: array}). Raises FileRefused with a plain reason."""
-    path = os.fspath(path)
+def check_readable_file(path):
+    """Refuse, in plain words, a path that is missing, a folder, or an empty file."""
     if not os.path.exists(path):
         raise FileRefused(f"{path} does not exist")
     if os.path.isdir(path):
         raise FileRefused(f"{path} is a folder, not a file")
     if os.path.getsize(path) == 0:
         raise FileRefused(f"{path} is empty (0 bytes)")
+
+
+def load_npz(path, kind, required=()):
+    """Open an .npz written by save_npz: (meta dict, {name: array}). Raises FileRefused with a plain reason."""
+    path = os.fspath(path)
+    check_readable_file(path)
     try:
         with zipfile.ZipFile(path) as archive:   # sizes first: a small compressed file may claim gigabytes
             unpacked = sum(info.file_size for info in archive.infolist())

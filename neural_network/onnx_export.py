@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from .features import INPUT_NAMES, LAYOUT_VERSION, NUM_INPUTS, FeatureSpec
-from .files import FileRefused, atomic_write_bytes, save_json
+from .files import FileRefused, atomic_write_bytes, check_readable_file, save_json
 from .model import Model
 from .roles import NUM_ROLES, ROLES
 from .skeleton import Skeleton
@@ -237,7 +237,7 @@ def load_onnx(path):
 
     path = os.fspath(path)
     base = os.path.basename(path)
-    _check_path(path)
+    check_readable_file(path)
     with open(path, "rb") as handle:
         data = handle.read()
     try:
@@ -249,22 +249,13 @@ def load_onnx(path):
     return model_from_onnx_proto(proto, base), data
 
 
-def _check_path(path):
-    if not os.path.exists(path):
-        raise FileRefused(f"{path} does not exist")
-    if os.path.isdir(path):
-        raise FileRefused(f"{path} is a folder, not a file")
-    if os.path.getsize(path) == 0:
-        raise FileRefused(f"{os.path.basename(path)} is empty (0 bytes)")
-
-
 def load_model_file(path, skeleton=None):
     """Model from a checkpoint (.npz) or an ONNX file, refused unless it fits `skeleton`'s rig.
 
     Returns (model, onnx_bytes or None); the bytes let the solver open the very graph that was checked.
     """
     path = os.fspath(path)
-    _check_path(path)
+    check_readable_file(path)
     with open(path, "rb") as handle:
         magic = handle.read(4)
     if magic.startswith(b"PK"):   # a zip: the .npz checkpoint

@@ -51,18 +51,31 @@ def rig_of(obj):
         raise LiveError(str(exc)) from None
 
 
+def model_key(path):
+    """What identifies a loaded model file: its path and its modification time and size, so a model retrained to the
+    same path is read again; "" for no file."""
+    if not path:
+        return ""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return os.path.abspath(path)
+    return f"{os.path.abspath(path)}|{info.st_mtime_ns}|{info.st_size}"
+
+
 def model_of(obj, rig=None):
     """(Model, onnx bytes) for an armature: cached, or loaded from its model path and checked against its rig."""
     path = bpy.path.abspath(obj.neural_ik.model_path) if obj.neural_ik.model_path else ""
+    key = model_key(path)
     cached = loaded_models.get(obj.name)
-    if cached and (not path or os.path.abspath(cached[0]) == os.path.abspath(path)):
+    if cached and cached[0] == key:     # same file, unchanged since it was loaded (or a model given in memory, key "")
         model, data = cached[1], cached[2]
     elif path:
         try:
             model, data = load_model_file(path)
         except FileRefused as exc:
             raise LiveError(str(exc)) from None
-        loaded_models[obj.name] = (path, model, data)
+        loaded_models[obj.name] = (key, model, data)
     else:
         raise LiveError(f"{obj.name} has no model: train one or use Load Model")
     try:
@@ -81,7 +94,7 @@ class NIK_OT_load_model(bpy.types.Operator):
     """Load a checkpoint (.npz) or ONNX model as the active armature's model (refused if made for another rig)"""
     bl_idname = "neural_ik.load_model"
     bl_label = "Load Model"
-    bl_options = {"REGISTER"}
+    bl_options = {"REGISTER", "UNDO"}
 
     filepath: StringProperty(subtype="FILE_PATH")
     filter_glob: StringProperty(default="*.npz;*.onnx", options={"HIDDEN"})
@@ -104,7 +117,7 @@ class NIK_OT_load_model(bpy.types.Operator):
             model, data = load_model_file(path, rig.skeleton)
         except (LiveError, FileRefused) as exc:
             return _cancel(self, exc)
-        loaded_models[obj.name] = (path, model, data)
+        loaded_models[obj.name] = (model_key(path), model, data)
         obj.neural_ik.model_path = path
         self.report({"INFO"}, f"{os.path.basename(path)} now drives {obj.name}")
         return {"FINISHED"}

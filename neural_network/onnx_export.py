@@ -105,9 +105,19 @@ def metadata(model):
     return info
 
 
+def _onnx_package(what):
+    """The onnx package, or a plain refusal where it is missing (the extension's zip bundles it)."""
+    try:
+        import onnx
+    except ImportError:
+        raise FileRefused(f"{what} needs the onnx package, which the extension's zip bundles: install Neural IK from "
+                          "its zip (or load the .npz checkpoint instead)") from None
+    return onnx
+
+
 def build_onnx(model):
     """onnx.ModelProto computing Model.predict_clamped, built with onnx.helper."""
-    import onnx
+    onnx = _onnx_package("Export ONNX")
     from onnx import TensorProto, helper, numpy_helper
 
     check_model(model)
@@ -233,7 +243,7 @@ def model_from_onnx_proto(proto, name="ONNX file"):
 
 def load_onnx(path):
     """(Model, serialized bytes) from an .onnx file, checked before any session exists."""
-    import onnx
+    onnx = _onnx_package("Reading an ONNX model")
 
     path = os.fspath(path)
     base = os.path.basename(path)

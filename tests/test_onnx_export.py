@@ -119,3 +119,16 @@ def test_export_is_atomic(model, tmp_path, monkeypatch):
         onnx_export.export_onnx(other, path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp")] == []
+
+
+def test_without_the_onnx_package_export_and_onnx_loading_refuse_in_words(model, tmp_path, monkeypatch):
+    import sys
+
+    path = str(tmp_path / "m.onnx")
+    onnx_export.export_onnx(model, path)
+    monkeypatch.setitem(sys.modules, "onnx", None)      # what Blender without the bundled wheels has
+    with pytest.raises(FileRefused, match="needs the onnx package"):
+        onnx_export.export_onnx(model, str(tmp_path / "again.onnx"))
+    with pytest.raises(FileRefused, match="needs the onnx package"):
+        onnx_export.load_model_file(path, model.skeleton)
+    assert not (tmp_path / "again.onnx").exists()

@@ -77,6 +77,14 @@ def save_blend(path):
 
     if path:
         bpy.ops.wm.save_as_mainfile(filepath=os.path.abspath(path), check_existing=False)
+        print(f"saved {path}")
+
+
+def check_output_folders(*paths):
+    """Fail early, before any work, when the folder of an output file does not exist."""
+    for path in paths:
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise CommandError(f"folder of {path} does not exist")
 
 
 # ---- commands are added below, one block each -----------------------------------------------------------------
@@ -112,9 +120,7 @@ def _evaluate_command(parser):
         elif not args.bvh_folder:
             raise CommandError("give --blend FILE or --bvh-folder DIR")
         armature = active_armature(args.armature).name if args.blend else ""
-        for path in (args.json, args.png):
-            if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-                raise CommandError(f"folder of {path} does not exist")
+        check_output_folders(args.json, args.png)
         run_operator(bpy.ops.neural_ik.evaluate, armature=armature, actions=args.actions,
                      bvh_folder=os.path.abspath(args.bvh_folder) if args.bvh_folder else "", files=args.files,
                      max_files=args.max_files, model_path=os.path.abspath(args.model) if args.model else "",
@@ -148,6 +154,7 @@ def _train_command(parser):
     def run(args):
         import bpy
 
+        check_output_folders(args.save)
         if not os.path.isfile(args.dataset):
             raise CommandError(f"{args.dataset} does not exist")
         if args.epochs < 1 or args.batch < 2 or args.lr <= 0 or args.time_limit < 0:
@@ -183,8 +190,7 @@ def _import_bvh_command(parser):
     def run(args):
         import bpy
 
-        if args.save and not os.path.isdir(os.path.dirname(os.path.abspath(args.save))):
-            raise CommandError(f"folder of {args.save} does not exist")
+        check_output_folders(args.save)
         if args.blend:
             open_blend(args.blend)
             active_armature(args.armature)
@@ -193,8 +199,6 @@ def _import_bvh_command(parser):
         obj = bpy.context.scene.neural_ik.armature
         print(f"imported {len(bpy.data.actions)} actions onto {obj.name!r}")
         save_blend(args.save)
-        if args.save:
-            print(f"saved {args.save}")
     return run
 
 
@@ -226,14 +230,11 @@ def _create_demo_rig_command(parser):
 
         if args.seed < 0:
             raise CommandError("--seed must be 0 or more")
-        if args.save and not os.path.isdir(os.path.dirname(os.path.abspath(args.save))):
-            raise CommandError(f"folder of {args.save} does not exist")
+        check_output_folders(args.save)
         run_operator(bpy.ops.neural_ik.create_demo_rig, seed=args.seed)
         obj = bpy.context.scene.neural_ik.armature
         print(f"created {obj.name!r}: {len(obj.data.bones)} bones, {len(bpy.data.actions)} actions (seed {args.seed})")
         save_blend(args.save)
-        if args.save:
-            print(f"saved {args.save}")
     return run
 
 
@@ -270,6 +271,7 @@ def _bake_command(parser):
     def run(args):
         import bpy
 
+        check_output_folders(args.save)
         open_blend(args.blend)
         obj = active_armature(args.armature)
         if args.model:

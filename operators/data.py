@@ -1,7 +1,9 @@
 """Data operators: bring a folder of BVH files in as actions on one armature, and extract a training set.
 
 The operators are thin; the work is in the plain functions `import_bvh_files` and `extract_dataset` (also used by
-the CLI, the tests and benchmarks/extract.py), which raise DataError with a message for the user.
+the CLI, the tests and benchmarks/extract.py), which raise DataError with a message for the user. The import is
+step-wise (BvhFolderImport, one file per step) so that in Blender's window it runs modally, one file per timer event
+(BvhImportRunner); headless it runs every step at once.
 """
 
 import fnmatch
@@ -205,6 +207,155 @@ def matches(name, patterns):
     return False
 
 
+def _data_snapshot():
+    """Pointers of every object, armature and action now: what a file's import adds is what is not in here."""
+    return ({o.as_pointer() for o in bpy.data.objects}, {a.as_pointer() for a in bpy.data.armatures},
+            {a.as_pointer() for a in bpy.data.actions})
+
+
+class BvhFolderImport:
+    """One folder import, a file per `step()`: the synchronous path runs every step at once, the modal operator runs
+    one per timer event so Blender's window stays responsive (a 280-file folder takes ~30 s).
+
+    The target armature is kept by name, not by reference, so a step never holds a pointer across UI events.
+    """
+
+    def __init__(self, context, directory, global_scale=1.0, files="", exclude="", onto=None):
+        import addon_utils
+
+        directory = bpy.path.abspath(directory) if directory else ""
+        if not directory or not os.path.isdir(directory):
+            raise DataError(f"folder {directory!r} does not exist" if directory else "choose a folder of .bvh files")
+        names = sorted(f for f in os.listdir(directory) if f.lower().endswith(".bvh")
+                       and os.path.isfile(os.path.join(directory, f)))
+        if not names:
+            raise DataError(f"folder {directory} holds no .bvh files")
+        names = [f for f in names if (not files or matches(f, files)) and not (exclude and matches(f, exclude))]
+        if not names:
+            raise DataError(f"no .bvh file in {directory} matches {files or '*'!r}" + (f" without {exclude!r}" if exclude else ""))
+        addon_utils.enable("io_anim_bvh", default_set=False)
+        if context.object is not None and context.object.mode != "OBJECT":
+            bpy.ops.object.mode_set(mode="OBJECT")
+        self.directory, self.global_scale, self.names = directory, global_scale, names
+        self.onto = onto is not None
+        self.position = 0                   # files done (imported or skipped)
+        self.imported, self.skipped = [], []
+        self.target_name, self.hierarchy, self.target_rest, self.parents, self.modes = None, None, None, {}, {}
+        self._pending = None                # snapshot before the file in progress; None between files
+        if onto is not None:
+            self._take_target(onto)
+
+    @property
+    def count(self):
+        return len(self.names)
+
+    @property
+    def done(self):
+        return self.position >= len(self.names)
+
+    @property
+    def target(self):
+        return bpy.data.objects.get(self.target_name) if self.target_name else None
+
+    def _take_target(self, obj):
+        self.target_name, self.hierarchy = obj.name, _hierarchy(obj.data)
+        self.target_rest = _rest_rotations(obj.data)
+        self.parents = {b.name: (b.parent.name if b.parent else None) for b in obj.data.bones}
+        self.modes = {pb.name: pb.rotation_mode for pb in obj.pose.bones}
+
+    def step(self):
+        """Import (or skip) the next file; returns its name."""
+        name = self.names[self.position]
+        self.position += 1
+        self._pending = _data_snapshot()
+        self._import_file(name, self._pending)
+        self._pending = None
+        return name
+
+    def steps(self):
+        """Generator over the remaining files: yields (files done, file count, name) after each."""
+        while not self.done:
+            name = self.step()
+            yield self.position, self.count, name
+
+    def _import_file(self, name, before):
+        path = os.path.join(self.directory, name)
+        problem = check_bvh_file(path)
+        if problem:
+            self.skipped.append((name, problem))
+            return
+        target = self.target
+        if self.target_name and target is None:
+            raise DataError(f"the armature {self.target_name!r} being imported onto is gone")
+        try:
+            bpy.ops.import_anim.bvh(filepath=path, global_scale=self.global_scale, update_scene_fps=target is None,
+                                    update_scene_duration=target is None)
+        except Exception as exc:   # the importer raises many kinds on bad content; all mean "skip this file"
+            _remove_new_data(*before)
+            reason = str(exc).strip().splitlines()
+            self.skipped.append((name, f"could not be imported ({reason[-1] if reason else type(exc).__name__})"))
+            return
+        new_objects = [o for o in bpy.data.objects if o.as_pointer() not in before[0]]
+        arm_obj = next((o for o in new_objects if o.type == "ARMATURE"), None)
+        action = arm_obj.animation_data.action if arm_obj and arm_obj.animation_data else None
+        if arm_obj is None or action is None:
+            _remove_new_data(*before)
+            self.skipped.append((name, "held no animated skeleton"))
+            return
+        if target is None:
+            self._take_target(arm_obj)
+        elif _hierarchy(arm_obj.data) != self.hierarchy:
+            _remove_new_data(*before)
+            self.skipped.append((name, f"has a different skeleton than {target.name!r}"))
+            return
+        else:
+            _retarget_action(action, _rest_rotations(arm_obj.data), self.target_rest, self.parents, self.modes)
+            arm_obj.animation_data.action = None
+            _remove_new_data(*before, keep_action=action)
+        action.name = os.path.splitext(name)[0]
+        action.use_fake_user = True      # actions not assigned to anything must survive saving
+        self.imported.append(action.name)
+
+    def finish(self, context):
+        """After the last step: (armature object, [imported action names], [(file name, reason) skipped]), the
+        armature active, selected and chosen in the panel. Raises DataError when no file could be imported."""
+        target = self.target
+        if target is None or (self.onto and not self.imported):
+            reasons = "; ".join(f"{n} {r}" for n, r in self.skipped)
+            raise DataError(f"no file in {self.directory} could be imported: {reasons}")
+        self._choose(context, target)
+        return target, self.imported, self.skipped
+
+    def abandon(self, context):
+        """Stop early: remove what the file in progress left (if a step was interrupted), keep the actions imported
+        so far on the armature. Returns the armature (None when nothing was imported)."""
+        if self._pending is not None:
+            _remove_new_data(*self._pending)
+            self._pending = None
+        target = self.target
+        if target is None or not self.imported:
+            return None
+        self._choose(context, target)
+        return target
+
+    def _choose(self, context, target):
+        context.view_layer.update()
+        for obj in context.view_layer.objects:
+            if obj is not None:
+                obj.select_set(False)
+        context.view_layer.objects.active = target
+        target.select_set(True)
+        context.scene.neural_ik.armature = target
+        if not self.onto:
+            auto_map_object(target)
+
+    def run(self, context):
+        """Every step, then finish: the synchronous import."""
+        for _ in self.steps():
+            pass
+        return self.finish(context)
+
+
 def import_bvh_files(context, directory, global_scale=1.0, files="", exclude="", onto=None):
     """Import every .bvh of a folder as actions on one armature: `onto` when given (its hierarchy must match),
     else the first good file's.
@@ -213,81 +364,15 @@ def import_bvh_files(context, directory, global_scale=1.0, files="", exclude="",
     [imported action names], [(file name, reason) skipped]). Raises DataError for a missing or empty folder or when no
     file could be imported.
     """
-    import addon_utils
+    return BvhFolderImport(context, directory, global_scale, files, exclude, onto).run(context)
 
-    directory = bpy.path.abspath(directory) if directory else ""
-    if not directory or not os.path.isdir(directory):
-        raise DataError(f"folder {directory!r} does not exist" if directory else "choose a folder of .bvh files")
-    names = sorted(f for f in os.listdir(directory) if f.lower().endswith(".bvh")
-                   and os.path.isfile(os.path.join(directory, f)))
-    if not names:
-        raise DataError(f"folder {directory} holds no .bvh files")
-    names = [f for f in names if (not files or matches(f, files)) and not (exclude and matches(f, exclude))]
-    if not names:
-        raise DataError(f"no .bvh file in {directory} matches {files or '*'!r}" + (f" without {exclude!r}" if exclude else ""))
-    addon_utils.enable("io_anim_bvh", default_set=False)
-    if context.object is not None and context.object.mode != "OBJECT":
-        bpy.ops.object.mode_set(mode="OBJECT")
-    scene = context.scene
-    target, target_rest, hierarchy, parents, modes = None, None, None, {}, {}
-    if onto is not None:
-        target, hierarchy, target_rest = onto, _hierarchy(onto.data), _rest_rotations(onto.data)
-        parents = {b.name: (b.parent.name if b.parent else None) for b in onto.data.bones}
-        modes = {pb.name: pb.rotation_mode for pb in onto.pose.bones}
-    imported, skipped = [], []
-    for name in names:
-        path = os.path.join(directory, name)
-        stem = os.path.splitext(name)[0]
-        problem = check_bvh_file(path)
-        if problem:
-            skipped.append((name, problem))
-            continue
-        before = ({o.as_pointer() for o in bpy.data.objects}, {a.as_pointer() for a in bpy.data.armatures},
-                  {a.as_pointer() for a in bpy.data.actions})
-        try:
-            bpy.ops.import_anim.bvh(filepath=path, global_scale=global_scale, update_scene_fps=target is None,
-                                    update_scene_duration=target is None)
-        except Exception as exc:   # the importer raises many kinds on bad content; all mean "skip this file"
-            _remove_new_data(*before)
-            reason = str(exc).strip().splitlines()
-            skipped.append((name, f"could not be imported ({reason[-1] if reason else type(exc).__name__})"))
-            continue
-        new_objects = [o for o in bpy.data.objects if o.as_pointer() not in before[0]]
-        arm_obj = next((o for o in new_objects if o.type == "ARMATURE"), None)
-        action = arm_obj.animation_data.action if arm_obj and arm_obj.animation_data else None
-        if arm_obj is None or action is None:
-            _remove_new_data(*before)
-            skipped.append((name, "held no animated skeleton"))
-            continue
-        if target is None:
-            target, hierarchy = arm_obj, _hierarchy(arm_obj.data)
-            target_rest = _rest_rotations(arm_obj.data)
-            parents = {b.name: (b.parent.name if b.parent else None) for b in arm_obj.data.bones}
-            modes = {pb.name: pb.rotation_mode for pb in arm_obj.pose.bones}
-        elif _hierarchy(arm_obj.data) != hierarchy:
-            _remove_new_data(*before)
-            skipped.append((name, f"has a different skeleton than {target.name!r}"))
-            continue
-        else:
-            _retarget_action(action, _rest_rotations(arm_obj.data), target_rest, parents, modes)
-            arm_obj.animation_data.action = None
-            _remove_new_data(*before, keep_action=action)
-        action.name = stem
-        action.use_fake_user = True      # actions not assigned to anything must survive saving
-        imported.append(action.name)
-    if target is None or (onto is not None and not imported):
-        reasons = "; ".join(f"{n} {r}" for n, r in skipped)
-        raise DataError(f"no file in {directory} could be imported: {reasons}")
-    context.view_layer.update()
-    for obj in context.view_layer.objects:
-        if obj is not None:
-            obj.select_set(False)
-    context.view_layer.objects.active = target
-    target.select_set(True)
-    scene.neural_ik.armature = target
-    if onto is None:
-        auto_map_object(target)
-    return target, imported, skipped
+
+def import_messages(target, imported, skipped):
+    """The reports of a finished import, [(level, text)]: one warning per skipped file, then the summary."""
+    messages = [("WARNING", f"skipped {name}: it {reason}") for name, reason in skipped]
+    messages.append(("INFO", f"imported {len(imported)} actions onto {target.name!r}"
+                             + (f", skipped {len(skipped)} files" if skipped else "")))
+    return messages
 
 
 # ---- extraction ---------------------------------------------------------------------------------------------------
@@ -361,11 +446,111 @@ def extract_dataset(context, obj, mapping=None, actions=None):
 # ---- operators ----------------------------------------------------------------------------------------------------
 
 
-class NIK_OT_import_bvh_folder(bpy.types.Operator):
+class BvhImportRunner:
+    """The modal Import BVH Folder logic, without bpy.types.Operator (so tests can drive it with stand-in context and
+    event objects: timers never fire in the bpy module). One file per TIMER event, a progress bar and "file i of n"
+    in the status bar; Esc stops with the actions imported so far kept on the armature.
+
+    Needs on self: directory, global_scale, files, exclude, onto_active and report()."""
+    importer = None
+    timer = None
+    TIMER_SECONDS = 0.01
+
+    def make_importer(self, context):
+        onto = chosen_armature(context) if self.onto_active else None
+        if self.onto_active and onto is None:
+            raise DataError("select the armature to import onto (Onto Active Armature is on)")
+        return BvhFolderImport(context, self.directory, self.global_scale, self.files, self.exclude, onto)
+
+    def invoke(self, context, _event):
+        try:
+            importer = self.make_importer(context)
+        except DataError as exc:
+            self.report({"ERROR"}, str(exc))
+            return {"CANCELLED"}
+        return self.start_import(context, importer)
+
+    def start_import(self, context, importer):
+        self.importer = importer
+        wm = context.window_manager
+        wm.progress_begin(0, importer.count)
+        self.timer = wm.event_timer_add(self.TIMER_SECONDS, window=context.window)
+        wm.modal_handler_add(self)
+        self._show_status(context)
+        return {"RUNNING_MODAL"}
+
+    def modal(self, context, event):
+        if event.type == "ESC":
+            return self.stop(context)
+        if event.type != "TIMER":      # the rest of the UI keeps working between files
+            return {"PASS_THROUGH"}
+        importer = self.importer
+        try:
+            importer.step()
+        except Exception as exc:        # never leave half a file behind a traceback
+            message = str(exc) if isinstance(exc, DataError) else f"{type(exc).__name__}: {exc}"
+            return self.stop(context, f"import stopped at file {importer.position} of {importer.count}: {message}")
+        context.window_manager.progress_update(importer.position)
+        if not importer.done:
+            self._show_status(context)
+            return {"RUNNING_MODAL"}
+        self._end(context)
+        try:
+            result = importer.finish(context)
+        except DataError as exc:
+            self.report({"ERROR"}, str(exc))
+            return {"CANCELLED"}
+        for level, text in import_messages(*result):
+            self.report({level}, text)
+        return {"FINISHED"}
+
+    def stop(self, context, reason=""):
+        """Esc (or a failure): the file in progress is undone, the files before it stay imported. FINISHED when
+        something was imported, so the kept actions get their own undo step."""
+        self._end(context)
+        importer = self.importer
+        target = importer.abandon(context)
+        for name, why in importer.skipped:
+            self.report({"WARNING"}, f"skipped {name}: it {why}")
+        head = reason or f"import cancelled after {importer.position} of {importer.count} files"
+        if target is None:
+            self.report({"WARNING"}, f"{head}; nothing was imported")
+            return {"CANCELLED"}
+        self.report({"WARNING"}, f"{head}; kept {len(importer.imported)} actions on {target.name!r}")
+        return {"FINISHED"}
+
+    def cancel(self, context):
+        """Blender ends the operator (file load, window closed): drop the timer and the progress bar."""
+        self._end(context)
+        if self.importer is not None:
+            self.importer.abandon(context)
+
+    def _show_status(self, context):
+        importer = self.importer
+        text = (f"Importing BVH: file {importer.position + 1} of {importer.count} "
+                f"({importer.names[importer.position]}), Esc to cancel")
+        workspace = getattr(context, "workspace", None)
+        if workspace is not None:
+            workspace.status_text_set(text)
+
+    def _end(self, context):
+        wm = context.window_manager
+        if self.timer is not None:
+            wm.event_timer_remove(self.timer)
+            self.timer = None
+            wm.progress_end()
+            workspace = getattr(context, "workspace", None)
+            if workspace is not None:
+                workspace.status_text_set(None)
+
+
+class NIK_OT_import_bvh_folder(BvhImportRunner, bpy.types.Operator):
+    """In Blender's window (opened from the file browser) the import runs one file per timer event with a progress
+    bar; called from Python, the CLI or in background mode it runs synchronously, as scripts expect"""
     bl_idname = "neural_ik.import_bvh_folder"
     bl_label = "Import BVH Folder"
     bl_description = ("Import every .bvh file of a folder with Blender's BVH importer as actions on one armature "
-                      "(files with a different skeleton or broken files are reported and skipped)")
+                      "(files with a different skeleton or broken files are reported and skipped; Esc stops)")
     bl_options = {"REGISTER", "UNDO"}
 
     directory: StringProperty(name="Folder", subtype="DIR_PATH", description="Folder holding .bvh files")
@@ -375,29 +560,29 @@ class NIK_OT_import_bvh_folder(bpy.types.Operator):
     exclude: StringProperty(name="Exclude", description="Comma-separated name patterns of files to leave out")
     onto_active: BoolProperty(name="Onto Active Armature", default=False,
                               description="Add the clips to the active armature (same skeleton) instead of a new one")
+    run_modal: BoolProperty(name="Run Modal", default=False, options={"HIDDEN", "SKIP_SAVE"},
+                            description="Set when opened from the UI: import on a timer so the window stays responsive")
 
     @classmethod
     def poll(cls, context):
         return poll_not_editing(cls, context)
 
     def invoke(self, context, _event):
+        self.run_modal = True
         context.window_manager.fileselect_add(self)
         return {"RUNNING_MODAL"}
 
     def execute(self, context):
         try:
-            onto = chosen_armature(context) if self.onto_active else None
-            if self.onto_active and onto is None:
-                raise DataError("select the armature to import onto (Onto Active Armature is on)")
-            target, imported, skipped = import_bvh_files(context, self.directory, self.global_scale, self.files,
-                                                         self.exclude, onto)
+            importer = self.make_importer(context)
+            if self.run_modal and context.window is not None and not bpy.app.background:
+                return self.start_import(context, importer)
+            result = importer.run(context)
         except DataError as exc:
             self.report({"ERROR"}, str(exc))
             return {"CANCELLED"}
-        for name, reason in skipped:
-            self.report({"WARNING"}, f"skipped {name}: it {reason}")
-        self.report({"INFO"}, f"imported {len(imported)} actions onto {target.name!r}"
-                              + (f", skipped {len(skipped)} files" if skipped else ""))
+        for level, text in import_messages(*result):
+            self.report({level}, text)
         return {"FINISHED"}
 
 
@@ -449,5 +634,5 @@ class NIK_OT_extract(bpy.types.Operator):
 
 classes = (NIK_OT_import_bvh_folder, NIK_OT_extract)
 
-__all__ = ["import_bvh_files", "extract_dataset", "check_bvh_file", "DataError", "auto_map_object", "bone_map_of",
-           "usable_actions"]
+__all__ = ["import_bvh_files", "BvhFolderImport", "BvhImportRunner", "import_messages", "extract_dataset",
+           "check_bvh_file", "DataError", "auto_map_object", "bone_map_of", "usable_actions"]

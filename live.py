@@ -332,6 +332,10 @@ class LiveGroup:
         """Write buffers from each rig's current pose (after the characters' start): the unmapped bones keep their
         rotations, and the hips' frame is its parent's pose now."""
         k = self.k
+        # per rig, the pose-bone collection's bound foreach_set and the hips pose bone, taken once: looking them up
+        # again each tick (obj.pose.bones, bones[hips]) cost ~0.5 us per character. They stay valid while the
+        # armature exists, and each tick's TargetReader.read() has just confirmed that (else LiveStopped)
+        self.writers = [(c.obj.pose.bones.foreach_set, c.hips_bone) for c in self.characters]
         self.hips_maps = np.stack([c.hips_map() for c in self.characters])             # (K, 16, 10)
         if self.solver.runtime is not None:
             self.solver.runtime.set_hips_maps(self.hips_maps)
@@ -390,10 +394,9 @@ class LiveGroup:
         if solver.used_runtime and solver.pending is not None and rt.pose_base is not None:
             # the graph's own buffers hold every rig's rotations (hips included): one foreach_set and one location each
             p = rt.latest
-            for character, row, location in zip(self.characters, self.pose_rows[p], self.pose_locations[p].tolist()):
-                bones = character.obj.pose.bones
-                bones.foreach_set("rotation_quaternion", row)
-                bones[character.hips_index].location = location   # also tags the armature for re-evaluation
+            for (set_all, hips), row, location in zip(self.writers, self.pose_rows[p], self.pose_locations[p].tolist()):
+                set_all("rotation_quaternion", row)
+                hips.location = location            # also tags the armature for re-evaluation
             for character in self.slow_bones:
                 character.write_other_bones(solver.q[self.characters.index(character)], solver.last_hips[
                     self.characters.index(character), :3, :3])
@@ -412,12 +415,11 @@ class LiveGroup:
             rows = self.rows
         else:
             rows = [c.pose_buffer(q[i], hips_q[i]) for i, c in enumerate(self.characters)]
-        for i, (character, row, location) in enumerate(zip(self.characters, rows, locations)):
+        for i, ((set_all, hips), row, location) in enumerate(zip(self.writers, rows, locations)):
             if good is not None and not good[i]:       # nothing good to hold yet: leave the rig as it is
                 continue
-            bones = character.obj.pose.bones
-            bones.foreach_set("rotation_quaternion", row)
-            bones[character.hips_index].location = location   # also tags the armature for re-evaluation
+            set_all("rotation_quaternion", row)
+            hips.location = location                # also tags the armature for re-evaluation
         for character in self.slow_bones:
             i = self.characters.index(character)
             if good is None or good[i]:

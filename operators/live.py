@@ -305,6 +305,9 @@ class LiveRunner:
         if event.type == "ESC":
             session.stop("")
             return self.finish(context, "")
+        if context.mode.startswith("EDIT"):   # Edit Mode rebuilds the bones live mode holds: stop before it does
+            session.stop("live IK stopped: Edit Mode changes the bones it drives")
+            return self.finish(context, session.stop_reason)
         if event.type == "TIMER":   # other timers' events arrive too: keep to the configured rate
             now = time.perf_counter()
             if now - self.last_tick < 0.8 / max(context.scene.neural_ik.live_rate, 1.0):

@@ -168,6 +168,12 @@ class _Context:
         self.window = None
         self.window_manager = _Manager()
 
+    @property
+    def mode(self):
+        import bpy
+
+        return bpy.context.mode
+
 
 class _Event:
     def __init__(self, kind):

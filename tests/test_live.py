@@ -32,6 +32,12 @@ class StandInContext:
         self.window = None
         self.window_manager = StandInWindowManager()
 
+    @property
+    def mode(self):
+        import bpy
+
+        return bpy.context.mode
+
 
 class Event:
     def __init__(self, kind):
@@ -246,3 +252,36 @@ def test_run_refuses_without_targets_or_model(empty_scene, demo_data):
     with pytest.raises(RuntimeError, match="needs Blender's window"):
         bpy.ops.neural_ik.run()
     assert obj.neural_ik.target_root is None
+
+
+def test_entering_edit_mode_ends_the_session_and_restores_the_pose(live_rig):
+    """Edit Mode rebuilds pose bones; live mode stops at the next event instead of writing into them."""
+    import bpy
+
+    from neural_ik import state
+    from neural_ik.operators import live as live_ops
+
+    obj, rig, model, held = live_rig
+    reports = []
+
+    class Runner(live_ops.LiveRunner):
+        def report(self, kind, message):
+            reports.append((next(iter(kind)), message))
+
+    context = StandInContext(bpy)
+    before = _pose_state(obj)
+    runner = Runner()
+    runner.invoke(context, Event("NONE"))
+    place_targets(obj, rig, held[0], 20)
+    assert runner.modal(context, Event("TIMER")) == {"RUNNING_MODAL"}
+    bpy.context.view_layer.objects.active = obj
+    bpy.ops.object.mode_set(mode="EDIT")
+    try:
+        assert runner.modal(context, Event("TIMER")) == {"CANCELLED"}
+        restored = _pose_state(obj)      # read before leaving Edit Mode, which re-evaluates the restored action
+    finally:
+        bpy.ops.object.mode_set(mode="OBJECT")
+    assert reports[-1] == ("WARNING", "live IK stopped: Edit Mode changes the bones it drives")
+    assert not state.live_sessions
+    np.testing.assert_array_equal(restored, before)
+    assert obj.animation_data.action is not None

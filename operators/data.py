@@ -367,6 +367,13 @@ def import_bvh_files(context, directory, global_scale=1.0, files="", exclude="",
     return BvhFolderImport(context, directory, global_scale, files, exclude, onto).run(context)
 
 
+def report_import(operator, result):
+    """Report a finished import (skipped files, then the summary) and end the operator."""
+    for level, text in import_messages(*result):
+        operator.report({level}, text)
+    return {"FINISHED"}
+
+
 def import_messages(target, imported, skipped):
     """The reports of a finished import, [(level, text)]: one warning per skipped file, then the summary."""
     messages = [("WARNING", f"skipped {name}: it {reason}") for name, reason in skipped]
@@ -500,9 +507,7 @@ class BvhImportRunner:
         except DataError as exc:
             self.report({"ERROR"}, str(exc))
             return {"CANCELLED"}
-        for level, text in import_messages(*result):
-            self.report({level}, text)
-        return {"FINISHED"}
+        return report_import(self, result)
 
     def stop(self, context, reason=""):
         """Esc (or a failure): the file in progress is undone, the files before it stay imported. FINISHED when
@@ -581,9 +586,7 @@ class NIK_OT_import_bvh_folder(BvhImportRunner, bpy.types.Operator):
         except DataError as exc:
             self.report({"ERROR"}, str(exc))
             return {"CANCELLED"}
-        for level, text in import_messages(*result):
-            self.report({level}, text)
-        return {"FINISHED"}
+        return report_import(self, result)
 
 
 class NIK_OT_extract(bpy.types.Operator):

@@ -212,3 +212,47 @@ def place_targets(obj, rig, sample, i):
         m[:3, :3] = rig.basis.T @ sample.rotations[i, role]
         m[:3, 3] = rig.basis.T @ sample.positions[i, role] / rig.scale
         target.matrix_world = Matrix((world @ m).tolist())
+
+
+# ---- stand-ins for what only Blender's window gives a modal operator (timers never fire in the bpy module) ----
+
+class StandInWindowManager:
+    """Records what the modal operator asks of the window manager (timers never fire in the bpy module)."""
+
+    def __init__(self):
+        self.timers, self.handlers, self.removed = [], [], []
+
+    def event_timer_add(self, step, window=None):
+        self.timers.append(step)
+        return ("timer", step)
+
+    def event_timer_remove(self, timer):
+        self.removed.append(timer)
+
+    def modal_handler_add(self, op):
+        self.handlers.append(op)
+
+
+class StandInContext:
+    """The parts of a context the modal operators use, from the real bpy.context, with a recording window manager."""
+
+    def __init__(self):
+        import bpy
+
+        self.scene = bpy.context.scene
+        self.view_layer = bpy.context.view_layer
+        self.active_object = bpy.context.active_object
+        self.window = None
+        self.window_manager = StandInWindowManager()
+
+    @property
+    def mode(self):
+        import bpy
+
+        return bpy.context.mode
+
+
+class Event:
+    def __init__(self, kind):
+        self.type = kind
+        self.value = "PRESS"

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import pytest
+from live_helpers import Event, StandInContext
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -144,42 +145,6 @@ def demo_model(addon):
     return linear_model_for(rig.skeleton, samples)
 
 
-class _Manager:
-    def __init__(self):
-        self.removed = []
-
-    def event_timer_add(self, step, window=None):
-        return ("timer", step)
-
-    def event_timer_remove(self, timer):
-        self.removed.append(timer)
-
-    def modal_handler_add(self, op):
-        pass
-
-
-class _Context:
-    def __init__(self):
-        import bpy
-
-        self.scene = bpy.context.scene
-        self.view_layer = bpy.context.view_layer
-        self.active_object = bpy.context.active_object
-        self.window = None
-        self.window_manager = _Manager()
-
-    @property
-    def mode(self):
-        import bpy
-
-        return bpy.context.mode
-
-
-class _Event:
-    def __init__(self, kind):
-        self.type, self.value = kind, "PRESS"
-
-
 @pytest.fixture
 def live(empty_scene, demo_model):
     """A running Run IK (its modal logic driven with stand-in window-manager objects) on a fresh demo rig."""
@@ -200,11 +165,11 @@ def live(empty_scene, demo_model):
 
     before = _pose(obj)
     action = obj.animation_data.action
-    context = _Context()
+    context = StandInContext()
     runner = Runner()
-    assert runner.invoke(context, _Event("NONE")) == {"RUNNING_MODAL"}
+    assert runner.invoke(context, Event("NONE")) == {"RUNNING_MODAL"}
     obj.neural_ik.target_left_hand.location.z += 0.2
-    assert runner.modal(context, _Event("TIMER")) == {"RUNNING_MODAL"}
+    assert runner.modal(context, Event("TIMER")) == {"RUNNING_MODAL"}
     assert np.abs(_pose(obj) - before).max() > 1e-4          # it really drove the rig
     yield obj, runner, context, reports, before, action
     live_ops.stop_all("")
@@ -213,7 +178,7 @@ def live(empty_scene, demo_model):
 
 def _ended(runner, context, reports, words):
     runner.last_tick = 0.0
-    assert runner.modal(context, _Event("TIMER")) == {"CANCELLED"}
+    assert runner.modal(context, Event("TIMER")) == {"CANCELLED"}
     assert reports[-1][0] == "WARNING" and words in reports[-1][1], reports
     assert context.window_manager.removed
 
@@ -244,7 +209,7 @@ def test_undo_and_redo_while_live(live, capfd):
     _no_stray_work()
     np.testing.assert_array_equal(_pose(obj), before)
     again = type(runner)()
-    assert again.invoke(context, _Event("NONE")) == {"RUNNING_MODAL"}
+    assert again.invoke(context, Event("NONE")) == {"RUNNING_MODAL"}
     _fire("redo_pre")
     _ended(again, context, reports, "undo or redo")
     _no_stray_work()

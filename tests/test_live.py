@@ -2,47 +2,9 @@
 
 import numpy as np
 import pytest
-from live_helpers import assign_action, demo_armature, linear_model_for, place_targets
+from live_helpers import Event, StandInContext, assign_action, demo_armature, linear_model_for, place_targets
 
 from neural_ik.neural_network.roles import EFFECTOR_ROLES
-
-
-class StandInWindowManager:
-    """Records what the modal operator asks of the window manager (timers never fire in the bpy module)."""
-
-    def __init__(self):
-        self.timers, self.handlers, self.removed = [], [], []
-
-    def event_timer_add(self, step, window=None):
-        self.timers.append(step)
-        return ("timer", step)
-
-    def event_timer_remove(self, timer):
-        self.removed.append(timer)
-
-    def modal_handler_add(self, op):
-        self.handlers.append(op)
-
-
-class StandInContext:
-    def __init__(self, bpy):
-        self.scene = bpy.context.scene
-        self.view_layer = bpy.context.view_layer
-        self.active_object = bpy.context.active_object
-        self.window = None
-        self.window_manager = StandInWindowManager()
-
-    @property
-    def mode(self):
-        import bpy
-
-        return bpy.context.mode
-
-
-class Event:
-    def __init__(self, kind):
-        self.type = kind
-        self.value = "PRESS"
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +116,6 @@ def test_stopped_session_restores_pose_and_action(live_rig):
 
 
 def test_modal_runs_on_timer_events_and_stops_on_escape(live_rig):
-    import bpy
 
     from neural_ik import state
     from neural_ik.operators import live as live_ops
@@ -166,7 +127,7 @@ def test_modal_runs_on_timer_events_and_stops_on_escape(live_rig):
         def report(self, kind, message):
             reports.append((next(iter(kind)), message))
 
-    context = StandInContext(bpy)
+    context = StandInContext()
     before = _pose_state(obj)
     runner = Runner()
     assert runner.invoke(context, Event("NONE")) == {"RUNNING_MODAL"}
@@ -198,7 +159,7 @@ def test_deleted_target_or_undo_ends_the_session_cleanly(live_rig):
             reports.append((next(iter(kind)), message))
 
     # undo while live: the handler stops the session, the next event ends the operator with the reason
-    context = StandInContext(bpy)
+    context = StandInContext()
     runner = Runner()
     runner.invoke(context, Event("NONE"))
     live_ops._stop_on_undo(bpy.context.scene)
@@ -268,7 +229,7 @@ def test_entering_edit_mode_ends_the_session_and_restores_the_pose(live_rig):
         def report(self, kind, message):
             reports.append((next(iter(kind)), message))
 
-    context = StandInContext(bpy)
+    context = StandInContext()
     before = _pose_state(obj)
     runner = Runner()
     runner.invoke(context, Event("NONE"))

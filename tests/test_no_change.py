@@ -22,7 +22,7 @@ FILE = "dataset-1_walk_normal_001.bvh"
 @pytest.mark.mocap
 def test_each_operator_changes_only_what_it_documents(empty_scene, tmp_path):
     import bpy
-    from test_faults import _Context, _Event
+    from live_helpers import Event, StandInContext
 
     from neural_ik.operators import live as live_ops
 
@@ -66,14 +66,14 @@ def test_each_operator_changes_only_what_it_documents(empty_scene, tmp_path):
             def report(self, kind, message):
                 pass
 
-        context = _Context()
+        context = StandInContext()
         runner = Runner()
-        assert runner.invoke(context, _Event("NONE")) == {"RUNNING_MODAL"}
+        assert runner.invoke(context, Event("NONE")) == {"RUNNING_MODAL"}
         for _ in range(3):
             runner.last_tick = 0.0
-            assert runner.modal(context, _Event("TIMER")) == {"RUNNING_MODAL"}
+            assert runner.modal(context, Event("TIMER")) == {"RUNNING_MODAL"}
         assert changed_parts(before_run, file_state()) == [f"assigned {obj.name}", f"pose {obj.name}"]   # it did drive
-        return runner.modal(context, _Event("ESC"))
+        return runner.modal(context, Event("ESC"))
 
     before_run = file_state()
     assert step("Run IK, stopped", run_and_stop) == {"CANCELLED"}

@@ -10,13 +10,14 @@ object. It never calls `view_layer.update()`: Blender evaluates the depsgraph it
 `stop()` puts it back, so a stopped session leaves the file as it was.
 """
 
+import itertools
 import time
 from collections import deque
 from operator import attrgetter
 
 import numpy as np
 
-from . import rig_io
+from . import rig_io, state
 from .neural_network.quaternion_math import MATRIX_TO_SQUARES, SQUARES_BIAS, squares_to_quaternions
 from .neural_network.roles import NUM_ROLES, TASKS
 from .neural_network.rotations import quaternion_to_axis_angle, quaternion_to_matrix
@@ -84,6 +85,7 @@ class LiveCharacter:
         basis[:3, :3] = rig.scale * rig.basis
         self.to_character = Matrix(basis.tolist())   # armature space -> character space
         self.to_character_np = basis
+        self.frame = self._hips_frame()              # the hips' parent as posed now (live mode keeps that pose)
 
     def pose_buffer(self, quaternions, hips_quaternion):
         """This rig's whole rotation_quaternion buffer (flat) with the solved roles and hips put in."""
@@ -109,7 +111,6 @@ class LiveCharacter:
             self.saved_action = (ad.action, getattr(ad, "action_slot", None))
             ad.action = None
         pose_bones.foreach_get("rotation_quaternion", self.quaternions.reshape(-1))
-        self.frame = self._hips_frame()
 
     def stop(self):
         """Put the pose and the action back exactly as they were before start()."""
@@ -227,7 +228,7 @@ class TargetReader:
         self.matrices = self.runtime.world if self.runtime is not None else np.zeros((self.k, 7, 4, 4), np.float32)
         self.targets = np.zeros((self.k, 6, 4, 4))
         self.armature_bytes = b""
-        self.moved = True                       # an armature moved since the last read (ground heights follow it)
+        self.moved = range(self.k)              # characters whose armature moved since the last read (all at first)
         self.to_character = np.stack([np.asarray(c.to_character_np) for c in characters])
         self.armature_to_character = np.zeros((self.k, 1, 4, 4))
         self._index()
@@ -244,32 +245,31 @@ class TargetReader:
         self.shared = count <= self.SHARED_READ_LIMIT * len(self.objects)
         if not self.shared:
             return
-        self.uid_buffer = np.empty(count + 1, np.int32)
-        self.uid_buffer.fill(-1)
-        objects.foreach_get("session_uid", self.uid_buffer[:count])
-        where = {int(u): i for i, u in enumerate(self.uid_buffer[:count])}
+        self.uid_buffer = np.empty(count, np.int32)
+        objects.foreach_get("session_uid", self.uid_buffer)
+        where = {int(u): i for i, u in enumerate(self.uid_buffer)}
         if any(u not in where for u in uids):
             raise LiveStopped("a target or an armature is no longer in the file: live IK stopped")
         self.index = np.array([where[u] for u in uids], np.int64)
-        self.expected = np.array(uids, np.int32).tobytes()
+        self.expected = self.uid_buffer.tobytes()    # the whole list: any add, removal or re-sort shows
         self.count = count
         self.all_matrices = np.empty(count * 16, np.float32)         # flat: foreach_get wants the exact size
         self.all_view = self.all_matrices.reshape(count, 4, 4)
 
     def read(self):
         """Read every world matrix (transposed, (K, 7, 4, 4)); LiveStopped when an object is gone. Returns the targets
-        in character space (K, 6, 4, 4), or None when the run-time graph takes the world matrices as they are."""
+        in character space (K, 6, 4, 4), or None when the run-time graph takes the world matrices as they are.
+        Sets `moved`: the characters whose armature moved since the last read (empty, usually)."""
         if self.shared:
             import bpy
 
             objects = bpy.data.objects
+            if len(objects) != self.count:
+                self._index()
+                return self.read()
             uids = self.uid_buffer
-            uids.fill(-1)
-            try:
-                objects.foreach_get("session_uid", uids)
-            except RuntimeError:                 # more objects than the buffer holds
-                uids[-1] = 0
-            if uids[-1] != -1 or uids.take(self.index).tobytes() != self.expected:
+            objects.foreach_get("session_uid", uids)
+            if uids.tobytes() != self.expected:
                 self._index()
                 return self.read()
             objects.foreach_get("matrix_world", self.all_matrices)
@@ -278,13 +278,16 @@ class TargetReader:
             self._read_each()
         m = self.matrices
         arm = m[:, 0].tobytes()
-        self.moved = arm != self.armature_bytes
-        if self.moved:                           # the armature moved (or the first tick): character space again
+        if arm == self.armature_bytes:
+            self.moved = ()
+        else:                                    # an armature moved (or the first tick): its character space again
+            before = np.frombuffer(self.armature_bytes, np.float32).reshape(-1, 4, 4) if self.armature_bytes else None
+            self.moved = range(self.k) if before is None else np.nonzero((before != m[:, 0]).any(axis=(1, 2)))[0].tolist()
             world = np.swapaxes(m[:, 0], -1, -2).astype(np.float64)
             self.armature_to_character[:, 0] = self.to_character @ np.linalg.pinv(world)
             self.armature_bytes = arm
             if self.runtime is not None:
-                self.runtime.to_character_t[:] = np.swapaxes(self.armature_to_character, -1, -2)
+                self.runtime.set_to_character(self.armature_to_character[:, 0])
         if self.runtime is not None:
             return None
         np.matmul(self.armature_to_character, np.swapaxes(m[:, 1:], -1, -2), out=self.targets)
@@ -305,9 +308,10 @@ class LiveGroup:
 
     links: the bridges/offsets of the characters' in-between bones as they stand at session start (they keep that
     pose while live: the action is off and a tick writes only the mapped bones), or None where the rest's hold. The
-    Solver builds its constants (run-time graph included) from them once, so a tick costs the same either way."""
+    Solver builds its constants (run-time graph included) from them once, so a tick costs the same either way; the
+    same for hips_map, the characters' shared map of the root target to their hips' matrix_basis."""
 
-    def __init__(self, model, onnx_bytes, characters, engine, links=None):
+    def __init__(self, model, onnx_bytes, characters, engine, links=None, hips_map=None):
         self.characters = characters
         self.k = k = len(characters)
         first = characters[0]
@@ -318,7 +322,8 @@ class LiveGroup:
         # rigs with one bone layout get their whole rotation buffers straight from the run-time graph (runtime.pose)
         layout = (first.count, first.quaternion_bones, first.quaternion_roles,
                   first.hips_index if first.hips_is_quaternion else None) if self.uniform else None
-        self.solver = Solver(model, onnx_bytes, characters=k, engine=engine, links=links, pose_layout=layout)
+        self.solver = Solver(model, onnx_bytes, characters=k, engine=engine, links=links, pose_layout=layout,
+                             hips_map=hips_map)
         self.raw = [None] * k
         self.hips_out = np.empty((k, 1, 10))
         self.hips_q = np.empty((k, 4))
@@ -336,9 +341,7 @@ class LiveGroup:
         # again each tick (obj.pose.bones, bones[hips]) cost ~0.5 us per character. They stay valid while the
         # armature exists, and each tick's TargetReader.read() has just confirmed that (else LiveStopped)
         self.writers = [(c.obj.pose.bones.foreach_set, c.hips_bone) for c in self.characters]
-        self.hips_maps = np.stack([c.hips_map() for c in self.characters])             # (K, 16, 10)
-        if self.solver.runtime is not None:
-            self.solver.runtime.set_hips_maps(self.hips_maps)
+        self.hips_maps = np.stack([c.hips_map() for c in self.characters])             # (K, 16, 10), NumPy path
         if self.uniform:
             c0 = self.characters[0]
             # every rig's whole rotation buffer, holding the current rotations: a tick overwrites only the mapped
@@ -354,18 +357,19 @@ class LiveGroup:
                 base[:, self.bones] = 0.0
                 if c0.hips_is_quaternion:
                     base[:, self.hips_index] = 0.0
-                rt.pose_base[:] = base.reshape(k, -1)
+                rt.pose_base[:, :base[0].size] = base.reshape(k, -1)
                 self.pose_rows = [[rt.results(p)["pose"][i] for i in range(k)] for p in (0, 1)]
                 self.pose_locations = [rt.results(p)["hips_location"] for p in (0, 1)]
 
-    def refresh_settings(self, scene, which, moved=False):
-        """Re-read the settings of characters `which`; pass them to the solver when any changed. The panel values are
-        read raw and converted only when they (or, moved=True, the armatures' world matrices) changed."""
+    def refresh_settings(self, which, moved=()):
+        """Re-read the settings of characters `which` and `moved`; pass them to the solver when any changed. The panel
+        values are read raw and converted only when they (or, for the characters `moved`, the armature's world
+        matrix) changed."""
         changed = not self.solver.started
-        if moved:                                # ground heights follow the armature: convert everyone's again
-            self.raw = [None] * self.k
+        for i in moved:                          # ground heights follow the armature: convert these again
+            self.raw[i] = None
         characters, raw_rows = self.characters, self.raw
-        for i in which:
+        for i in itertools.chain(which, moved):
             raw = characters[i].raw_settings()
             if raw == raw_rows[i]:
                 continue
@@ -382,12 +386,13 @@ class LiveGroup:
             self.solver.set_task(v[:, 4].astype(np.int64))
             self.follows_time = np.nonzero(v[:, 6] > 0)[0]
 
-    def solve_and_write(self, targets, phase_now):
+    def solve_and_write(self, targets, scene):
         """Solve every character of the group and write their poses (one foreach_set and one property set each)."""
         solver = self.solver
         if len(self.follows_time):
+            start, length = scene.frame_start, scene.frame_end - scene.frame_start + 1
             phase = solver.settings[:, 6].copy()
-            phase[self.follows_time] = phase_now
+            phase[self.follows_time] = ((scene.frame_current - start) / max(length, 1)) % 1.0
             solver.set_settings(phase=phase)
         solver.step(targets, None, None, None, None, refine_iterations=self.iterations, measure_errors=False)
         rt = solver.runtime
@@ -427,14 +432,16 @@ class LiveGroup:
 
 
 class LiveTick:
-    """Drives several armatures: groups them by model (and in-between pose), one Solver (one inference call) per group.
+    """Drives several armatures: groups them by model (and in-between pose and hips frame), one Solver (one inference
+    call) per group.
 
     Per tick: one read of every target (TargetReader), the solve, and per character one `foreach_set` and one
-    property set. The panel settings (ground, contact, task, phase, refinement) are re-read every tick for up to
-    SETTINGS_EVERY_TICK characters; with more, each tick re-reads the next slice of them, so every character's
-    settings are at most SETTINGS_ROUNDS ticks old (0.13 s at 60 Hz) - reading them all costs about 2 us per character.
+    property set. The panel settings (ground, contact, task, phase, refinement) are re-read for every character on
+    the tick after any of them was edited (their update callbacks count edits in state.live_settings) or the
+    armature moved; otherwise each tick re-reads the next slice of the characters, so a value that changed without
+    an update callback (a driver) arrives within SETTINGS_ROUNDS ticks (0.13 s at 60 Hz). Reading one character's
+    settings costs about 1 us.
     """
-    SETTINGS_EVERY_TICK = 8
     SETTINGS_ROUNDS = 8
 
     def __init__(self, entries, engine="auto", history=600):
@@ -446,15 +453,20 @@ class LiveTick:
             rig = rig_io.read_rig(obj, get_bone_map(obj))
             check_rig(model, rig.skeleton, f"the model of {obj.name}")
             links = rig_io.current_links(obj, rig)       # in-between bones hold their current pose while live
-            key = (id(model), None if links is None else tuple(np.round(a, 9).tobytes() for a in links))
-            by_model.setdefault(key, (model, onnx_bytes, links, []))[3].append(LiveCharacter(obj, rig, model))
-        self.live_groups = [LiveGroup(model, data, chars, engine, links) for model, data, links, chars in by_model.values()]
+            character = LiveCharacter(obj, rig, model)
+            hips_map = character.hips_map()              # copies of one rig share it: a constant of their graph
+            key = (id(model), None if links is None else tuple(np.round(a, 9).tobytes() for a in links),
+                   np.round(hips_map, 9).tobytes())
+            by_model.setdefault(key, (model, onnx_bytes, links, hips_map, []))[4].append(character)
+        self.live_groups = [LiveGroup(model, data, chars, engine, links, hips_map)
+                            for model, data, links, hips_map, chars in by_model.values()]
         self.groups = [(g.solver, g.characters, None) for g in self.live_groups]
         self.readers = [TargetReader(g.characters, g.solver) for g in self.live_groups]
         self.times = deque(maxlen=history)
         self.status = {}
         self.running = False
         self.rounds = 0
+        self.settings_version = None
 
     @property
     def characters(self):
@@ -477,20 +489,21 @@ class LiveTick:
     def tick(self, scene):
         """One tick for every character; raises LiveStopped when the session cannot go on."""
         began = time.perf_counter()
-        start, length = scene.frame_start, scene.frame_end - scene.frame_start + 1
-        phase_now = ((scene.frame_current - start) / max(length, 1)) % 1.0
         self.rounds += 1
+        edited = state.live_settings.value != self.settings_version
+        self.settings_version = state.live_settings.value
         for group, reader in zip(self.live_groups, self.readers):
             targets = reader.read()
             k = group.k
-            if k <= self.SETTINGS_EVERY_TICK or not group.solver.started:
-                group.refresh_settings(scene, range(k), reader.moved)
+            if edited or not group.solver.started:
+                group.refresh_settings(range(k), reader.moved)
             else:
                 step = -(-k // self.SETTINGS_ROUNDS)
                 first = (self.rounds % self.SETTINGS_ROUNDS) * step
-                group.refresh_settings(scene, range(first, min(first + step, k)), reader.moved)
+                if first < k or reader.moved:
+                    group.refresh_settings(range(first, min(first + step, k)), reader.moved)
             try:
-                group.solve_and_write(targets, phase_now)
+                group.solve_and_write(targets, scene)
             except ReferenceError:
                 raise LiveStopped("an armature was deleted: live IK stopped") from None
             status = group.solver.status

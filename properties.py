@@ -14,9 +14,15 @@ from bpy.props import (
     StringProperty,
 )
 
+from . import state
 from .neural_network.roles import ROLES, TASKS
 
 TASK_ITEMS = [(t.upper(), t.capitalize(), f"Motion task: {t}") for t in TASKS]
+
+
+def _live_setting_changed(_self, _context):
+    """A live setting was edited (panel or Python): running ticks re-read every character's settings next tick."""
+    state.live_settings.value += 1
 
 
 def _is_armature(_self, obj):
@@ -45,18 +51,26 @@ class NIK_ObjectSettings(bpy.types.PropertyGroup):
     target_right_foot: PointerProperty(name="Right Foot Target", type=bpy.types.Object, poll=_is_empty)
     target_head: PointerProperty(name="Head Target", type=bpy.types.Object, poll=_is_empty)
     ground_left: FloatProperty(name="Left Ground", unit="LENGTH", default=0.0,
-                               description="Ground height under the left foot")
+                               description="Ground height under the left foot",
+                               update=_live_setting_changed)
     ground_right: FloatProperty(name="Right Ground", unit="LENGTH", default=0.0,
-                                description="Ground height under the right foot")
-    contact_left: BoolProperty(name="Left Contact", default=True, description="The left foot should stay planted")
-    contact_right: BoolProperty(name="Right Contact", default=True, description="The right foot should stay planted")
-    task: EnumProperty(name="Task", items=TASK_ITEMS, default="IDLE", description="Motion task the pose should suit")
+                                description="Ground height under the right foot",
+                                update=_live_setting_changed)
+    contact_left: BoolProperty(name="Left Contact", default=True, description="The left foot should stay planted",
+                               update=_live_setting_changed)
+    contact_right: BoolProperty(name="Right Contact", default=True, description="The right foot should stay planted",
+                                update=_live_setting_changed)
+    task: EnumProperty(name="Task", items=TASK_ITEMS, default="IDLE", description="Motion task the pose should suit",
+                       update=_live_setting_changed)
     phase: FloatProperty(name="Phase", min=0.0, max=1.0, default=0.0, subtype="FACTOR",
-                         description="Phase of the motion cycle")
+                         description="Phase of the motion cycle",
+                         update=_live_setting_changed)
     phase_follows_time: BoolProperty(name="Phase Follows Time", default=False,
-                                     description="Advance the phase with the scene frame")
+                                     description="Advance the phase with the scene frame",
+                                     update=_live_setting_changed)
     refine_iterations: IntProperty(name="Refinement", min=0, max=50, default=2,
-                                   description="Damped least-squares iterations that make effectors land exactly")
+                                   description="Damped least-squares iterations that make effectors land exactly",
+                                   update=_live_setting_changed)
 
 
 class NIK_SceneSettings(bpy.types.PropertyGroup):

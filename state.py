@@ -46,3 +46,13 @@ training = TrainingProgress()
 
 # Live IK sessions by armature object name, managed by operators/live.py.
 live_sessions = {}
+
+
+class LiveSettingsVersion:
+    """Counts edits of the live settings (ground, contact, task, phase, refinement) on any armature: their RNA update
+    callbacks bump it, so a live tick re-reads the panel values at once after an edit and otherwise only a slice
+    per tick (values changed without an update callback, by a driver, arrive within LiveTick.SETTINGS_ROUNDS ticks)."""
+    value = 0
+
+
+live_settings = LiveSettingsVersion()

@@ -11,22 +11,27 @@ the quaternions against the NumPy path.
 
     world (K, 28, 4)         transposed (column-major, as foreach_get reads them) world matrices: armature, then the
                              root and the five effector targets (RuntimeEngine's (K, 7, 4, 4) buffer)
-    to_character_t (K, 4, 4) (character space from world space)^T per character (the engine's (K, 1, 4, 4))
+    to_character_t (K, 4, 3) the top three rows of (character space from world space), transposed, per character
+                             (RuntimeEngine.set_to_character): the bottom row of an affine matrix is known, so the
+                             graph never carries it - 84 numbers per character instead of 112 (a smaller linear map)
     settings (K, 6)          -ground left/right (character space), desired contact left/right, phase, task code
     z_limits, step_limits (K, 2)  per foot: ankle height and squared step below which it is in contact
-    hips_maps (K or 1, 112, 11)  vec(the seven transposed character-space matrices) -> hips quaternion squares (4), sign
-                             carriers (4) and location (3) (set_hips_maps takes live.LiveCharacter.hips_map's)
     previous_feet (K, 6)     the feet positions of the previous tick (the `feet` output of that tick)
- -> q (K, 92)                local quaternions (w, x, y, z) per role, identity where the rig lacks the role
-    hips_q (K, 4), hips_location (K, 3): the hips' matrix_basis quaternion and location
-    feet (K, 6), check (K, 3) (see check_limits), matrices_t (K, 28, 4) the transposed character-space matrices
+ -> q_ext (K, 96)            local quaternions (w, x, y, z) per role (92), identity where the rig lacks the role, then
+                             the hips' matrix_basis quaternion (4); hips_location (K, 3) the hips' location
+    feet (K, 6), check (K, 3) (see check_limits), matrices_t (K, 28, 3) the top rows of the character-space matrices
     (armature, then the targets), and with debug=True the 50 network inputs (K, 50)
-    with a pose layout (live: every rig of the group has the same bones): pose_base (K, 4 bones) in, the rigs' whole
-    rotation_quaternion buffers pose (K, 4 bones) out, ready for foreach_set
+    with a pose layout (live: every rig of the group has the same bones): pose_base (K, 4 bones + 96) in, pose out:
+    the rigs' whole rotation_quaternion buffers (the first 4 bones columns), ready for foreach_set
+
+The hips' map (vec of the root target -> its matrix_basis quaternion squares and location, live.LiveCharacter.hips_map)
+is a constant of the graph, folded into the linear map: a live group holds characters that share one (copies of a rig).
 
 Stages (each a function below): character space, the linear map and heading, contacts, axis-angles, the network,
-the hips, q = q_mean * exp(delta) (and the pose buffers), the check. Tensors stay 2-D where they meet a constant
-matrix, so ONNX Runtime fuses MatMul + Add into one Gemm.
+the hips, q = q_mean * exp(delta) (and the pose buffers, one ScatterElements into the unmapped bones' rotations), the
+check. Tensors stay 2-D where they meet a constant matrix, so ONNX Runtime fuses MatMul + Add into one Gemm. At one
+character the cost is ~0.2 us per node plus reading the constant matrices (~100k floats: the L2 cache's bandwidth), so
+both the node count and the matrices' sizes are kept down.
 
 The rig's bridges/offsets enter only through the builder's constant matrix (the thigh-to-thigh axis the heading is made
 from); a session whose in-between bones stand off their rest pose builds its graph from a skeleton holding their
@@ -42,10 +47,11 @@ import numpy as np
 from .features import NUM_INPUTS
 from .roles import NUM_ROLES
 
-GRAPH_INPUTS = ("world", "to_character_t", "settings", "z_limits", "step_limits", "hips_maps", "previous_feet")
+GRAPH_INPUTS = ("world", "to_character_t", "settings", "z_limits", "step_limits", "previous_feet")
 CHECK_TOLERANCE = 1e-2       # summed |4 sin^2 + 4 cos^2 - 4| of the six relative rotations
 NEAR_HALF_TURN = 0.002       # 2 + 2 cos of a relative rotation must stay above this (away from a half turn)
-VEC = 112                    # vec of the seven transposed matrices (armature, root, five effectors)
+FULL_VEC = 112               # vec of the seven transposed 4x4 matrices (armature, root, five effectors)
+VEC = 84                     # the same without the bottom rows: 12 per matrix (compact_rows)
 ROTATIONS = 6                # relative rotations converted to axis-angles: five effectors, then the hips (check only)
 PADDED = 16                  # transcendental kernels get rows of 16 (SIMD blocks and a scalar tail round differently,
                              # so padding keeps a character's numbers independent of how many share the call)
@@ -56,15 +62,19 @@ V_START, NC_START, NTP_START, FEATS = NUM_INPUTS, NUM_INPUTS + 3 * ROTATIONS, NU
 ROT_INPUTS = [6 * e + 3 + a for e in range(5) for a in range(3)]      # the effectors' axis-angle inputs
 FEET_COLUMNS = [16 * 4 + 12 + a for a in range(3)] + [16 * 5 + 12 + a for a in range(3)]   # feet: slots 4, 5, row 3
 HIPS_ROWS = 16                                                        # the root's 16 entries start here in vec
+QUATERNIONS = 4 * NUM_ROLES + 4                                       # q_ext: every role's quaternion, then the hips'
 
 
 def check_limits(height):
     """The raw check measures must each be <= these (NaN fails): the summed |target coordinates| (within
     ABSURD_DISTANCE rig heights), the rotation deviation, -(2 + 2 cos) of the relative rotations (away from a half
-    turn). The graph outputs them scaled and shifted so that every column must be <= 0."""
+    turn). The graph outputs the first two over their limits, so every column must be <= CHECK_BOUNDS."""
     from .solver import ABSURD_DISTANCE
 
     return np.array([ABSURD_DISTANCE * height, CHECK_TOLERANCE, -NEAR_HALF_TURN], np.float64)
+
+
+CHECK_BOUNDS = (1.0, 1.0, -NEAR_HALF_TURN)
 
 
 def _transposed_rows():
@@ -77,10 +87,20 @@ def _transposed_rows():
     return perm
 
 
-def linear_map(model, builder):
-    """(VEC, 3 FEATS + 10): vec of the seven transposed matrices -> three heading blocks of `feats` (features = cos *
-    block0 + sin * block1 + block2), the thigh-to-thigh axis (2), the feet (6) and their heights (2). The settings and
-    contact flags pass straight into the inputs, so they join at the first layer instead (no Concat here).
+def compact_rows(full):
+    """(FULL_VEC, n) acting on vec of the seven transposed 4x4 matrices -> ((VEC, n), bias (n,)) acting on their top
+    three rows: entry (row j, column i) of slot s moves from 16 s + 4 i + j to 12 s + 3 i + j; the bottom row of an
+    affine matrix is (0, 0, 0, 1), so its entries only add the rows of the ones to a constant bias."""
+    full = np.asarray(full, np.float64)
+    keep = [16 * s + 4 * i + j for s in range(7) for i in range(4) for j in range(3)]
+    return full[keep], full[[16 * s + 15 for s in range(7)]].sum(axis=0)
+
+
+def linear_map(model, builder, hips_map=None):
+    """((VEC, 3 FEATS + 21), bias): vec of the seven matrices' top rows -> three heading blocks of `feats` (features =
+    cos * block0 + sin * block1 + block2), the thigh-to-thigh axis (2), the feet (6) and their heights (2), then the
+    hips' squares (4), sign carriers (4) and location (3) through hips_map (16, 10) (live.LiveCharacter.hips_map; None:
+    zeros). The settings and contact flags pass straight into the inputs, so they join at the first layer instead.
 
     From solver.InputBuilder's matrix (rows vec(T) of the six targets then its settings order, columns three blocks of
     the 50 inputs and the effectors' trace - 1, then the axis), extended by the hips' relative rotation (for the check)
@@ -114,11 +134,12 @@ def linear_map(model, builder):
     out[:, 2, NTP_START:NTP_START + PADDED] -= 2.0 * one[:, None]
     out[:, 2, NTP_START + ROTATIONS:] -= 2.0 * one[:, None]          # padding: -4, a zero rotation
     big = np.concatenate([out.reshape(-1, 3 * FEATS), M[:, 3 * nf:]], axis=1)[_transposed_rows()]
-    full = np.zeros((VEC, big.shape[1] + 8))
+    full = np.zeros((FULL_VEC, big.shape[1] + 8 + 11))
     full[16:, :big.shape[1]] = big             # the armature's own matrix (slot 0) enters nothing
     for i, column in enumerate(FEET_COLUMNS + [FEET_COLUMNS[2], FEET_COLUMNS[5]]):
         full[column, big.shape[1] + i] = 1.0
-    return full
+    full[:, big.shape[1] + 8:] = graph_hips_map(np.zeros((16, 10)) if hips_map is None else hips_map)
+    return compact_rows(full)
 
 
 def settings_rows():
@@ -156,15 +177,13 @@ class _Graph:
 
 
 def _character_space(g):
-    """The seven world matrices into character space, flattened: vec (K, 112) and (K, 1, 112) for the hips' map.
+    """The seven world matrices into character space, flattened: vec (K, 84), their top three rows.
 
-    The 28 rows of the seven transposed matrices times C^T in one (28, 4) @ (4, 4) product per character: as
+    The 28 rows of the seven transposed matrices times C^T in one (28, 4) @ (4, 3) product per character: as
     (K, 7, 4, 4) @ (K, 1, 4, 4) ONNX Runtime makes 7 tiny products per character (0.66 us each at K = 50, against
     0.11 for this)."""
-    g.node("MatMul", ["world", "to_character_t"], "matrices_t")             # rows = columns of C @ W
-    vec = g.node("Reshape", ["matrices_t", g.ints("shape_vec", [-1, VEC])], "vec")
-    vec3 = g.node("Reshape", ["matrices_t", g.ints("shape_vec3", [-1, 1, VEC])], "vec3")
-    return vec, vec3
+    g.node("MatMul", ["world", "to_character_t"], "matrices_t")             # rows = columns of C @ W, top three entries
+    return g.node("Reshape", ["matrices_t", g.ints("shape_vec", [-1, VEC])], "vec")
 
 
 def _contacts(g):
@@ -181,12 +200,14 @@ def _contacts(g):
     return g.node("Cast", [low_slow], "contact", to=TensorProto.FLOAT)
 
 
-def _features(g, model, builder, vec):
-    """feats (K, FEATS) (and the feet): one product with the linear map, then the three heading blocks mixed by the
-    root heading's cos and sin (the normalised thigh-to-thigh axis; a zero axis gives NaN, which the check catches)."""
-    y = g.node("MatMul", [vec, g.const("linear_map", linear_map(model, builder))], "y")
-    g.node("Split", [y, g.ints("split_y", [FEATS, FEATS, FEATS, 2, 6, 2])], ["y0", "y1", "y2", "lateral", "feet", "feet_z"],
-           axis=1)
+def _features(g, model, builder, vec, hips_map):
+    """feats (K, FEATS) (and the feet, the hips' squares, signs and location): one product with the linear map, then
+    the three heading blocks mixed by the root heading's cos and sin (the normalised thigh-to-thigh axis; a zero axis
+    gives NaN, which the check catches)."""
+    matrix, bias = linear_map(model, builder, hips_map)
+    y = g.node("Add", [g.node("MatMul", [vec, g.const("linear_map", matrix)], "y_m"), g.const("linear_bias", bias)], "y")
+    g.node("Split", [y, g.ints("split_y", [FEATS, FEATS, FEATS, 2, 6, 2, 4, 4, 3])],
+           ["y0", "y1", "y2", "lateral", "feet", "feet_z", "squares", "signs", "hips_location"], axis=1)
     cos_sin = g.node("Div", ["lateral", g.node("ReduceL2", ["lateral"], "lateral_length", axes=[1], keepdims=1)],
                      "cos_sin")
     g.node("Split", [cos_sin, g.ints("split_cs", [1, 1])], ["cos", "sin"], axis=1)
@@ -207,8 +228,8 @@ def _axis_angles(g, feats):
     sum_all[3 * ROTATIONS:] = np.eye(ROTATIONS)
     four_sin2 = g.node("Add", [g.node("MatMul", [sq, g.const("sum_v", sum_v)], "four_sin2_m"),
                                g.const("tiny_sin", np.full(PADDED, 1e-30))], "four_sin2")
-    deviation = g.node("Add", [g.node("MatMul", [sq, g.const("sum_all", sum_all)], "four_m"),
-                               g.const("minus_four", np.full(ROTATIONS, -4.0))], "deviation")
+    deviation = g.node("Add", [g.node("MatMul", [sq, g.const("sum_all", sum_all / CHECK_TOLERANCE)], "four_m"),
+                               g.const("minus_four", np.full(ROTATIONS, -4.0 / CHECK_TOLERANCE))], "deviation")
     rot_dev = g.node("ReduceL1", [deviation], "rot_dev", axes=[1], keepdims=1)
     two_sin = g.node("Sqrt", [four_sin2], "two_sin")
     minus_half = g.node("Atan", [g.node("Div", [two_sin, "ntp"], "minus_tan_half")], "minus_half_angle")
@@ -221,18 +242,18 @@ def _axis_angles(g, feats):
 
 def _network(g, model, feats, aa, contact):
     """The MLP with the input assembly and normalisation folded into its first layer; returns half deltas (K, 69)
-    (the last layer and the clamp are halved: exp takes half angles), the first layer's input [feats, aa, settings,
-    contact] and the map P of that input to the 50 network inputs (for the debug inputs)."""
+    (the last layer and the clamp are halved: exp takes half angles), the first layer's input [the features' 50
+    input columns, aa, settings, contact] and the map P of that input to the 50 network inputs (for the debug inputs)."""
     std, mean = np.asarray(model.input_std, np.float64), np.asarray(model.input_mean, np.float64)
-    P = np.zeros((FEATS + 4 * ROTATIONS + 8, NUM_INPUTS))
+    P = np.zeros((NUM_INPUTS + 4 * ROTATIONS + 8, NUM_INPUTS))
     for j in range(NUM_INPUTS):
         if j not in ROT_INPUTS:
             P[j, j] = 1.0
     for i, j in enumerate(ROT_INPUTS):
-        P[FEATS + i, j] = 1.0
-    P[FEATS + 4 * ROTATIONS:] = settings_rows()
+        P[NUM_INPUTS + i, j] = 1.0
+    P[NUM_INPUTS + 4 * ROTATIONS:] = settings_rows()
     W = [np.asarray(w, np.float64) for w in model.weights]
-    both = g.node("Concat", [feats, aa, "settings", contact], "first_input", axis=1)
+    both = g.node("Concat", ["feats_inputs", aa, "settings", contact], "first_input", axis=1)
     h = g.node("Add", [g.node("MatMul", [both, g.const("W0", P @ (W[0] / std[:, None]))], "z0m"),
                        g.const("b0", W[1] - (mean / std) @ W[0])], "z0")
     layers = len(W) // 2
@@ -250,11 +271,12 @@ def _network(g, model, feats, aa, contact):
     return d, both, P
 
 
-def _quaternions(g, model, d, hips_q, pose_layout):
+def _quaternions(g, model, d, hips_q, pose_layout, k):
     """q = q_mean * exp(delta) per role: E = [cos theta (23, padded to 32), sin theta / theta * d (69), the hips'
-    quaternion (4)], q = E @ block + identity where the rig lacks the role (block holds the mean pose's
-    left-multiplication matrices). With a pose layout, a second product puts the same quaternions and the hips' straight
-    into the rig's rotation_quaternion buffer (`pose`), on top of `pose_base` (the unmapped bones' rotations)."""
+    quaternion (4)], q_ext = E @ block + identity where the rig lacks the role (block holds the mean pose's
+    left-multiplication matrices; the hips' quaternion passes through as the last 4 columns). With a pose layout, one
+    ScatterElements puts q_ext's columns at their bones in `pose_base` (the unmapped bones' rotations, plus 96 spare
+    columns that take the roles no quaternion bone has): the rig's rotation_quaternion buffer (`pose`)."""
     from .quaternion_math import left_matrices
     from .rotations import matrix_to_quaternion
 
@@ -269,81 +291,90 @@ def _quaternions(g, model, d, hips_q, pose_layout):
     mask = model.skeleton.role_mask
     mean_q = matrix_to_quaternion(np.asarray(model.mean_pose, np.float64))
     L = np.where(mask[:, None, None], left_matrices(mean_q), 0.0)
-    block = np.zeros((32 + 3 * NUM_ROLES + 4, 4 * NUM_ROLES))
+    block = np.zeros((32 + 3 * NUM_ROLES + 4, QUATERNIONS))
     for j in range(NUM_ROLES):
         block[j, 4 * j:4 * j + 4] = L[j][:, 0]
         block[32 + 3 * j:32 + 3 * j + 3, 4 * j:4 * j + 4] = L[j][:, 1:].T
-    bias = np.where(mask[:, None], 0.0, np.array([1.0, 0.0, 0.0, 0.0])).reshape(-1)
-    g.node("Add", [g.node("MatMul", [e, g.const("mean_left", block)], "q_raw"), g.const("q_bias", bias)], "q")
+    block[-4:, -4:] = np.eye(4)
+    bias = np.concatenate([np.where(mask[:, None], 0.0, np.array([1.0, 0.0, 0.0, 0.0])).reshape(-1), np.zeros(4)])
+    q_ext = g.node("Add", [g.node("MatMul", [e, g.const("mean_left", block)], "q_raw"), g.const("q_bias", bias)], "q_ext")
     if pose_layout is not None:
-        count, bones, roles, hips_index = pose_layout
-        place = np.zeros((len(block), 4 * count))
-        for b, r in zip(bones, roles):
-            place[:, 4 * b:4 * b + 4] = block[:, 4 * r:4 * r + 4]
-        if hips_index is not None:
-            place[-4:, 4 * hips_index:4 * hips_index + 4] = np.eye(4)
-        g.node("Add", [g.node("MatMul", [e, g.const("pose_place", place)], "pose_raw"), "pose_base"], "pose")
+        columns = pose_columns(pose_layout)
+        index = np.zeros((k, QUATERNIONS // 4, 2), np.int64)
+        index[:, :, 0] = np.arange(k)[:, None]
+        index[:, :, 1] = columns[::4] // 4
+        q3 = g.node("Reshape", [q_ext, g.ints("shape_q3", [k, QUATERNIONS // 4, 4])], "q_ext3")
+        pose3 = g.node("ScatterND", [g.node("Reshape", ["pose_base", g.ints("shape_pose3", [k, -1, 4])], "pose_base3"),
+                                     g.ints("pose_bones", index), q3], "pose3")
+        g.node("Reshape", [pose3, g.ints("shape_pose", [k, -1])], "pose")
 
 
-def _hips(g, vec3):
-    """The hips' matrix_basis quaternion and location through each character's map: squares of (w, x, y, z) (times
-    4), carriers of their signs (w's is the constant 1; x, y, z: the antisymmetric part, nudged off zero so a zero
-    reads as +), location; q = normalise(sign * sqrt(max(squares, 0)))."""
-    mapped = g.node("Reshape", [g.node("MatMul", [vec3, "hips_maps"], "hips_mapped3"), g.ints("shape_h", [-1, 11])],
-                    "hips_mapped")                                                  # (K, 11)
-    g.node("Split", [mapped, g.ints("split_h", [4, 4, 3])], ["squares", "signs", "hips_location"], axis=1)
+def pose_columns(pose_layout):
+    """(96,) where each q_ext column goes in a pose buffer of 4 * bones + 96 columns: the mapped quaternion bones' and
+    the hips' places, and a spare column of its own (4 * bones + column) for every other one."""
+    count, bones, roles, hips_index = pose_layout
+    columns = 4 * count + np.arange(QUATERNIONS)
+    for b, r in zip(bones, roles):
+        columns[4 * r:4 * r + 4] = 4 * b + np.arange(4)
+    if hips_index is not None:
+        columns[-4:] = 4 * hips_index + np.arange(4)
+    return columns
+
+
+def _hips(g):
+    """The hips' matrix_basis quaternion from the linear map's hips columns: squares of (w, x, y, z) (times 4),
+    carriers of their signs (w's is the constant 1; x, y, z: the antisymmetric part, nudged off zero so a zero reads
+    as +); q = normalise(sign * sqrt(max(squares, 0)))."""
     magnitude = g.node("Sqrt", [g.node("Relu", ["squares"], "squares_pos")], "magnitudes")
     signed = g.node("Mul", [magnitude, g.node("Sign", ["signs"], "sign")], "signed")
     return g.node("LpNormalization", [signed], "hips_q", axis=1, p=2)
 
 
 def _check(g, vec, rot_dev, height):
-    """check (K, 3), every column <= 0 (NaN fails) when the fast path holds, the measures of check_limits over
-    their limits, minus 1: the summed |coordinates| of the targets (absurd distances; a product, so NaN anywhere in
-    vec reaches it), the rotation deviation (scaled, sheared or mirrored targets, a degenerate heading), max -(2 + 2
-    cos) (away from a half turn). One sign test per number is then the whole verdict (RuntimeEngine.run)."""
-    coordinates = np.zeros((VEC, 1))
+    """check (K, 3), each column at most CHECK_BOUNDS (NaN fails) when the fast path holds: the summed |coordinates|
+    of the targets over their limit (absurd distances; a product, so NaN anywhere in vec reaches it), the rotation
+    deviation over its limit (scaled, sheared or mirrored targets, a degenerate heading; _axis_angles scales it), max
+    -(2 + 2 cos) (away from a half turn). One comparison per number is then the whole verdict (RuntimeEngine.run)."""
+    coordinates = np.zeros((FULL_VEC, 1))
     for slot in range(1, 7):
-        coordinates[16 * slot + 12:16 * slot + 15] = 1.0
-    far = g.node("MatMul", [g.node("Abs", [vec], "vec_abs"), g.const("coordinates", coordinates)], "far")
+        coordinates[16 * slot + 12:16 * slot + 15] = 1.0 / check_limits(height)[0]
+    far = g.node("MatMul", [g.node("Abs", [vec], "vec_abs"), g.const("coordinates", compact_rows(coordinates)[0])], "far")
     near_half_turn = g.node("ReduceMax", ["ntp"], "near_half_turn", axes=[1], keepdims=1)
-    limits = check_limits(height)
-    measures = g.node("Concat", [far, rot_dev, near_half_turn], "measures", axis=1)
-    g.node("Add", [g.node("MatMul", [measures, g.const("over_limits", np.diag(1.0 / np.abs(limits)))], "scaled"),
-                   g.const("minus_one", -np.sign(limits))], "check")
+    g.node("Concat", [far, rot_dev, near_half_turn], "check", axis=1)
 
 
-def build_runtime_graph(model, builder, height, debug=False, pose_layout=None):
-    """onnx.ModelProto of the run-time path for `model` (builder: solver.InputBuilder of the same model).
+def build_runtime_graph(model, builder, height, characters, debug=False, pose_layout=None, hips_map=None):
+    """onnx.ModelProto of the run-time path for `model` (builder: solver.InputBuilder of the same model) and a fixed
+    number of characters (the pose scatter's indices are a constant of that shape).
 
     pose_layout (bone count, pose-bone indices, their roles, the hips' pose-bone index or None): adds the input
-    `pose_base` (K, 4 * bones) and the output `pose`, every character's whole rotation_quaternion buffer."""
+    `pose_base` and the output `pose` (K, 4 * bones + 96), every character's whole rotation_quaternion buffer first.
+    hips_map (16, 10): live.LiveCharacter.hips_map, shared by the characters (None: zeros, the hips' outputs unused)."""
     from onnx import TensorProto, helper
 
     g = _Graph()
-    vec, vec3 = _character_space(g)
-    feats = _features(g, model, builder, vec)
+    vec = _character_space(g)
+    feats = _features(g, model, builder, vec, hips_map)
     contact = _contacts(g)
     aa, rot_dev = _axis_angles(g, feats)
     d, both, P = _network(g, model, feats, aa, contact)
-    hips_q = _hips(g, vec3)
-    _quaternions(g, model, d, hips_q, pose_layout)
+    hips_q = _hips(g)
+    _quaternions(g, model, d, hips_q, pose_layout, characters)
     _check(g, vec, rot_dev, height)
     inputs = list(GRAPH_INPUTS)
-    outputs = ["q", "feet", "check", "matrices_t", "hips_q", "hips_location"]
+    outputs = ["q_ext", "feet", "check", "matrices_t", "hips_location"]
     if pose_layout is not None:
         inputs.append("pose_base")
         outputs.append("pose")
     if debug:
         g.node("MatMul", [both, g.const("P", P)], "inputs")
         outputs += ["inputs"]
-    width = [4 * pose_layout[0]] if pose_layout is not None else []
-    shapes = {"world": [28, 4], "to_character_t": [4, 4], "settings": [6], "z_limits": [2], "step_limits": [2],
-              "hips_maps": [VEC, 11], "previous_feet": [6], "pose_base": width}
-    out_shapes = {"q": [4 * NUM_ROLES], "feet": [6], "check": [3], "inputs": [NUM_INPUTS], "matrices_t": [28, 4],
-                  "hips_q": [4], "hips_location": [3], "pose": width}
-    # hips_maps has its own batch size: 1 when every character shares one map (RuntimeEngine.set_hips_maps)
-    info = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["hips_batch" if n == "hips_maps" else "batch"] + s)
+    width = [4 * pose_layout[0] + QUATERNIONS] if pose_layout is not None else []
+    shapes = {"world": [28, 4], "to_character_t": [4, 3], "settings": [6], "z_limits": [2], "step_limits": [2],
+              "previous_feet": [6], "pose_base": width}
+    out_shapes = {"q_ext": [QUATERNIONS], "feet": [6], "check": [3], "inputs": [NUM_INPUTS], "matrices_t": [28, 3],
+                  "hips_location": [3], "pose": width}
+    info = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, [characters] + s)
     graph = helper.make_graph(g.nodes, "neural_ik_runtime", [info(n, shapes[n]) for n in inputs],
                               [info(n, out_shapes[n]) for n in outputs], initializer=g.inits)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="neural_ik.runtime")
@@ -351,17 +382,18 @@ def build_runtime_graph(model, builder, height, debug=False, pose_layout=None):
     return proto
 
 
-def graph_hips_maps(maps):
-    """(K, 16, 10) maps of live.LiveCharacter.hips_map (row-major vec(hips transform) -> 7 squares/signs of
-    quaternion_math.MATRIX_TO_SQUARES and the location) -> the graph's (K, 112, 11) on vec of the transposed seven."""
-    maps = np.asarray(maps, np.float64)
+def graph_hips_map(hips_map):
+    """(16, 10) map of live.LiveCharacter.hips_map (row-major vec(hips transform) -> 7 squares/signs of
+    quaternion_math.MATRIX_TO_SQUARES and the location) -> (FULL_VEC, 11) on vec of the seven transposed matrices:
+    squares (4), sign carriers (4: w's the constant +1), location (3)."""
+    hips_map = np.asarray(hips_map, np.float64)
     rows = HIPS_ROWS + _transposed_rows()[:16]
-    out = np.zeros((len(maps), VEC, 11))
-    out[:, rows, 0:4] = maps[:, :, 0:4]
-    out[:, HIPS_ROWS + 15, 4] = 1.0                          # w's sign: +
-    out[:, rows, 5:8] = maps[:, :, 4:7]
-    out[:, HIPS_ROWS + 15, 5:8] += 1e-30                     # a zero antisymmetric part reads as +
-    out[:, rows, 8:11] = maps[:, :, 7:10]
+    out = np.zeros((FULL_VEC, 11))
+    out[rows, 0:4] = hips_map[:, 0:4]
+    out[HIPS_ROWS + 15, 4] = 1.0                             # w's sign: +
+    out[rows, 5:8] = hips_map[:, 4:7]
+    out[HIPS_ROWS + 15, 5:8] += 1e-30                        # a zero antisymmetric part reads as +
+    out[rows, 8:11] = hips_map[:, 7:10]
     return out
 
 
@@ -371,70 +403,81 @@ class RuntimeEngine:
     Two bindings alternate: the feet output of one tick is the previous_feet input of the next (nothing is copied),
     and every other output has a buffer per binding, so the results of the last run that passed its checks stay
     readable after a run that did not (the solver keeps them as the last good pose without copying them each tick).
-    `q`, `targets`, `hips_q`, `hips_location` and `pose` are the latest run's; `results(p)` those of binding p."""
+    `q`, `hips_q`, `hips_location` and `pose` are the latest run's (views), `targets` its character-space targets (a
+    new array); `results(p)` and `targets_of(p)` those of binding p."""
     name = "onnxruntime"
 
-    def __init__(self, model, builder, height, characters, debug=False, pose_layout=None):
-        from .solver import ort_session
-
-        k = characters
-        self.session = ort_session(build_runtime_graph(model, builder, height, debug, pose_layout).SerializeToString())
+    def __init__(self, model, builder, height, characters, debug=False, pose_layout=None, hips_map=None):
+        k = self.k = characters
+        self.graph_args = (model, builder, height, k, debug, pose_layout)
         self.world = np.broadcast_to(np.eye(4, dtype=np.float32), (k, 7, 4, 4)).copy()
-        self.to_character_t = np.broadcast_to(np.eye(4, dtype=np.float32), (k, 1, 4, 4)).copy()
+        self.to_character = np.broadcast_to(np.eye(4), (k, 4, 4)).copy()
+        self.to_character_t = np.zeros((k, 4, 3), np.float32)
+        self.set_to_character(self.to_character)
         self.settings = np.zeros((k, 6), np.float32)
         self.z_limits = np.zeros((k, 2), np.float32)
         self.step_limits = np.full((k, 2), np.inf, np.float32)
-        self.hips_maps = np.zeros((k, VEC, 11), np.float32)
         self.feet = (np.zeros((k, 6), np.float32), np.zeros((k, 6), np.float32))
         self.check = np.zeros((k, 3), np.float32)
         self.check_flat = self.check.reshape(-1)
+        self.check_bounds = list(CHECK_BOUNDS) * k
         self.inputs = np.zeros((k, NUM_INPUTS), np.float32) if debug else None
-        widths = {"q": (4 * NUM_ROLES,), "matrices_t": (7, 4, 4), "hips_q": (4,), "hips_location": (3,)}
-        graph_shapes = {"world": (k, 28, 4), "to_character_t": (k, 4, 4), "matrices_t": (k, 28, 4)}   # same memory
-        inputs = list(GRAPH_INPUTS[:-1])
+        self.widths = {"q_ext": (QUATERNIONS,), "matrices_t": (28, 3), "hips_location": (3,)}
         self.pose_base = None
         if pose_layout is not None:
-            self.pose_base = np.zeros((k, 4 * pose_layout[0]), np.float32)
-            widths["pose"] = (4 * pose_layout[0],)
-            inputs.append("pose_base")
-        self.buffers = [{name: np.zeros((k,) + w, np.float32) for name, w in widths.items()} for _ in (0, 1)]
-        for buffers in self.buffers:
-            buffers["targets"] = np.swapaxes(buffers["matrices_t"][:, 1:], -1, -2)   # character space (a view)
-            buffers.setdefault("pose", None)
+            width = 4 * pose_layout[0]
+            self.pose_base = np.zeros((k, width + QUATERNIONS), np.float32)
+            self.widths["pose"] = (width + QUATERNIONS,)
+        self.buffers = [{name: np.zeros((k,) + w, np.float32) for name, w in self.widths.items()} for _ in (0, 1)]
+        for buffers in self.buffers:                 # views: q, the hips' quaternion, each rig's pose buffer
+            buffers["q"] = buffers["q_ext"][:, :4 * NUM_ROLES]
+            buffers["hips_q"] = buffers["q_ext"][:, 4 * NUM_ROLES:]
+            buffers["pose_full"] = buffers.get("pose")                 # what the graph writes (spare columns too)
+            buffers["pose"] = buffers["pose"][:, :width] if pose_layout is not None else None
+        self.parity = 0
+        self.latest = 1
+        self.set_hips_map(hips_map)
+
+    def set_hips_map(self, hips_map):
+        """(Re)build the session with the hips' map (16, 10) folded into the graph's linear map (None: zeros) and bind
+        every buffer (the buffers stay the same arrays)."""
+        from .solver import ort_session
+
+        self.session = ort_session(build_runtime_graph(*self.graph_args, hips_map=hips_map).SerializeToString())
+        inputs = list(GRAPH_INPUTS[:-1]) + (["pose_base"] if self.pose_base is not None else [])
         self.bindings = []
         for p in (0, 1):
             io = self.session.io_binding()
             for name in inputs:
-                buf = getattr(self, name)
-                io.bind_cpu_input(name, buf.reshape(graph_shapes.get(name, buf.shape)))
+                io.bind_cpu_input(name, getattr(self, name).reshape(self.k, 28, 4) if name == "world" else getattr(self, name))
             io.bind_cpu_input("previous_feet", self.feet[p])
-            outputs = [(name, self.buffers[p][name]) for name in widths] + [("check", self.check), ("feet", self.feet[1 - p])]
-            if debug:
+            outputs = [(name, self.buffers[p]["pose_full" if name == "pose" else name]) for name in self.widths]
+            outputs += [("check", self.check), ("feet", self.feet[1 - p])]
+            if self.inputs is not None:
                 outputs.append(("inputs", self.inputs))
             for name, buf in outputs:
-                io.bind_output(name, "cpu", 0, np.float32, graph_shapes.get(name, buf.shape), buf.ctypes.data)
+                io.bind_output(name, "cpu", 0, np.float32, buf.shape, buf.ctypes.data)
             self.bindings.append(io)
-        self.parity = 0
-        self.latest = 1
         self.run_binding = self.session.run_with_iobinding
 
-    def set_hips_maps(self, maps):
-        """maps (K or 1, 16, 10) acting on vec(hips transform) (row-major), as live.LiveCharacter.hips_map builds.
-
-        When every character has the same map (copies of one rig) the graph gets it once, (1, 112, 11): ONNX Runtime
-        then makes one (K, 112) @ (112, 11) product instead of K small ones (~0.2 us per character at K = 50)."""
-        maps = graph_hips_maps(maps)
-        if (maps == maps[:1]).all():
-            maps = maps[:1]
-        self.hips_maps = np.ascontiguousarray(maps, np.float32)
-        for io in self.bindings:                    # the bindings read the new buffer (kept alive as self.hips_maps)
-            io.bind_cpu_input("hips_maps", self.hips_maps)
+    def set_to_character(self, matrices):
+        """Character space from world space, (K, 4, 4) or one (4, 4) for everyone (an affine map: bottom row 0 0 0 1)."""
+        self.to_character[:] = matrices
+        self.to_character_t[:] = np.swapaxes(self.to_character[:, :3, :], -1, -2)
 
     def results(self, p):
         return self.buffers[p]
 
+    def targets_of(self, p):
+        """(K, 6, 4, 4) float64 the character-space targets binding p's run saw (the graph keeps their top rows)."""
+        top = self.buffers[p]["matrices_t"].reshape(self.k, 7, 4, 3)[:, 1:]
+        out = np.zeros((self.k, 6, 4, 4))
+        out[:, :, :3] = np.swapaxes(top, -1, -2)
+        out[:, :, 3, 3] = 1.0
+        return out
+
     q = property(lambda self: self.buffers[self.latest]["q"])
-    targets = property(lambda self: self.buffers[self.latest]["targets"])
+    targets = property(lambda self: self.targets_of(self.latest))
     hips_q = property(lambda self: self.buffers[self.latest]["hips_q"])
     hips_location = property(lambda self: self.buffers[self.latest]["hips_location"])
     pose = property(lambda self: self.buffers[self.latest]["pose"])
@@ -449,7 +492,7 @@ class RuntimeEngine:
         self.run_binding(self.bindings[p])
         self.latest = p
         self.parity = p ^ 1
-        for value in self.check_flat.tolist():      # a handful of floats: cheaper in Python than a NumPy reduction
-            if not value <= 0.0:                    # NaN fails too
+        for value, bound in zip(self.check_flat.tolist(), self.check_bounds):   # cheaper in Python than in NumPy
+            if not value <= bound:                  # NaN fails too
                 return False
         return True

@@ -315,11 +315,13 @@ class Solver:
     """
 
     def __init__(self, model, onnx_bytes=None, characters=1, engine="auto", blend_ticks=8, tolerance=1e-3,
-                 runtime_graph=True, links=None, pose_layout=None):
+                 runtime_graph=True, links=None, pose_layout=None, hips_map=None):
         """links: the bridges and offsets FK needs where unmapped in-between bones (CMU's CC_Base_Pelvis) are off
         their rest pose - one set for every character, or one per character (see resolve_links); None: rest.
         pose_layout: (bone count, pose-bone indices, their roles, the hips' index or None) of rigs that share one
-        bone layout: the run-time graph then also gives their whole rotation_quaternion buffers (runtime.pose)."""
+        bone layout: the run-time graph then also gives their whole rotation_quaternion buffers (runtime.pose).
+        hips_map: the characters' shared map of the root target to the hips' matrix_basis (live.LiveCharacter.hips_map),
+        for the run-time graph's hips outputs."""
         self.model = model
         self.k = k = characters
         skeleton, per_character = resolve_links(model.skeleton, links, k)
@@ -331,7 +333,8 @@ class Solver:
         if self.engine.name == "onnxruntime" and runtime_graph and per_character is None:
             from .runtime_graph import RuntimeEngine
 
-            self.runtime = RuntimeEngine(model, self.build_inputs, model.skeleton.height, k, pose_layout=pose_layout)
+            self.runtime = RuntimeEngine(model, self.build_inputs, model.skeleton.height, k, pose_layout=pose_layout,
+                                         hips_map=hips_map)
         self.fallbacks = 0                   # ticks the run-time graph handed back to the careful NumPy path
         self.used_runtime = False            # whether the last step's results came from the run-time graph
         self.refiner = Refiner(skeleton, model.mean_pose, model.limit_low, model.limit_high)
@@ -399,11 +402,10 @@ class Solver:
     # runtime.targets; the live tick writes the rigs from them): q, last_q and last_hips are copied from there only
     # when something reads them, or before a tick the graph hands back to the NumPy path.
     def _sync(self):
-        results = self.runtime.results(self.pending)
-        self.pending = None
-        np.copyto(self._q.reshape(self.k, 4 * NUM_ROLES), results["q"])
+        p, self.pending = self.pending, None
+        np.copyto(self._q.reshape(self.k, 4 * NUM_ROLES), self.runtime.results(p)["q"])
         np.copyto(self._last_q, self._q)
-        np.copyto(self._last_hips, results["targets"][:, 0])
+        np.copyto(self._last_hips, self.runtime.targets_of(p)[:, 0])
 
     @property
     def q(self):
@@ -576,7 +578,7 @@ class Solver:
         """Character-space targets (K, 6, 4, 4) from the run-time engine's world matrices (what a live tick read)."""
         rt = self.runtime
         with np.errstate(invalid="ignore", over="ignore"):   # non-finite targets are caught by the checks after this
-            return np.swapaxes(rt.world[:, 1:].astype(np.float64) @ rt.to_character_t.astype(np.float64), -1, -2).copy()
+            return rt.to_character[:, None] @ np.swapaxes(rt.world[:, 1:].astype(np.float64), -1, -2)
 
     def _runtime_step(self, targets, refine_iterations, dt, contact, measure_errors):
         """The tick through the run-time graph; False (nothing kept) when its checks send it to the NumPy path."""
@@ -615,7 +617,7 @@ class Solver:
             self._sync()
         q = self._q
         np.copyto(q.reshape(k, 4 * NUM_ROLES), rt.q)
-        t = rt.targets.astype(np.float64)
+        t = rt.targets
         if refine_iterations > 0:
             self.errors = self.refiner.refine_quaternions(q, t[:, 0], t[:, 1:, :3, 3], t[:, 1:, :3, :3],
                                                           iterations=refine_iterations)
@@ -625,7 +627,7 @@ class Solver:
         if not np.isfinite(q.sum() + self.errors.sum()):
             return False
         np.copyto(self._last_q, q)
-        np.copyto(self._last_hips, rt.targets[:, 0])
+        np.copyto(self._last_hips, t[:, 0])
         self.status.fill(OK)
         self.status_set = False
         if refine_iterations > 0:

@@ -144,7 +144,7 @@ def test_runtime_graph_equals_the_numpy_path(model, poses):
     to_character[:3, 3] = (0.4, -2.0, 0.1)
     world = np.linalg.inv(to_character) @ targets
     rt.world[:, 1:] = np.swapaxes(world, -1, -2)
-    rt.to_character_t[:] = to_character.T
+    rt.set_to_character(to_character)
     rt.settings[:] = (0.0, 0.0, 1.0, 1.0, 0.0, 0.0)
     rt.z_limits[:] = -np.inf                     # contact flags 0, as given to the reference
     from neural_ik.neural_network.quaternion_math import MATRIX_TO_SQUARES, SQUARES_BIAS
@@ -157,7 +157,7 @@ def test_runtime_graph_equals_the_numpy_path(model, poses):
         probe = probe.reshape(4, 4)
         hips_map[0, u, :7] = (turn @ probe[:3, :3]).reshape(9) @ MATRIX_TO_SQUARES + SQUARES_BIAS * probe[3, 3]
         hips_map[0, u, 7:] = shift @ probe[:, 3]
-    rt.set_hips_maps(hips_map)
+    rt.set_hips_map(hips_map[0])
     assert rt.run()
     np.testing.assert_allclose(rt.inputs, inputs_of(model.feature_spec, pose, hips_R), atol=2e-5)
     np.testing.assert_allclose(rt.q.reshape(k, -1, 4), reference.quaternions, atol=2e-6)
@@ -208,10 +208,10 @@ def test_runtime_pose_buffers_equal_the_numpy_path(model, poses):
     base = rng.normal(size=(k, count, 4)).astype(np.float32)
     base[:, bones] = 0.0
     base[:, hips_index] = 0.0
-    rt.pose_base[:] = base.reshape(k, -1)
-    maps = np.zeros((1, 16, 10))
-    maps[0, 15, 0] = 4.0                         # a hips map whose squares say "identity" (4 w^2 = 4)
-    rt.set_hips_maps(maps)
+    rt.pose_base[:, :4 * count] = base.reshape(k, -1)
+    hips_map = np.zeros((16, 10))
+    hips_map[15, 0] = 4.0                        # a hips map whose squares say "identity" (4 w^2 = 4)
+    rt.set_hips_map(hips_map)
     assert rt.run()
     pose = rt.pose.reshape(k, count, 4)
     np.testing.assert_allclose(pose[:, bones], reference.quaternions[:, roles], atol=2e-6)

@@ -15,6 +15,7 @@ import time
 from collections import deque
 from operator import attrgetter
 
+import bpy
 import numpy as np
 
 from . import rig_io, state
@@ -234,8 +235,6 @@ class TargetReader:
         self._index()
 
     def _index(self):
-        import bpy
-
         objects = bpy.data.objects
         try:
             uids = [o.session_uid for o in self.objects]
@@ -261,8 +260,6 @@ class TargetReader:
         in character space (K, 6, 4, 4), or None when the run-time graph takes the world matrices as they are.
         Sets `moved`: the characters whose armature moved since the last read (empty, usually)."""
         if self.shared:
-            import bpy
-
             objects = bpy.data.objects
             if len(objects) != self.count:
                 self._index()
@@ -357,7 +354,7 @@ class LiveGroup:
                 base[:, self.bones] = 0.0
                 if c0.hips_is_quaternion:
                     base[:, self.hips_index] = 0.0
-                rt.pose_base[:, :base[0].size] = base.reshape(k, -1)
+                rt.pose_base[:, :len(base[0])] = base
                 self.pose_rows = [[rt.results(p)["pose"][i] for i in range(k)] for p in (0, 1)]
                 self.pose_locations = [rt.results(p)["hips_location"] for p in (0, 1)]
 
@@ -462,6 +459,7 @@ class LiveTick:
                             for model, data, links, hips_map, chars in by_model.values()]
         self.groups = [(g.solver, g.characters, None) for g in self.live_groups]
         self.readers = [TargetReader(g.characters, g.solver) for g in self.live_groups]
+        self.pairs = list(zip(self.live_groups, self.readers))
         self.times = deque(maxlen=history)
         self.status = {}
         self.running = False
@@ -490,9 +488,10 @@ class LiveTick:
         """One tick for every character; raises LiveStopped when the session cannot go on."""
         began = time.perf_counter()
         self.rounds += 1
-        edited = state.live_settings.value != self.settings_version
-        self.settings_version = state.live_settings.value
-        for group, reader in zip(self.live_groups, self.readers):
+        version = state.live_settings.value
+        edited = version != self.settings_version
+        self.settings_version = version
+        for group, reader in self.pairs:
             targets = reader.read()
             k = group.k
             if edited or not group.solver.started:

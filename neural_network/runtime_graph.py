@@ -275,8 +275,8 @@ def _quaternions(g, model, d, hips_q, pose_layout, k):
     """q = q_mean * exp(delta) per role: E = [cos theta (23, padded to 32), sin theta / theta * d (69), the hips'
     quaternion (4)], q_ext = E @ block + identity where the rig lacks the role (block holds the mean pose's
     left-multiplication matrices; the hips' quaternion passes through as the last 4 columns). With a pose layout, one
-    ScatterElements puts q_ext's columns at their bones in `pose_base` (the unmapped bones' rotations, plus 96 spare
-    columns that take the roles no quaternion bone has): the rig's rotation_quaternion buffer (`pose`)."""
+    ScatterND puts q_ext's quaternions at their bones in `pose_base` (K, bones + 24, 4) (the unmapped bones' rotations,
+    plus 24 spare places that take the roles no quaternion bone has): the rigs' rotation_quaternion buffers (`pose`)."""
     from .quaternion_math import left_matrices
     from .rotations import matrix_to_quaternion
 
@@ -304,9 +304,7 @@ def _quaternions(g, model, d, hips_q, pose_layout, k):
         index[:, :, 0] = np.arange(k)[:, None]
         index[:, :, 1] = columns[::4] // 4
         q3 = g.node("Reshape", [q_ext, g.ints("shape_q3", [k, QUATERNIONS // 4, 4])], "q_ext3")
-        pose3 = g.node("ScatterND", [g.node("Reshape", ["pose_base", g.ints("shape_pose3", [k, -1, 4])], "pose_base3"),
-                                     g.ints("pose_bones", index), q3], "pose3")
-        g.node("Reshape", [pose3, g.ints("shape_pose", [k, -1])], "pose")
+        g.node("ScatterND", ["pose_base", g.ints("pose_bones", index), q3], "pose")
 
 
 def pose_columns(pose_layout):
@@ -322,12 +320,12 @@ def pose_columns(pose_layout):
 
 
 def _hips(g):
-    """The hips' matrix_basis quaternion from the linear map's hips columns: squares of (w, x, y, z) (times 4),
-    carriers of their signs (w's is the constant 1; x, y, z: the antisymmetric part, nudged off zero so a zero reads
-    as +); q = normalise(sign * sqrt(max(squares, 0)))."""
+    """The hips' matrix_basis quaternion from the linear map's hips columns: squares of (w, x, y, z), carriers of
+    their signs (w's is the constant 1; x, y, z: the antisymmetric part, nudged off zero so a zero reads as +);
+    q = sign * sqrt(max(squares, 0)) / 2. Not normalised: the check keeps the root target's rotation orthonormal to
+    float precision (else the NumPy path takes the tick), and Blender normalises a pose quaternion before use."""
     magnitude = g.node("Sqrt", [g.node("Relu", ["squares"], "squares_pos")], "magnitudes")
-    signed = g.node("Mul", [magnitude, g.node("Sign", ["signs"], "sign")], "signed")
-    return g.node("LpNormalization", [signed], "hips_q", axis=1, p=2)
+    return g.node("Mul", [magnitude, g.node("Sign", ["signs"], "sign")], "hips_q")
 
 
 def _check(g, vec, rot_dev, height):
@@ -369,7 +367,7 @@ def build_runtime_graph(model, builder, height, characters, debug=False, pose_la
     if debug:
         g.node("MatMul", [both, g.const("P", P)], "inputs")
         outputs += ["inputs"]
-    width = [4 * pose_layout[0] + QUATERNIONS] if pose_layout is not None else []
+    width = [pose_layout[0] + QUATERNIONS // 4, 4] if pose_layout is not None else []
     shapes = {"world": [28, 4], "to_character_t": [4, 3], "settings": [6], "z_limits": [2], "step_limits": [2],
               "previous_feet": [6], "pose_base": width}
     out_shapes = {"q_ext": [QUATERNIONS], "feet": [6], "check": [3], "inputs": [NUM_INPUTS], "matrices_t": [28, 3],
@@ -385,11 +383,11 @@ def build_runtime_graph(model, builder, height, characters, debug=False, pose_la
 def graph_hips_map(hips_map):
     """(16, 10) map of live.LiveCharacter.hips_map (row-major vec(hips transform) -> 7 squares/signs of
     quaternion_math.MATRIX_TO_SQUARES and the location) -> (FULL_VEC, 11) on vec of the seven transposed matrices:
-    squares (4), sign carriers (4: w's the constant +1), location (3)."""
+    squares over 4 (w^2, x^2, y^2, z^2), sign carriers (4: w's the constant +1), location (3)."""
     hips_map = np.asarray(hips_map, np.float64)
     rows = HIPS_ROWS + _transposed_rows()[:16]
     out = np.zeros((FULL_VEC, 11))
-    out[rows, 0:4] = hips_map[:, 0:4]
+    out[rows, 0:4] = hips_map[:, 0:4] / 4.0
     out[HIPS_ROWS + 15, 4] = 1.0                             # w's sign: +
     out[rows, 5:8] = hips_map[:, 4:7]
     out[HIPS_ROWS + 15, 5:8] += 1e-30                        # a zero antisymmetric part reads as +
@@ -425,15 +423,15 @@ class RuntimeEngine:
         self.widths = {"q_ext": (QUATERNIONS,), "matrices_t": (28, 3), "hips_location": (3,)}
         self.pose_base = None
         if pose_layout is not None:
-            width = 4 * pose_layout[0]
-            self.pose_base = np.zeros((k, width + QUATERNIONS), np.float32)
-            self.widths["pose"] = (width + QUATERNIONS,)
+            bones = pose_layout[0]
+            self.pose_base = np.zeros((k, bones + QUATERNIONS // 4, 4), np.float32)
+            self.widths["pose"] = self.pose_base.shape[1:]
         self.buffers = [{name: np.zeros((k,) + w, np.float32) for name, w in self.widths.items()} for _ in (0, 1)]
         for buffers in self.buffers:                 # views: q, the hips' quaternion, each rig's pose buffer
             buffers["q"] = buffers["q_ext"][:, :4 * NUM_ROLES]
             buffers["hips_q"] = buffers["q_ext"][:, 4 * NUM_ROLES:]
-            buffers["pose_full"] = buffers.get("pose")                 # what the graph writes (spare columns too)
-            buffers["pose"] = buffers["pose"][:, :width] if pose_layout is not None else None
+            buffers["pose_full"] = buffers.get("pose")                 # what the graph writes (spare places too)
+            buffers["pose"] = buffers["pose"][:, :bones].reshape(k, 4 * bones) if pose_layout is not None else None
         self.parity = 0
         self.latest = 1
         self.set_hips_map(hips_map)

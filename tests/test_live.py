@@ -246,3 +246,30 @@ def test_entering_edit_mode_ends_the_session_and_restores_the_pose(live_rig):
     assert not state.live_sessions
     np.testing.assert_array_equal(restored, before)
     assert obj.animation_data.action is not None
+
+
+def test_settings_edits_reach_the_next_tick_and_unnotified_changes_a_later_one(live_rig):
+    """A panel or Python edit of a live setting (its update callback counts it) is read on the very next tick; a value
+    changed behind Blender's back (a raw ID-property write, as a driver does) arrives within SETTINGS_ROUNDS ticks."""
+    import bpy
+
+    from neural_ik.live import LiveTick
+
+    obj, _rig, model, _held = live_rig
+    obj.neural_ik.refine_iterations = 0
+    tick = LiveTick([(obj, model, None)])
+    tick.start()
+    scene = bpy.context.scene
+    group = tick.live_groups[0]
+    tick.tick(scene)
+    assert group.iterations == 0
+    obj.neural_ik.refine_iterations = 3            # through RNA: the update callback fires
+    tick.tick(scene)
+    assert group.iterations == 3
+    obj.neural_ik["refine_iterations"] = 1         # no callback: only the periodic re-read sees it
+    seen = []
+    for _ in range(LiveTick.SETTINGS_ROUNDS):
+        tick.tick(scene)
+        seen.append(group.iterations)
+    tick.stop()
+    assert seen[-1] == 1 and seen[0] == 3, seen    # not read at once (proving the slice), but within the rounds

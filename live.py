@@ -393,9 +393,11 @@ class LiveGroup:
             solver.set_settings(phase=phase)
         solver.step(targets, None, None, None, None, refine_iterations=self.iterations, measure_errors=False)
         rt = solver.runtime
-        if solver.used_runtime and solver.pending is not None and rt.pose_base is not None:
+        if solver.used_runtime and rt.pose_base is not None:
             # the graph's own buffers hold every rig's rotations (hips included): one foreach_set and one location each
             p = rt.latest
+            if solver.pending is None:          # refined: the refined rotations replace the network's there
+                rt.results(p)["pose_full"][:, self.bones] = solver.q[:, self.roles]
             for (set_all, hips), row, location in zip(self.writers, self.pose_rows[p], self.pose_locations[p].tolist()):
                 set_all("rotation_quaternion", row)
                 hips.location = location            # also tags the armature for re-evaluation

@@ -402,7 +402,7 @@ class RuntimeEngine:
     and every other output has a buffer per binding, so the results of the last run that passed its checks stay
     readable after a run that did not (the solver keeps them as the last good pose without copying them each tick).
     `q`, `hips_q`, `hips_location` and `pose` are the latest run's (views), `targets` its character-space targets (a
-    new array); `results(p)` and `targets_of(p)` those of binding p."""
+    float64 buffer of the binding, filled on each read); `results(p)` and `targets_of(p)` those of binding p."""
     name = "onnxruntime"
 
     def __init__(self, model, builder, height, characters, debug=False, pose_layout=None, hips_map=None):
@@ -432,6 +432,9 @@ class RuntimeEngine:
             buffers["hips_q"] = buffers["q_ext"][:, 4 * NUM_ROLES:]
             buffers["pose_full"] = buffers.get("pose")                 # what the graph writes (spare places too)
             buffers["pose"] = buffers["pose"][:, :bones].reshape(k, 4 * bones) if pose_layout is not None else None
+        self.target_buffers = [np.zeros((k, 6, 4, 4)) for _ in (0, 1)]
+        for buffer in self.target_buffers:
+            buffer[:, :, 3, 3] = 1.0
         self.parity = 0
         self.latest = 1
         self.set_hips_map(hips_map)
@@ -467,11 +470,10 @@ class RuntimeEngine:
         return self.buffers[p]
 
     def targets_of(self, p):
-        """(K, 6, 4, 4) float64 the character-space targets binding p's run saw (the graph keeps their top rows)."""
-        top = self.buffers[p]["matrices_t"].reshape(self.k, 7, 4, 3)[:, 1:]
-        out = np.zeros((self.k, 6, 4, 4))
-        out[:, :, :3] = np.swapaxes(top, -1, -2)
-        out[:, :, 3, 3] = 1.0
+        """(K, 6, 4, 4) float64 the character-space targets binding p's run saw (the graph keeps their top rows):
+        the binding's target buffer, filled now (it stays valid until the next call for that binding)."""
+        out = self.target_buffers[p]
+        np.copyto(out[:, :, :3], np.swapaxes(self.buffers[p]["matrices_t"].reshape(self.k, 7, 4, 3)[:, 1:], -1, -2))
         return out
 
     q = property(lambda self: self.buffers[self.latest]["q"])

@@ -16,6 +16,7 @@ task in the same call, and the two delta sets are mixed. Targets that are not fi
 never reach the network: the character keeps its last good pose and its status says so. Pure NumPy (+onnxruntime).
 """
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -619,19 +620,21 @@ class Solver:
         np.copyto(q.reshape(k, 4 * NUM_ROLES), rt.q)
         t = rt.targets
         if refine_iterations > 0:
-            self.errors = self.refiner.refine_quaternions(q, t[:, 0], t[:, 1:, :3, 3], t[:, 1:, :3, :3],
-                                                          iterations=refine_iterations)
+            errors = self.refiner.refine_quaternions(q, t[:, 0], t[:, 1:, :3, 3], t[:, 1:, :3, :3],
+                                                     iterations=refine_iterations)
         else:
             miss = self.refiner.chain_forward(q, t[:, 0])[:, self.effector_slots][..., :3, 3] - t[:, 1:, :3, 3]
-            self.errors = np.sqrt(np.einsum("kei,kei->ke", miss, miss))
-        if not np.isfinite(q.sum() + self.errors.sum()):
+            errors = np.sqrt(np.einsum("kei,kei->ke", miss, miss))
+        self.errors = errors
+        if not math.isfinite(float(q.sum()) + float(errors.sum())):
             return False
         np.copyto(self._last_q, q)
         np.copyto(self._last_hips, t[:, 0])
-        self.status.fill(OK)
-        self.status_set = False
-        if refine_iterations > 0:
-            self.status[self.errors.max(axis=1) > self.tolerance] |= MISSED
+        if self.status_set:
+            self.status.fill(OK)
+            self.status_set = False
+        if refine_iterations > 0 and float(errors.max()) > self.tolerance:
+            self.status[errors.max(axis=1) > self.tolerance] |= MISSED
             self.status_set = True
         if not self.all_had_good:
             self.has_good[:] = True

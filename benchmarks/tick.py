@@ -7,8 +7,9 @@ the weights). Prints: inference alone (ONNX Runtime with IO binding, plain sessi
 alone (inputs + inference + quaternions in one ONNX Runtime call, what the tick uses), the whole tick without
 Blender's view_layer.update() (read targets + inputs + inference + write), the same with 2 refinement iterations
 (targets within reach of the limbs: the closed form; and targets the network leaves out of reach: least squares
-first), view_layer.update() itself, and the batched tick for 1, 10 and 50 characters (total, per character, and per
-character beyond the single tick).
+first), the same with the shipped model (weights/demo.npz) on the demo clips it was validated on and never trained on
+(targets moved to each frame before its tick: how often least squares is needed there), view_layer.update() itself,
+and the batched tick for 1, 10 and 50 characters (total, per character, and per character beyond the single tick).
 """
 
 import argparse
@@ -19,6 +20,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "scripts"))
 
 from addon_loader import load_addon  # noqa: E402
@@ -53,6 +55,48 @@ def random_network(skeleton, spec, hidden=(128, 96), seed=0):
     eye = np.broadcast_to(np.eye(3), (23, 3, 3)).copy()
     return Model(skeleton, spec, weights, np.zeros(50, np.float32), np.ones(50, np.float32), eye,
                  np.full((23, 3), -0.3), np.full((23, 3), 0.3))
+
+
+def shipped_model_ticks(bpy, obj, rig, passes=3):
+    """Tick times (us) and the share of ticks that needed least squares, with the shipped model and 2 refinement
+    iterations, on the demo clips it was validated on (held out of its training): targets placed on each frame."""
+    import json
+
+    from mathutils import Matrix
+
+    from neural_ik import rig_io
+    from neural_ik.live import LiveTick, targets_of
+    from neural_ik.neural_network.onnx_export import load_model_file
+    from neural_ik.neural_network.roles import EFFECTOR_ROLES
+
+    weights = os.path.join(REPO, "weights")
+    model, data = load_model_file(os.path.join(weights, "demo.npz"), rig.skeleton)
+    with open(os.path.join(weights, "demo_metrics.json"), encoding="utf-8") as f:
+        names = json.load(f)["validation_actions"]
+    samples = [rig_io.read_action(rig, obj, bpy.data.actions[n]) for n in names]
+    scene = bpy.context.scene
+    world = np.array(obj.matrix_world)
+    roles = [0] + list(EFFECTOR_ROLES)
+    obj.neural_ik.refine_iterations = 2
+    tick = LiveTick([(obj, model, data)])
+    tick.start()
+    refiner = tick.live_groups[0].solver.refiner
+    times, least_squares = [], 0
+    for _ in range(passes):
+        for sample in samples:
+            for i in range(len(sample.frames)):
+                for target, role in zip(targets_of(obj), roles):
+                    m = np.eye(4)
+                    m[:3, :3] = rig.basis.T @ sample.rotations[i, role]
+                    m[:3, 3] = rig.basis.T @ sample.positions[i, role] / rig.scale
+                    target.matrix_world = Matrix((world @ m).tolist())
+                began = time.perf_counter()
+                tick.tick(scene)
+                times.append(time.perf_counter() - began)
+                least_squares += refiner.last_least_squares > 0
+    tick.stop()
+    obj.neural_ik.refine_iterations = 0
+    return np.array(times) * 1e6, least_squares / len(times)
 
 
 def make_characters(bpy, count):
@@ -153,6 +197,13 @@ def main(argv=None):
     timing = measure(lambda: tick.tick(scene), args.repeats // 2)
     rows.append((f"tick, 2 refinement its, within reach ({refiner.last_least_squares} LS)", *timing, "tick_refine2"))
     obj.neural_ik.refine_iterations = 0
+    tick.stop()
+    if not args.model:
+        times, share = shipped_model_ticks(bpy, obj, rig)
+        rows.append((f"tick, 2 refinement its, shipped model, held-out clips ({100 * share:.0f}% LS)",
+                     float(np.median(times)), float(np.percentile(times, 99)), "tick_refine2"))
+    tick = LiveTick([(obj, blind, build_onnx(blind).SerializeToString())])
+    tick.start()
 
     def update():
         obj.update_tag()

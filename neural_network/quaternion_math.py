@@ -93,3 +93,32 @@ def left_matrices(q):
     w, x, y, z = (q[..., i] for i in range(4))
     return np.stack([np.stack([w, -x, -y, -z], -1), np.stack([x, w, -z, y], -1),
                      np.stack([y, z, w, -x], -1), np.stack([z, -y, x, w], -1)], -2)
+
+
+def _hamilton_product():
+    """(16, 4): a * b = vec(a b^T) @ this (Hamilton product, (w, x, y, z)), from the columns of left_matrices."""
+    eye = np.eye(4)
+    out = np.zeros((4, 4, 4))
+    for a in range(4):
+        out[a] = left_matrices(eye[a]).T        # (a_i e_i) * b = a_i L(e_i) @ b
+    return out.reshape(16, 4)
+
+
+HAMILTON_PRODUCT = _hamilton_product()
+
+
+def multiply_quaternions(a, b):
+    """(..., 4) a * b (Hamilton product, broadcast) in two calls: one outer product and one matmul."""
+    outer = a[..., :, None] * b[..., None, :]
+    return outer.reshape(outer.shape[:-2] + (16,)) @ HAMILTON_PRODUCT
+
+
+def quaternions_to_axis_angles(q):
+    """(..., 4) unit quaternions -> (..., 3) axis-angles with angle in [0, pi] (q and -q give the same)."""
+    v = q[..., 1:]
+    s = np.sqrt(np.einsum("...i,...i->...", v, v))
+    scale = np.arctan2(s, np.abs(q[..., 0]))
+    scale *= 2.0
+    scale /= np.maximum(s, 1e-300)            # 2 atan2(s, |w|) / s -> 2 / |w| as s -> 0: exact for tiny angles
+    np.copysign(scale, q[..., 0], out=scale)
+    return v * scale[..., None]

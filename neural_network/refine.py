@@ -21,6 +21,14 @@ whose targets that leaves out of reach (a clavicle or the spine must move, or th
 through the least-squares stage - `iterations` steps of it - and then the closed form again. So the iteration count
 is the least-squares budget for unreachable targets; `last_least_squares` says how many characters needed it.
 
+At K = 1 NumPy costs about half a microsecond a call whatever the array size, so the run-time path is written to
+make few calls: every buffer and view is made once per K (_Workspace), the vectors of a chain sit side by side so one
+matmul gives all their dot products, the elbow's new position comes from the limb plane without building its
+rotation, and the least-squares stage works on the same chain layout (joint positions and rotations straight from the
+forward pass, quaternion updates and limits) instead of a full forward pass over 23 roles with rotation matrices. The
+matrix-form methods further down (jacobian, least_squares_step, two_bone, ...) are the plain statements of the same
+steps; tests hold the run-time path to them.
+
 The hips transform is given and never moves. Pure NumPy; no bpy.
 """
 
@@ -29,8 +37,19 @@ from typing import NamedTuple
 import numpy as np
 
 from . import kinematics
-from .quaternion_math import QUATERNION_TO_MATRIX, SKEW, matrices_to_quaternions, quaternions_to_matrices, rotations_about
-from .roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX
+from .quaternion_math import (
+    MATRIX_TO_SQUARES,
+    QUATERNION_TO_MATRIX,
+    SKEW,
+    SQUARES_BIAS,
+    left_matrices,
+    matrices_to_quaternions,
+    multiply_quaternions,
+    quaternions_to_axis_angles,
+    quaternions_to_matrices,
+    rotations_about,
+)
+from .roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLES
 from .rotations import axis_angle_to_matrix, matrix_to_axis_angle
 
 LIMBS = (("LeftArm", "LeftForeArm", "LeftHand"), ("RightArm", "RightForeArm", "RightHand"),
@@ -49,30 +68,141 @@ LEVELS = (("Hips", "Hips", "Hips"), ("Spine", "LeftThigh", "RightThigh"), ("Spin
 CHAINS = (("LeftShoulder", "LeftArm", "LeftForeArm", "LeftHand"), ("RightShoulder", "RightArm", "RightForeArm", "RightHand"),
           ("Hips", "LeftThigh", "LeftShin", "LeftFoot"), ("Hips", "RightThigh", "RightShin", "RightFoot"),
           ("Spine2", "NeckLower", "NeckUpper", "Head"))
+SLOTS = 3 * len(LEVELS)
+MATRIX_TO_SQUARES_WITH_BIAS = np.vstack([MATRIX_TO_SQUARES, SQUARES_BIAS])     # (10, 7): rows (vec(R), 1)
+FOUR_ONES = np.ones(4)
+
+
+def _axis_angle_matrix(axis, angle):
+    return axis_angle_to_matrix(axis * angle[..., None])
 
 
 class ChainLinks(NamedTuple):
     """What the run-time chain takes from the bridges and offsets: per-slot bridge-times-quadratic-form (S, 16, 9),
-    slot offsets (S, 3), the chains' bridges (1, 5, 3, 3, 3), bone lengths (l1, l2, l1^2 + l2^2, 1 / (2 l1 l2)) and
-    reach (max, min), each (5,). per_character: every array has a leading K axis (one set per character), and forms
-    holds the slots' bridges (K, S, 3, 3) instead (a 16x9 form per slot and frame would cost 28 kB a frame)."""
+    slot offsets (S, 3), the chains' bridges (1, 5, 3, 3, 3), bone lengths (l1, l2, l1^2 + l2^2, 1 / (2 l1 l2)),
+    reach (max, min), each (5,), and the |u x v| (5,) below which a limb counts as straight (-1 for chains the closed
+    form leaves alone) with its largest value. per_character: every array has a leading K axis (one set per
+    character), and forms holds the slots' bridges (K, S, 3, 3) instead (a 16x9 form per slot and frame would cost
+    28 kB a frame)."""
     forms: np.ndarray
     offsets: np.ndarray
     chain_bridges: np.ndarray
     lengths: tuple
     reach: tuple
     per_character: bool
+    straight: np.ndarray
+    straight_max: float
 
     def take(self, rows):
         """The links of characters `rows` (shared links are everyone's)."""
         if not self.per_character:
             return self
+        straight = self.straight[rows]
         return ChainLinks(self.forms[rows], self.offsets[rows], self.chain_bridges[rows],
-                          tuple(a[rows] for a in self.lengths), tuple(a[rows] for a in self.reach), True)
+                          tuple(a[rows] for a in self.lengths), tuple(a[rows] for a in self.reach), True,
+                          straight, float(straight.max(initial=-1.0)))
 
 
-def _axis_angle_matrix(axis, angle):
-    return axis_angle_to_matrix(axis * angle[..., None])
+def _unblocked(shape):
+    """An empty array whose last axis has stride 2. NumPy's matmul hands each matrix of a stack to BLAS on its own
+    (~60 ns a call) unless an operand's rows are not contiguous; then its own loop runs, 2-4x faster for stacks of
+    3x3 and 4x4 (measured: (50, 5, 3, 3, 3) products 49 -> 12 us, (50, 3, 4, 4) 11 -> 5 us; at K = 1 a little)."""
+    return np.zeros(tuple(shape[:-1]) + (2 * shape[-1],))[..., ::2]
+
+
+def _view(array, shape):
+    """array reshaped without a copy (an error rather than a silent copy that writes nowhere)."""
+    out = array.reshape(shape)
+    if not np.shares_memory(out, array):
+        raise ValueError("reshape would copy")
+    return out
+
+
+class _Workspace:
+    """The run-time path's buffers for K characters, and every view its steps use, made once: at K = 1 a NumPy call
+    costs ~0.3-1 us whatever the size, and making a view costs ~0.2 us, so the steps are ufuncs and matmuls writing
+    into these with out=."""
+
+    def __init__(self, k, links):
+        # forward pass: each slot's local transform [bridge R(q) | offset], then the world transforms level by level
+        self.slot_q = np.empty((k, SLOTS, 4))
+        by_slot = self.slot_q.swapaxes(0, 1)
+        self.slot_q_columns, self.slot_q_rows = by_slot[..., :, None], by_slot[..., None, :]
+        self.slot_outer = np.empty((SLOTS, k, 4, 4))
+        self.slot_outer_flat = _view(self.slot_outer, (SLOTS, k, 16))
+        self.slot_rotations = np.empty((SLOTS, k, 9))
+        self.slot_rotations_by_character = _view(self.slot_rotations, (SLOTS, k, 3, 3)).swapaxes(0, 1)
+        self.G = _unblocked((k, SLOTS, 4, 4))
+        if not links.per_character:
+            self.G[:, :, :3, 3] = links.offsets
+        self.G[:, :, 3, 3] = 1.0
+        self.rotations = self.G[:, :, :3, :3]
+        T = np.zeros((k, len(LEVELS), 3, 4, 4))
+        self.world = _view(T, (k, SLOTS, 4, 4))
+        self.hips = T[:, 0]
+        G = _view(self.G, (k, len(LEVELS), 3, 4, 4))
+        self.levels = [(T[:, 3, :1] if level == 4 else T[:, level - 1], G[:, level], T[:, level])
+                       for level in range(1, len(LEVELS))]
+        # closed form: the chains' transforms (parent of upper, upper, mid, end)
+        S = self.chains = np.empty((k, 5, 4, 4, 4))
+        self.mid_end, self.upper_mid = S[:, :, 2:, :3, 3], S[:, :, 1:3, :3, 3]
+        self.upper, self.end = S[:, :, 1, :3, 3], S[:, :, 3, :3, 3]
+        self.parent_rotation, self.upper_rotation, self.mid_rotation = S[:, :, 0, :3, :3], S[:, :, 1, :3, :3], S[:, :, 2, :3, :3]
+        # per chain: u = mid - upper, v = end - mid, t = target - upper, normal of the limb plane (u x v, the elbow's
+        # axis), p = new end - upper, axis of the upper bone's turn (p x t)
+        V = self.vectors = np.zeros((k, 5, 6, 3))
+        self.first_four, self.first_four_t = V[:, :, :4], V[:, :, :4].swapaxes(-1, -2)
+        self.vectors_t = V.swapaxes(-1, -2)
+        self.uv, self.p_row, self.axes = V[:, :, :2], V[:, :, 4:5], V[:, :, 3::2]
+        self.u, self.v, self.t, self.normal, self.p, self.axis = (V[:, :, i] for i in range(6))
+        self.v_column, self.t_column = self.v[..., None], self.t[..., None]
+        self.axis_column, self.normal_column = self.axis[..., None], self.normal[..., None]
+        self.skew = _unblocked((k, 5, 9))                      # [u]x, then [p]x
+        self.skew_matrices = _view(self.skew, (k, 5, 3, 3))
+        self.first_dots = _unblocked((k, 5, 4, 4))             # dot products of u, v, t, normal
+        self.t_normal_squares = np.diagonal(self.first_dots, 0, -2, -1)[..., 2:]
+        self.dot_uv, self.dots_vv_uv = self.first_dots[..., 0, 1], self.first_dots[..., 1, 1::-1]
+        self.dots = _unblocked((k, 5, 6, 6))                   # then of all six
+        self.dot_pt, self.axis_square = self.dots[..., 4, 2], self.dots[..., 5, 5]
+        self.lengths = np.empty((k, 5, 3))                     # |t|, |normal|, |axis|
+        self.d, self.normal_length, self.axis_length = (self.lengths[..., i] for i in range(3))
+        self.t_normal_lengths, self.turn_lengths = self.lengths[..., :2], self.lengths[..., 1:]
+        self.dc, self.cos_outer, self.bend, self.ratio, self.cos_phi = (np.empty((k, 5)) for _ in range(5))
+        self.ratio_column = self.ratio[..., None]
+        self.angles = np.empty((k, 5, 2))                      # the elbow's turn and the upper bone's, then halved
+        self.phi, self.angle_upper = self.angles[..., 0], self.angles[..., 1]
+        self.coefficients = np.empty((k, 5, 1, 2))             # p = (1 - c0) u + (cos phi + c1) v
+        self.c, self.c_u, self.c_v = self.coefficients[..., 0, :], self.coefficients[..., 0, 0], self.coefficients[..., 0, 1]
+        self.turns = np.empty((k, 5, 2, 4))                    # quaternions of Q1 (elbow) and Q2 (upper bone)
+        self.turn_w, self.turn_xyz = self.turns[..., 0], self.turns[..., 1:]
+        self.turn_columns, self.turn_rows = self.turns[..., :, None], self.turns[..., None, :]
+        self.turn_outer = np.empty((k, 5, 2, 4, 4))
+        self.turn_outer_flat = _view(self.turn_outer, (k * 10, 16))
+        self.turn_matrices = np.empty((k * 10, 9))
+        Q = _view(self.turn_matrices, (k, 5, 2, 3, 3))
+        self.Q1, self.Q2_column = Q[:, :, 0], Q[:, :, 1:]
+        self.scale, self.safe_lengths = np.empty((k, 5, 2)), np.empty((k, 5, 2))
+        self.scale_column = self.scale[..., None]
+        self.halves, self.tiny = np.full((k, 5, 2), 0.5), np.full((k, 5, 2), 1e-300)
+        self.minus_ones, self.ones = np.full((k, 5), -1.0), np.full((k, 5), 1.0)
+        self.turned = _unblocked((k, 5, 2, 3, 3))              # R_up, Q1 R_mid
+        self.frames = _unblocked((k, 5, 4, 3, 3))              # parent of upper, upper (new), mid (new), end = target
+        F = self.frames
+        self.frame_parent, self.frames_new, self.frame_end, self.frames_parents, self.frames_children = (
+            F[:, :, 0], F[:, :, 1:3], F[:, :, 3], F[:, :, :3], F[:, :, 1:])
+        self.bridged = np.empty((k, 5, 3, 3, 3))               # world of each parent @ its child's bridge
+        self.bridged_t = self.bridged.swapaxes(-1, -2)
+        # local rotations as rows of 10 (9 entries and a 1), so one product gives the quaternion squares with bias
+        self.local_rows = np.ones((k * 15, 10))
+        self.local = _view(self.local_rows[:, :9], (k, 5, 3, 3, 3))
+        self.squares = np.empty((k * 15, 7))
+        self.square_q, self.square_signs = self.squares[:, :4], self.squares[:, 4:]
+        self.quaternions = np.empty((k * 15, 4))
+        self.quaternion_xyz = self.quaternions[:, 1:]
+        self.quaternions_by_chain = _view(self.quaternions, (k, 15, 4))
+        self.norms = np.empty(k * 15)
+        self.norm_column = self.norms[:, None]
+        self.zeros = np.zeros((k * 15, 4))
 
 
 class Refiner:
@@ -96,7 +226,6 @@ class Refiner:
         joints = sorted({j for chain in ancestors for j in chain if mask[j] and j not in effectors})
         self.joints = np.array(joints, dtype=np.int64)
         self.reach = np.array([[j in chain for j in joints] for chain in ancestors], dtype=np.float64)   # (5, M)
-        from .roles import ROLES
         weights = np.array([JOINT_WEIGHTS.get(ROLES[j], 1.0) for j in joints])
         self.column_weights = np.repeat(weights, 3)                                                      # (3M,)
         self.damping = (0.005 * skeleton.height) if damping is None else damping
@@ -104,8 +233,10 @@ class Refiner:
         self.limb_ok = all(mask[i] for limb in self.limbs for i in limb) and all(
             parents[limb[1]] == limb[0] and parents[limb[2]] == limb[1] for limb in self.limbs)
         self.effector_parents = parents[list(EFFECTOR_ROLES)]
+        self.unmapped = np.nonzero(~mask)[0]
         self.link_bridges = self.link_offsets = None      # per-character links (set_links); None: the skeleton's
         self._chain_layout(skeleton, mask, parents)
+        self._least_squares_constants()
         self.last_least_squares = 0
 
     def _chain_layout(self, skeleton, mask, parents):
@@ -119,6 +250,7 @@ class Refiner:
                 if j >= 0 and level > 0:
                     slot_of[j] = 3 * level + lane
         slot_of[0] = 0
+        self.slot_of = slot_of
         roles = np.array(roles)
         mapped = np.array([j > 0 and mask[j] for j in roles])
         self.slot_mapped = mapped
@@ -130,10 +262,25 @@ class Refiner:
         self.all_chains_valid = bool(self.chain_valid.all())
         written = [(c, i) for c in range(5) for i in range(3) if mask[self.chain_roles[c, i]]]
         self.written_flat = np.array([3 * c + i for c, i in written])
+        self.all_written = len(written) == 15
         self.written_roles = np.array([self.chain_roles[c, i] for c, i in written])
         self.valid_weight = self.chain_valid.astype(np.float64)
         self.links = self._link_constants(np.asarray(skeleton.bridges, np.float64), np.asarray(skeleton.offsets, np.float64))
-        self._buffers = {}
+        self._workspaces = {}
+
+    def _least_squares_constants(self):
+        """The least-squares stage on the chain layout: which slots hold the joints and effectors, each Jacobian
+        entry's factor (the minus sign, whether the joint moves the effector, the square root of its weight), and the
+        joints' mean-pose quaternions for the limits."""
+        m = len(self.joints)
+        self.least_squares_slots = np.array([self.slot_of[int(j)] for j in self.joints] + list(self.chain_slots[:, 3]))
+        self.root_weights = np.sqrt(self.column_weights)                                                 # (3M,)
+        self.jacobian_factors = -self.reach[:, None, :, None] * self.root_weights.reshape(1, 1, m, 3)   # (5, 1, M, 3)
+        self.damping_matrix = (self.damping ** 2) * np.eye(15)
+        mean_q = matrices_to_quaternions(self.mean_pose[self.joints])
+        self.mean_left = left_matrices(mean_q)                                                           # (M, 4, 4)
+        self.mean_inverse_left = left_matrices(mean_q * np.array([1.0, -1.0, -1.0, -1.0]))
+        self.joint_low, self.joint_high = self.limit_low[self.joints], self.limit_high[self.joints]
 
     def _link_constants(self, bridges, offsets):
         """ChainLinks from bridges (23, 3, 3) and offsets (23, 3) (the skeleton's: shared by every character) or
@@ -161,8 +308,10 @@ class Refiner:
         l2 = np.linalg.norm(offsets[..., self.chain_roles[:, 2], :], axis=-1)
         l1 = np.where(self.chain_valid, l1, 1.0)
         l2 = np.where(self.chain_valid, l2, 1.0)
+        straight = np.where(self.chain_valid, 1e-6 * l1 * l2, -1.0)
         return ChainLinks(forms, slot_offsets, chain_bridges, (l1, l2, l1 * l1 + l2 * l2, 1.0 / (2 * l1 * l2)),
-                          ((l1 + l2) * (1 - 1e-9), np.abs(l1 - l2) * (1 + 1e-9) + 1e-9), bool(lead))
+                          ((l1 + l2) * (1 - 1e-9), np.abs(l1 - l2) * (1 + 1e-9) + 1e-9), bool(lead),
+                          straight, float(straight.max(initial=-1.0)))
 
     def set_links(self, bridges=None, offsets=None):
         """Per-character bridges (K, 23, 3, 3) and offsets (K, 23, 3), for rigs whose unmapped in-between bones
@@ -176,95 +325,138 @@ class Refiner:
             self.link_bridges = np.asarray(bridges, np.float64)
             self.link_offsets = np.asarray(offsets, np.float64)
             self.links = self._link_constants(self.link_bridges, self.link_offsets)
-        self._buffers = {}
+        self._workspaces = {}
 
-    def _buffers_for(self, k):
-        buf = self._buffers.get(k)
-        if buf is None:
-            G = np.zeros((k, 24, 4, 4))
-            if not self.links.per_character:
-                G[:, :, :3, 3] = self.links.offsets
-            G[:, :, 3, 3] = 1.0
-            T = np.zeros((k, 8, 3, 4, 4))
-            frames = np.empty((k, 5, 4, 3, 3))                 # parent of upper, upper, mid (new), end target
-            buf = self._buffers[k] = (G, T, frames)
-        return buf
+    def _workspace(self, k):
+        ws = self._workspaces.get(k)
+        if ws is None:
+            ws = self._workspaces[k] = _Workspace(k, self.links)
+        return ws
 
     # -- run time --------------------------------------------------------------------------------------------
     def chain_forward(self, q, hips, links=None):
-        """q (K, 23, 4) local quaternions, hips (K, 4, 4) -> (K, 24, 4, 4) world transforms of the slots.
+        """q (K, 23, 4) local quaternions, hips (K, 4, 4) -> (K, 24, 4, 4) world transforms of the slots (a buffer
+        the next call for K characters overwrites).
 
         links: the ChainLinks of these characters (default: the refiner's; `links.take(rows)` for a subset)."""
         links = self.links if links is None else links
-        G, T, _frames = self._buffers_for(len(q))
-        qs = q[:, self.slot_roles]
+        ws = self._workspace(len(q))
+        np.take(q, self.slot_roles, axis=1, out=ws.slot_q, mode="clip")
         if links.per_character:
-            G[:, :, :3, 3] = links.offsets
-            rot = links.forms @ quaternions_to_matrices(qs)
+            ws.G[:, :, :3, 3] = links.offsets
+            rot = links.forms @ quaternions_to_matrices(ws.slot_q)
             rot[:, ~self.slot_mapped] = np.eye(3)
-            G[:, :, :3, :3] = rot
-        else:
-            outer = qs[..., :, None] * qs[..., None, :]
-            rot = outer.reshape(len(q), 24, 1, 16) @ links.forms
-            G[:, :, :3, :3] = rot.reshape(len(q), 24, 3, 3)
-        G = G.reshape(len(q), 8, 3, 4, 4)
-        T[:, 0] = hips[:, None]
-        for level in range(1, 8):
-            parent = T[:, 3, :1] if level == 4 else T[:, level - 1]
-            np.matmul(parent, G[:, level], out=T[:, level])
-        return T.reshape(len(q), 24, 4, 4)
+            ws.rotations[...] = rot
+        else:   # slot-major: one (K, 16) @ (16, 9) product per slot, not K * 24 tiny ones
+            np.multiply(ws.slot_q_columns, ws.slot_q_rows, out=ws.slot_outer)
+            np.matmul(ws.slot_outer_flat, links.forms, out=ws.slot_rotations)
+            ws.rotations[...] = ws.slot_rotations_by_character
+        ws.hips[...] = hips[:, None]
+        for parent, local, out in ws.levels:
+            np.matmul(parent, local, out=out)
+        return ws.world
 
     def closed_form(self, q, world, target_positions, target_rotations, links=None):
         """Two-bone solve of the five chains and the effector orientations, in place on q (K, 23, 4).
 
+        Per chain (upper a, mid b, end c, target t; u = b - a, v = c - b): the elbow turns by phi about the limb plane's
+        normal u x v so that |a - end| becomes |t - a| clipped to the limb's reach, then the upper bone turns the
+        smallest way that points a -> end at t; the end takes the target's orientation.
+
         Returns the effector errors (K, 5) the solve leaves (exactly |d - clipped d| for a valid chain: the end lands
         on the line to its target at the reachable distance). links: as in chain_forward."""
         links = self.links if links is None else links
-        k = len(q)
-        _G, _T, frames = self._buffers_for(k)
-        S = world[:, self.chain_slots]                                    # (K, 5, 4, 4, 4)
-        a, b, c = S[:, :, 1, :3, 3], S[:, :, 2, :3, 3], S[:, :, 3, :3, 3]
-        R_up, R_mid = S[:, :, 1, :3, :3], S[:, :, 2, :3, :3]
-        l1, l2, sum_sq, inv_2l1l2 = links.lengths
-        u, v, tv = b - a, c - b, target_positions - a
-        d = np.sqrt(np.einsum("kci,kci->kc", tv, tv))
-        dc = np.clip(d, links.reach[1], links.reach[0])
-        normal = ((u @ SKEW).reshape(k, 5, 3, 3) @ v[..., None])[..., 0]
-        n_len = np.sqrt(np.einsum("kci,kci->kc", normal, normal))
-        if n_len.min() <= 1e-6 * (l1 * l2).min():                        # a straight limb: bend about the mid bone's x
-            fallback = R_mid[..., :, 0] - np.einsum("kci,kci->kc", R_mid[..., :, 0], u)[..., None] * u / (l1 * l1)[..., None]
-            fallback /= np.maximum(np.linalg.norm(fallback, axis=-1, keepdims=True), 1e-30)
-            straight = (n_len <= 1e-6 * l1 * l2)[..., None]
-            n = np.where(straight, fallback, normal / np.maximum(n_len, 1e-300)[..., None])
+        ws = self._workspace(len(q))
+        np.take(world, self.chain_slots, axis=1, out=ws.chains, mode="clip")
+        np.subtract(ws.mid_end, ws.upper_mid, out=ws.uv)
+        np.subtract(target_positions, ws.upper, out=ws.t)
+        np.matmul(ws.u, SKEW, out=ws.skew)
+        np.matmul(ws.skew_matrices, ws.v_column, out=ws.normal_column)
+        np.matmul(ws.first_four, ws.first_four_t, out=ws.first_dots)
+        np.sqrt(ws.t_normal_squares, out=ws.t_normal_lengths)                # |t|, |u x v|
+        reach_max, reach_min = links.reach
+        dc, cos_outer, phi, n_len = ws.dc, ws.cos_outer, ws.phi, ws.normal_length
+        np.maximum(ws.d, reach_min, out=dc)
+        np.minimum(dc, reach_max, out=dc)
+        _l1, _l2, sum_sq, inv_2l1l2 = links.lengths
+        np.multiply(dc, dc, out=cos_outer)                                   # cosine of the elbow's outer angle
+        np.subtract(cos_outer, sum_sq, out=cos_outer)
+        np.multiply(cos_outer, inv_2l1l2, out=cos_outer)
+        np.maximum(cos_outer, ws.minus_ones, out=cos_outer)
+        np.minimum(cos_outer, ws.ones, out=cos_outer)
+        np.arccos(cos_outer, out=cos_outer)
+        np.arctan2(n_len, ws.dot_uv, out=ws.bend)
+        np.subtract(cos_outer, ws.bend, out=phi)
+        if not self.all_chains_valid:
+            np.multiply(phi, self.valid_weight, out=phi)
+        if n_len.min() <= links.straight_max and (n_len <= links.straight).any():
+            self._straight_limbs(ws, links)
         else:
-            n = normal / n_len[..., None]
-        bend_now = np.arctan2(n_len, np.einsum("kci,kci->kc", u, v))
-        cos_inner = (sum_sq - dc * dc) * inv_2l1l2
-        phi = np.pi - np.arccos(np.clip(cos_inner, -1.0, 1.0, out=cos_inner)) - bend_now
+            # p = u + Q1 v = u + v cos phi + (n x v) sin phi, n x v = (v (u.v) - u |v|^2) / |u x v|: no Q1 needed
+            np.sin(phi, out=ws.ratio)
+            if self.all_chains_valid:
+                np.divide(ws.ratio, n_len, out=ws.ratio)
+            else:
+                ws.ratio /= np.maximum(n_len, 1e-300)
+            np.multiply(ws.ratio_column, ws.dots_vv_uv, out=ws.c)
+            np.subtract(ws.ones, ws.c_u, out=ws.c_u)
+            np.cos(phi, out=ws.cos_phi)
+            np.add(ws.c_v, ws.cos_phi, out=ws.c_v)
+            np.matmul(ws.coefficients, ws.uv, out=ws.p_row)
+        np.matmul(ws.p, SKEW, out=ws.skew)
+        np.matmul(ws.skew_matrices, ws.t_column, out=ws.axis_column)         # p x t
+        np.matmul(ws.vectors, ws.vectors_t, out=ws.dots)
+        np.sqrt(ws.axis_square, out=ws.axis_length)
+        np.arctan2(ws.axis_length, ws.dot_pt, out=ws.angle_upper)
         if not self.all_chains_valid:
-            phi *= self.valid_weight
-        Q1 = rotations_about(n, phi)
-        p = b + (Q1 @ v[..., None])[..., 0] - a
-        axis = ((p @ SKEW).reshape(k, 5, 3, 3) @ tv[..., None])[..., 0]
-        s = np.sqrt(np.einsum("kci,kci->kc", axis, axis))
-        angle = np.arctan2(s, np.einsum("kci,kci->kc", p, tv))
-        if not self.all_chains_valid:
-            angle *= self.valid_weight
-        axis /= np.maximum(s, 1e-300)[..., None]
-        Q2 = rotations_about(axis, angle)
-        frames[:, :, 0] = S[:, :, 0, :3, :3]
-        np.matmul(Q2, R_up, out=frames[:, :, 1])
-        np.matmul(Q2, Q1 @ R_mid, out=frames[:, :, 2])
-        frames[:, :, 3] = target_rotations
-        # local = (world of the parent @ bridge)^T @ world, for upper, mid and end at once
-        local = np.swapaxes(frames[:, :, :3] @ links.chain_bridges, -1, -2) @ frames[:, :, 1:]
-        quats = matrices_to_quaternions(local.reshape(k, 15, 3, 3)[:, self.written_flat])
-        q[:, self.written_roles] = quats
-        errors = np.abs(d - dc)
+            np.multiply(ws.angle_upper, self.valid_weight, out=ws.angle_upper)
+        # Q1 (elbow) and Q2 (upper bone) from their half angles and unnormalised axes
+        angles = ws.angles
+        np.multiply(angles, ws.halves, out=angles)
+        np.cos(angles, out=ws.turn_w)
+        np.sin(angles, out=ws.scale)
+        np.maximum(ws.turn_lengths, ws.tiny, out=ws.safe_lengths)
+        np.divide(ws.scale, ws.safe_lengths, out=ws.scale)
+        np.multiply(ws.axes, ws.scale_column, out=ws.turn_xyz)
+        np.multiply(ws.turn_columns, ws.turn_rows, out=ws.turn_outer)
+        np.matmul(ws.turn_outer_flat, QUATERNION_TO_MATRIX, out=ws.turn_matrices)
+        # new world rotations: upper Q2 R_up, mid Q2 Q1 R_mid; the end takes the target's
+        ws.frame_parent[...] = ws.parent_rotation
+        ws.turned[:, :, 0] = ws.upper_rotation
+        np.matmul(ws.Q1, ws.mid_rotation, out=ws.turned[:, :, 1])
+        np.matmul(ws.Q2_column, ws.turned, out=ws.frames_new)
+        ws.frame_end[...] = target_rotations
+        # local = (world of the parent @ bridge)^T @ world, for upper, mid and end at once; then their quaternions
+        np.matmul(ws.frames_parents, links.chain_bridges, out=ws.bridged)
+        np.matmul(ws.bridged_t, ws.frames_children, out=ws.local)
+        np.matmul(ws.local_rows, MATRIX_TO_SQUARES_WITH_BIAS, out=ws.squares)
+        quats = ws.quaternions
+        np.maximum(ws.square_q, ws.zeros, out=quats)
+        np.matmul(quats, FOUR_ONES, out=ws.norms)
+        np.sqrt(quats, out=quats)
+        np.copysign(ws.quaternion_xyz, ws.square_signs, out=ws.quaternion_xyz)
+        np.sqrt(ws.norms, out=ws.norms)
+        np.divide(quats, ws.norm_column, out=quats)
+        q[:, self.written_roles] = ws.quaternions_by_chain if self.all_written else ws.quaternions_by_chain[:, self.written_flat]
+        errors = np.abs(ws.d - dc)
         if not self.all_chains_valid:                                    # chains the closed form leaves alone
-            miss = np.sqrt(np.einsum("kci,kci->kc", c - target_positions, c - target_positions))
+            miss = ws.end - target_positions
+            miss = np.sqrt(np.einsum("kci,kci->kc", miss, miss))
             errors = np.where(self.chain_valid, errors, miss)
         return errors
+
+    def _straight_limbs(self, ws, links):
+        """A limb held straight has no plane to bend in: it bends about the mid bone's x axis (a hinge on most rigs)
+        made perpendicular to the upper bone. Sets the elbow's unit axis (length 1) and p = u + Q1 v for every chain."""
+        u, v, n_len, R_mid = ws.u, ws.v, ws.normal_length, ws.mid_rotation
+        straight = (n_len <= links.straight)[..., None]
+        l1 = links.lengths[0]
+        fallback = R_mid[..., :, 0] - np.einsum("kci,kci->kc", R_mid[..., :, 0], u)[..., None] * u / (l1 * l1)[..., None]
+        fallback /= np.maximum(np.linalg.norm(fallback, axis=-1, keepdims=True), 1e-30)
+        n = np.where(straight, fallback, ws.normal / np.maximum(n_len, 1e-300)[..., None])
+        ws.normal[...] = n
+        n_len[...] = 1.0
+        ws.p[...] = u + (rotations_about(n, ws.phi) @ v[..., None])[..., 0]
 
     def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4):
         """Run-time refinement on (K, 23, 4) local quaternions (modified in place); hips (K, 4, 4) transforms.
@@ -274,29 +466,72 @@ class Refiner:
         """
         errors = self.closed_form(q, self.chain_forward(q, hips), target_positions, target_rotations)
         self.last_least_squares = 0
-        if iterations <= 0:
+        if iterations <= 0 or not errors.max() > tolerance:
             return errors
         need = np.nonzero(errors.max(axis=1) > tolerance)[0]
-        if len(need):
-            self.last_least_squares = len(need)
-            hips_R, hips_p = hips[need, :3, :3], hips[need, :3, 3]
-            local = quaternions_to_matrices(q[need])
-            local[:, ~self.skeleton.role_mask] = np.eye(3)
-            tp = target_positions[need]
-            links = self.links.take(need)
-            bridges, offsets = self._fk_links(need)
-            for _ in range(iterations):
-                local, err = self.least_squares_step(local, hips_R, hips_p, tp, bridges, offsets)
-                if np.max(np.abs(err)) < tolerance:
-                    break
-            q_more = matrices_to_quaternions(local)
-            q_more[:, ~self.skeleton.role_mask] = (1.0, 0.0, 0.0, 0.0)
-            more = self.closed_form(q_more, self.chain_forward(q_more, hips[need], links), tp, target_rotations[need],
-                                    links)
-            better = more.max(axis=1) < errors[need].max(axis=1)
-            q[need[better]] = q_more[better]
-            errors[need[better]] = more[better]
+        self.last_least_squares = len(need)
+        links = self.links.take(need)
+        q_more, hips_more, tp = q[need], hips[need], target_positions[need]
+        if len(self.unmapped):
+            q_more[:, self.unmapped] = (1.0, 0.0, 0.0, 0.0)
+        for _ in range(iterations):
+            if self.least_squares_quaternions(q_more, hips_more, tp, links) < tolerance:
+                break
+        more = self.closed_form(q_more, self.chain_forward(q_more, hips_more, links), tp, target_rotations[need], links)
+        better = more.max(axis=1) < errors[need].max(axis=1)
+        q[need[better]] = q_more[better]
+        errors[need[better]] = more[better]
         return errors
+
+    def least_squares_quaternions(self, q, hips, target_positions, links=None):
+        """One least-squares step (what least_squares_step does with rotation matrices) in place on the joints of
+        q (K, 23, 4), on the chain layout. Returns the largest effector error (per axis) before the step, like
+        least_squares_step. links: as in chain_forward."""
+        links = self.links if links is None else links
+        k, m = len(q), len(self.joints)
+        X = self.chain_forward(q, hips, links)[:, self.least_squares_slots]       # (K, M + 5, 4, 4)
+        x_e = X[:, m:, :3, 3]
+        err = target_positions - x_e
+        diff = x_e[:, :, None] - X[:, None, :m, :3, 3]                             # (K, 5, M, 3)
+        blocks = (diff @ SKEW).reshape(k, 5, m, 3, 3) @ X[:, None, :m, :3, :3]      # [x_e - x_j]x R_j
+        # J sqrt(W) as (K, 15, 3M): the transpose to rows (effector, axis) and columns (joint, axis) in the product
+        scaled = np.multiply(np.transpose(blocks, (0, 1, 3, 2, 4)), self.jacobian_factors).reshape(k, 15, 3 * m)
+        H = scaled @ np.swapaxes(scaled, -1, -2)
+        H += self.damping_matrix
+        y = np.linalg.solve(H, err.reshape(k, 15, 1))
+        w = (np.swapaxes(scaled, -1, -2) @ y).reshape(k, 3 * m)
+        w *= self.root_weights
+        w = w.reshape(k, m, 3)
+        norms = np.sqrt(np.einsum("kmi,kmi->km", w, w))
+        # the step is w scaled down so no joint turns more than MAX_STEP; as a quaternion (cos h, w sin(h) / |w|)
+        # with h half the scaled angle
+        half = np.minimum(1.0, MAX_STEP / np.maximum(norms.max(axis=1), 1e-12))
+        half *= 0.5
+        half = norms * half[:, None]
+        turn = np.empty((k, m, 4))
+        np.cos(half, out=turn[..., 0])
+        scale = np.sin(half)
+        scale /= np.maximum(norms, 1e-300)
+        np.multiply(w, scale[..., None], out=turn[..., 1:])
+        moved = multiply_quaternions(q[:, self.joints], turn)
+        q[:, self.joints] = self._limit_quaternions(moved)
+        return np.abs(err).max()
+
+    def _limit_quaternions(self, qj):
+        """(K, M, 4) joint quaternions pulled inside the limits: clamp_to_limits with quaternions (the delta from the
+        mean pose is conj(mean) * q, its axis-angle clipped per axis)."""
+        delta = quaternions_to_axis_angles((self.mean_inverse_left @ qj[..., None])[..., 0])
+        clipped = np.minimum(np.maximum(delta, self.joint_low), self.joint_high)
+        outside = clipped != delta
+        if not outside.any():
+            return qj
+        clipped *= 0.5
+        half = np.sqrt(np.einsum("kmi,kmi->km", clipped, clipped))
+        turn = np.empty(qj.shape)
+        np.cos(half, out=turn[..., 0])
+        np.multiply(clipped, (np.sin(half) / np.maximum(half, 1e-300))[..., None], out=turn[..., 1:])
+        fixed = (self.mean_left @ turn[..., None])[..., 0]
+        return np.where(outside.any(axis=-1)[..., None], fixed, qj)
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def _fk_links(self, rows=None):

@@ -1,10 +1,17 @@
-"""Refinement: the analytic Jacobian against finite differences, exact landing, limits, and the kept swivel plane."""
+"""Refinement: the analytic Jacobian against finite differences, exact landing, limits, the kept swivel plane, and the
+fast run-time path (chain layout, quaternions) against plain statements of the same steps."""
 
 import numpy as np
 import pytest
 from live_helpers import humanoid_skeleton, limits, mean_pose, mpjpe, random_poses
 
 from neural_ik.neural_network import kinematics
+from neural_ik.neural_network.quaternion_math import (
+    matrices_to_quaternions,
+    multiply_quaternions,
+    quaternions_to_axis_angles,
+    quaternions_to_matrices,
+)
 from neural_ik.neural_network.refine import Refiner
 from neural_ik.neural_network.roles import EFFECTOR_ROLES, ROLE_INDEX
 from neural_ik.neural_network.rotations import axis_angle_to_matrix, matrix_to_axis_angle
@@ -89,3 +96,146 @@ def test_two_bone_keeps_the_swivel_plane():
     after = kinematics.forward(skel, out, hips_R, hips_p).positions
     assert np.max(np.linalg.norm(after[:, hand] - targets[:, 0], axis=-1)) < 1e-9
     assert np.max(np.abs(np.sum((after[:, fore] - a) * normal, axis=-1))) < 1e-9   # the elbow stays in the plane
+
+
+# ---- the run-time path against plain statements of the same steps ----------------------------------------------------
+
+CHAIN_ROLES = [[ROLE_INDEX[n] for n in names] for names in (("LeftArm", "LeftForeArm", "LeftHand"),
+               ("RightArm", "RightForeArm", "RightHand"), ("LeftThigh", "LeftShin", "LeftFoot"),
+               ("RightThigh", "RightShin", "RightFoot"), ("NeckLower", "NeckUpper", "Head"))]
+
+
+def reference_closed_form(skel, local, hips_R, hips_p, tp, tr, bridges=None, offsets=None):
+    """The closed form written plainly, one chain and one character at a time, on a full FK pass: returns the new
+    local rotations and the errors (|d - clipped d| where the chain is solved, the end's miss where it is not)."""
+    pose = kinematics.forward(skel, local, hips_R, hips_p, bridges, offsets)
+    n = len(local)
+    B = np.broadcast_to(skel.bridges if bridges is None else bridges, (n, 23, 3, 3))
+    offs = np.broadcast_to(skel.offsets if offsets is None else offsets, (n, 23, 3))
+    parents, mask = skel.parents, skel.role_mask
+    out, errors = local.copy(), np.zeros((n, 5))
+    for c, (upper, mid, end) in enumerate(CHAIN_ROLES):
+        valid = mask[upper] and mask[mid] and mask[end] and parents[mid] == upper and parents[end] == mid
+        for i in range(n):
+            R, x, t = pose.rotations[i], pose.positions[i], tp[i, c]
+            if not valid:
+                out[i, end] = (R[parents[end]] @ B[i, end]).T @ tr[i, c]
+                errors[i, c] = np.linalg.norm(x[end] - t)
+                continue
+            l1, l2 = np.linalg.norm(offs[i, mid]), np.linalg.norm(offs[i, end])
+            u, v, tv = x[mid] - x[upper], x[end] - x[mid], t - x[upper]
+            d = np.linalg.norm(tv)
+            dc = min(max(d, abs(l1 - l2) * (1 + 1e-9) + 1e-9), (l1 + l2) * (1 - 1e-9))
+            normal = np.cross(u, v)
+            if np.linalg.norm(normal) <= 1e-6 * l1 * l2:          # straight: bend about the mid bone's x axis
+                hinge = R[mid][:, 0] - (R[mid][:, 0] @ u) * u / (l1 * l1)
+                axis_1 = hinge / np.linalg.norm(hinge)
+            else:
+                axis_1 = normal / np.linalg.norm(normal)
+            inner = np.arccos(np.clip((l1 * l1 + l2 * l2 - dc * dc) / (2 * l1 * l2), -1, 1))
+            Q1 = axis_angle_to_matrix(axis_1 * (np.pi - inner - np.arctan2(np.linalg.norm(normal), u @ v)))
+            p = u + Q1 @ v
+            axis_2 = np.cross(p, tv)
+            s = np.linalg.norm(axis_2)
+            Q2 = axis_angle_to_matrix(axis_2 / s * np.arctan2(s, p @ tv)) if s > 0 else np.eye(3)
+            R_up, R_mid = Q2 @ R[upper], Q2 @ Q1 @ R[mid]
+            out[i, upper] = (R[parents[upper]] @ B[i, upper]).T @ R_up
+            out[i, mid] = (R_up @ B[i, mid]).T @ R_mid
+            out[i, end] = (R_mid @ B[i, end]).T @ tr[i, c]
+            errors[i, c] = abs(d - dc)
+    return out, errors
+
+
+def hips_matrices(hips_R, hips_p):
+    hips = np.zeros((len(hips_R), 4, 4))
+    hips[:, :3, :3], hips[:, :3, 3], hips[:, 3, 3] = hips_R, hips_p, 1.0
+    return hips
+
+
+def closed_form_case(skel, n, seed):
+    """Poses with some limbs held exactly straight, and targets near, far out of reach and too close."""
+    local, hips_R, hips_p, pose = random_poses(skel, n, seed=seed, spread=0.3)
+    rng = np.random.default_rng(seed)
+    for mid in (ROLE_INDEX["LeftShin"], ROLE_INDEX["RightShin"]):   # (on this rig an arm's x axis runs along it)
+        local[: n // 3, mid] = skel.bridges[mid].T              # the mid bone continues the upper one: a straight leg
+    upper = pose.positions[:, [c[0] for c in CHAIN_ROLES]]
+    tp = pose.positions[:, EFF] + rng.normal(0, 0.05, (n, 5, 3))
+    tp[n // 2:, 1] = upper[n // 2:, 1] + 3.0 * (tp[n // 2:, 1] - upper[n // 2:, 1])     # right hand: out of reach
+    tp[n // 2:, 2] = upper[n // 2:, 2] + 0.001 * rng.normal(size=(n - n // 2, 3))       # left foot: at the hip
+    tr = axis_angle_to_matrix(rng.normal(0, 1.0, (n, 5, 3)))
+    return local, hips_R, hips_p, tp, tr
+
+
+@pytest.mark.parametrize("drop", [(), ("Spine2", "NeckUpper", "LeftShoulder"), ("LeftForeArm",)])
+def test_closed_form_equals_the_plain_statement(drop):
+    skel = humanoid_skeleton(drop=drop, twist=0.3)
+    ref = refiner_for(skel)
+    local, hips_R, hips_p, tp, tr = closed_form_case(skel, 24, seed=11)
+    expected, expected_errors = reference_closed_form(skel, local, hips_R, hips_p, tp, tr)
+    q = matrices_to_quaternions(local)
+    errors = ref.closed_form(q, ref.chain_forward(q, hips_matrices(hips_R, hips_p)), tp, tr)
+    got = quaternions_to_matrices(q)
+    got[:, ~skel.role_mask] = np.eye(3)
+    np.testing.assert_allclose(got, expected, atol=1e-9)
+    np.testing.assert_allclose(errors, expected_errors, atol=1e-9)
+    assert expected_errors.max() > 0.1 and np.mean(expected_errors < 1e-9) > 0.3   # unreachable and reachable
+
+
+def test_closed_form_with_per_character_links():
+    skel = humanoid_skeleton(twist=0.2)
+    ref = refiner_for(skel)
+    local, hips_R, hips_p, tp, tr = closed_form_case(skel, 12, seed=12)
+    rng = np.random.default_rng(13)
+    bridges = skel.bridges[None] @ axis_angle_to_matrix(rng.normal(0, 0.2, (12, 23, 3)))
+    offsets = skel.offsets[None] * rng.uniform(0.8, 1.2, (12, 23, 1))
+    expected, expected_errors = reference_closed_form(skel, local, hips_R, hips_p, tp, tr, bridges, offsets)
+    ref.set_links(bridges, offsets)
+    q = matrices_to_quaternions(local)
+    errors = ref.closed_form(q, ref.chain_forward(q, hips_matrices(hips_R, hips_p)), tp, tr)
+    np.testing.assert_allclose(quaternions_to_matrices(q), expected, atol=1e-9)
+    np.testing.assert_allclose(errors, expected_errors, atol=1e-9)
+
+
+@pytest.mark.parametrize("drop", [(), ("Spine2", "NeckUpper")])
+def test_chain_forward_equals_full_forward_kinematics(drop):
+    skel = humanoid_skeleton(drop=drop, twist=0.3)
+    ref = refiner_for(skel)
+    local, hips_R, hips_p, pose = random_poses(skel, 7, seed=14)
+    world = ref.chain_forward(matrices_to_quaternions(local), hips_matrices(hips_R, hips_p))
+    for role, slot in ref.slot_of.items():
+        if skel.role_mask[role]:
+            np.testing.assert_allclose(world[:, slot, :3, 3], pose.positions[:, role], atol=1e-12)
+            np.testing.assert_allclose(world[:, slot, :3, :3], pose.rotations[:, role], atol=1e-12)
+
+
+@pytest.mark.parametrize("drop", [(), ("Spine2", "NeckUpper", "LeftShoulder")])
+def test_least_squares_on_the_chain_equals_the_matrix_step(drop):
+    """The run-time step (chain layout, quaternions) against least_squares_step (full FK, rotation matrices), with
+    limits narrow enough that many joints are clamped."""
+    skel = humanoid_skeleton(drop=drop, twist=0.2)
+    ref = refiner_for(skel, width=0.4)
+    local, hips_R, hips_p, pose = random_poses(skel, 30, seed=15, spread=0.2)
+    far = pose.positions[:, EFF] + np.array([0.0, 0.1, 0.3])
+    q = matrices_to_quaternions(local)
+    q[:, ~skel.role_mask] = (1.0, 0.0, 0.0, 0.0)
+    hips = hips_matrices(hips_R, hips_p)
+    expected = local
+    for _ in range(3):
+        expected, err = ref.least_squares_step(expected, hips_R, hips_p, far)
+        largest = ref.least_squares_quaternions(q, hips, far)
+        assert largest == pytest.approx(np.abs(err).max(), abs=1e-9)
+    got = quaternions_to_matrices(q)
+    got[:, ~skel.role_mask] = np.eye(3)
+    np.testing.assert_allclose(got, expected, atol=1e-9)
+    delta = matrix_to_axis_angle(np.swapaxes(ref.mean_pose[ref.joints], -1, -2) @ got[:, ref.joints])
+    assert np.mean(np.isclose(np.abs(delta), 0.4, atol=1e-9)) > 0.01    # the limits were in play
+
+
+def test_quaternion_helpers_match_rotation_matrices():
+    rng = np.random.default_rng(16)
+    a, b = (v / np.linalg.norm(v, axis=-1, keepdims=True) for v in rng.normal(size=(2, 200, 4)))
+    np.testing.assert_allclose(quaternions_to_matrices(multiply_quaternions(a, b)),
+                               quaternions_to_matrices(a) @ quaternions_to_matrices(b), atol=1e-12)
+    np.testing.assert_allclose(axis_angle_to_matrix(quaternions_to_axis_angles(a)), quaternions_to_matrices(a), atol=1e-12)
+    small = np.concatenate([np.ones((5, 1)), 1e-12 * rng.normal(size=(5, 3))], axis=1)
+    np.testing.assert_allclose(quaternions_to_axis_angles(small), 2e0 * small[:, 1:], rtol=1e-9)

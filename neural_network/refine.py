@@ -42,7 +42,6 @@ from .quaternion_math import (
     QUATERNION_TO_MATRIX,
     SKEW,
     SQUARES_BIAS,
-    left_matrices,
     matrices_to_quaternions,
     multiply_quaternions,
     quaternions_to_axis_angles,
@@ -108,6 +107,19 @@ def _unblocked(shape):
     (~60 ns a call) unless an operand's rows are not contiguous; then its own loop runs, 2-4x faster for stacks of
     3x3 and 4x4 (measured: (50, 5, 3, 3, 3) products 49 -> 12 us, (50, 3, 4, 4) 11 -> 5 us; at K = 1 a little)."""
     return np.zeros(tuple(shape[:-1]) + (2 * shape[-1],))[..., ::2]
+
+
+def _rotation_quaternions(w, angles=None):
+    """(..., 3) axis-angles (and their angles |w|, if known) -> (..., 4) unit quaternions (cos |w|/2, w sin(|w|/2) / |w|)."""
+    if angles is None:
+        angles = np.sqrt(np.einsum("...i,...i->...", w, w))
+    out = np.empty(w.shape[:-1] + (4,))
+    half = angles * 0.5
+    np.cos(half, out=out[..., 0])
+    scale = np.sin(half)
+    scale /= np.maximum(angles, 1e-300)        # sin(h) / 2h -> 1/2 for tiny angles, and w = 0 gives 0 * 0
+    np.multiply(w, scale[..., None], out=out[..., 1:])
+    return out
 
 
 def _view(array, shape):
@@ -275,11 +287,11 @@ class Refiner:
         m = len(self.joints)
         self.least_squares_slots = np.array([self.slot_of[int(j)] for j in self.joints] + list(self.chain_slots[:, 3]))
         self.root_weights = np.sqrt(self.column_weights)                                                 # (3M,)
-        self.jacobian_factors = -self.reach[:, None, :, None] * self.root_weights.reshape(1, 1, m, 3)   # (5, 1, M, 3)
+        self.jacobian_factors = (self.reach[:, None, :, None] * self.root_weights.reshape(1, 1, m, 3)).reshape(5, 1, 3 * m)
         self.damping_matrix = (self.damping ** 2) * np.eye(15)
         mean_q = matrices_to_quaternions(self.mean_pose[self.joints])
-        self.mean_left = left_matrices(mean_q)                                                           # (M, 4, 4)
-        self.mean_inverse_left = left_matrices(mean_q * np.array([1.0, -1.0, -1.0, -1.0]))
+        self.mean_quaternions, self.mean_conjugates = mean_q, mean_q * np.array([1.0, -1.0, -1.0, -1.0])  # (M, 4)
+        self.joint_root_weights = self.root_weights.reshape(m, 3)
         self.joint_low, self.joint_high = self.limit_low[self.joints], self.limit_high[self.joints]
 
     def _link_constants(self, bridges, offsets):
@@ -492,46 +504,39 @@ class Refiner:
         X = self.chain_forward(q, hips, links)[:, self.least_squares_slots]       # (K, M + 5, 4, 4)
         x_e = X[:, m:, :3, 3]
         err = target_positions - x_e
-        diff = x_e[:, :, None] - X[:, None, :m, :3, 3]                             # (K, 5, M, 3)
-        blocks = (diff @ SKEW).reshape(k, 5, m, 3, 3) @ X[:, None, :m, :3, :3]      # [x_e - x_j]x R_j
-        # J sqrt(W) as (K, 15, 3M): the transpose to rows (effector, axis) and columns (joint, axis) in the product
-        scaled = np.multiply(np.transpose(blocks, (0, 1, 3, 2, 4)), self.jacobian_factors).reshape(k, 15, 3 * m)
+        # d x_e / d w_j = -[x_e - x_j]x R_j = [x_j]x R_j - [x_e]x R_j, every joint side by side: rows (effector, axis),
+        # columns (joint, axis); then each column scaled by the root of its weight and zero where j does not move e
+        R_j = X[:, :m, :3, :3]
+        rotations, crossed = np.empty((k, 3, m, 3)), np.empty((k, 3, m, 3))
+        rotations[...] = R_j.transpose(0, 2, 1, 3)
+        np.matmul((X[:, :m, :3, 3] @ SKEW).reshape(k, m, 3, 3), R_j, out=crossed.transpose(0, 2, 1, 3))
+        J = crossed.reshape(k, 1, 3, 3 * m) - (x_e @ SKEW).reshape(k, 5, 3, 3) @ rotations.reshape(k, 1, 3, 3 * m)
+        J *= self.jacobian_factors
+        scaled = J.reshape(k, 15, 3 * m)
         H = scaled @ np.swapaxes(scaled, -1, -2)
         H += self.damping_matrix
         y = np.linalg.solve(H, err.reshape(k, 15, 1))
-        w = (np.swapaxes(scaled, -1, -2) @ y).reshape(k, 3 * m)
-        w *= self.root_weights
-        w = w.reshape(k, m, 3)
+        w = (np.swapaxes(scaled, -1, -2) @ y).reshape(k, m, 3)
+        w *= self.joint_root_weights
         norms = np.sqrt(np.einsum("kmi,kmi->km", w, w))
-        # the step is w scaled down so no joint turns more than MAX_STEP; as a quaternion (cos h, w sin(h) / |w|)
-        # with h half the scaled angle
-        half = np.minimum(1.0, MAX_STEP / np.maximum(norms.max(axis=1), 1e-12))
-        half *= 0.5
-        half = norms * half[:, None]
-        turn = np.empty((k, m, 4))
-        np.cos(half, out=turn[..., 0])
-        scale = np.sin(half)
-        scale /= np.maximum(norms, 1e-300)
-        np.multiply(w, scale[..., None], out=turn[..., 1:])
-        moved = multiply_quaternions(q[:, self.joints], turn)
+        if norms.max() > MAX_STEP:      # scale each character's step down so that no joint turns more than MAX_STEP
+            w *= np.minimum(1.0, MAX_STEP / np.maximum(norms.max(axis=1), 1e-12))[:, None, None]
+            norms = np.sqrt(np.einsum("kmi,kmi->km", w, w))
+        moved = multiply_quaternions(q[:, self.joints], _rotation_quaternions(w, norms))
         q[:, self.joints] = self._limit_quaternions(moved)
         return np.abs(err).max()
 
     def _limit_quaternions(self, qj):
         """(K, M, 4) joint quaternions pulled inside the limits: clamp_to_limits with quaternions (the delta from the
         mean pose is conj(mean) * q, its axis-angle clipped per axis)."""
-        delta = quaternions_to_axis_angles((self.mean_inverse_left @ qj[..., None])[..., 0])
+        delta = quaternions_to_axis_angles(multiply_quaternions(self.mean_conjugates, qj))
         clipped = np.minimum(np.maximum(delta, self.joint_low), self.joint_high)
-        outside = clipped != delta
+        outside = (clipped != delta).any(axis=-1)
         if not outside.any():
             return qj
-        clipped *= 0.5
-        half = np.sqrt(np.einsum("kmi,kmi->km", clipped, clipped))
-        turn = np.empty(qj.shape)
-        np.cos(half, out=turn[..., 0])
-        np.multiply(clipped, (np.sin(half) / np.maximum(half, 1e-300))[..., None], out=turn[..., 1:])
-        fixed = (self.mean_left @ turn[..., None])[..., 0]
-        return np.where(outside.any(axis=-1)[..., None], fixed, qj)
+        fixed = multiply_quaternions(self.mean_quaternions, _rotation_quaternions(clipped))
+        qj[outside] = fixed[outside]
+        return qj
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def _fk_links(self, rows=None):

@@ -293,6 +293,9 @@ class Refiner:
         self.mean_quaternions, self.mean_conjugates = mean_q, mean_q * np.array([1.0, -1.0, -1.0, -1.0])  # (M, 4)
         self.joint_root_weights = self.root_weights.reshape(m, 3)
         self.joint_low, self.joint_high = self.limit_low[self.joints], self.limit_high[self.joints]
+        # a delta from the mean pose turning by less than the nearest limit r is inside the box: |w| >= cos(r / 2)
+        nearest = np.minimum(-self.joint_low, self.joint_high).min(axis=-1) - 1e-6
+        self.surely_inside = np.where(nearest > 0, np.cos(0.5 * np.clip(nearest, 0.0, np.pi)), 2.0)
 
     def _link_constants(self, bridges, offsets):
         """ChainLinks from bridges (23, 3, 3) and offsets (23, 3) (the skeleton's: shared by every character) or
@@ -529,7 +532,10 @@ class Refiner:
     def _limit_quaternions(self, qj):
         """(K, M, 4) joint quaternions pulled inside the limits: clamp_to_limits with quaternions (the delta from the
         mean pose is conj(mean) * q, its axis-angle clipped per axis)."""
-        delta = quaternions_to_axis_angles(multiply_quaternions(self.mean_conjugates, qj))
+        delta = multiply_quaternions(self.mean_conjugates, qj)
+        if (np.abs(delta[..., 0]) >= self.surely_inside).all():   # every turn smaller than its joint's nearest limit
+            return qj
+        delta = quaternions_to_axis_angles(delta)
         clipped = np.minimum(np.maximum(delta, self.joint_low), self.joint_high)
         outside = (clipped != delta).any(axis=-1)
         if not outside.any():

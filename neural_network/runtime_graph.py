@@ -433,8 +433,12 @@ class RuntimeEngine:
             buffers["pose_full"] = buffers.get("pose")                 # what the graph writes (spare places too)
             buffers["pose"] = buffers["pose"][:, :bones].reshape(k, 4 * bones) if pose_layout is not None else None
         self.target_buffers = [np.zeros((k, 6, 4, 4)) for _ in (0, 1)]
-        for buffer in self.target_buffers:
+        self.target_copies, self.target_parts = [], []          # views made once: a refined tick fills and reads them
+        for p, buffer in enumerate(self.target_buffers):
             buffer[:, :, 3, 3] = 1.0
+            top = np.swapaxes(self.buffers[p]["matrices_t"].reshape(k, 7, 4, 3)[:, 1:], -1, -2)
+            self.target_copies.append((buffer[:, :, :3], top))
+            self.target_parts.append((buffer[:, 0], buffer[:, 1:, :3, 3], buffer[:, 1:, :3, :3]))
         self.parity = 0
         self.latest = 1
         self.set_hips_map(hips_map)
@@ -472,9 +476,14 @@ class RuntimeEngine:
     def targets_of(self, p):
         """(K, 6, 4, 4) float64 the character-space targets binding p's run saw (the graph keeps their top rows):
         the binding's target buffer, filled now (it stays valid until the next call for that binding)."""
-        out = self.target_buffers[p]
-        np.copyto(out[:, :, :3], np.swapaxes(self.buffers[p]["matrices_t"].reshape(self.k, 7, 4, 3)[:, 1:], -1, -2))
-        return out
+        np.copyto(*self.target_copies[p])
+        return self.target_buffers[p]
+
+    def latest_target_parts(self):
+        """The latest run's targets filled as in targets_of, as (hips (K, 4, 4), effector positions (K, 5, 3),
+        effector rotations (K, 5, 3, 3)) views."""
+        np.copyto(*self.target_copies[self.latest])
+        return self.target_parts[self.latest]
 
     q = property(lambda self: self.buffers[self.latest]["q"])
     targets = property(lambda self: self.targets_of(self.latest))

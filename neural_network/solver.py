@@ -618,18 +618,17 @@ class Solver:
             self._sync()
         q = self._q
         np.copyto(q.reshape(k, 4 * NUM_ROLES), rt.q)
-        t = rt.targets
+        hips, positions, rotations = rt.latest_target_parts()
         if refine_iterations > 0:
-            errors = self.refiner.refine_quaternions(q, t[:, 0], t[:, 1:, :3, 3], t[:, 1:, :3, :3],
-                                                     iterations=refine_iterations)
+            errors = self.refiner.refine_quaternions(q, hips, positions, rotations, iterations=refine_iterations)
         else:
-            miss = self.refiner.chain_forward(q, t[:, 0])[:, self.effector_slots][..., :3, 3] - t[:, 1:, :3, 3]
+            miss = self.refiner.chain_forward(q, hips)[:, self.effector_slots][..., :3, 3] - positions
             errors = np.sqrt(np.einsum("kei,kei->ke", miss, miss))
         self.errors = errors
         if not math.isfinite(float(q.sum()) + float(errors.sum())):
             return False
         np.copyto(self._last_q, q)
-        np.copyto(self._last_hips, t[:, 0])
+        np.copyto(self._last_hips, hips)
         if self.status_set:
             self.status.fill(OK)
             self.status_set = False

@@ -55,11 +55,12 @@ VEC = 84                     # the same without the bottom rows: 12 per matrix (
 ROTATIONS = 6                # relative rotations converted to axis-angles: five effectors, then the hips (check only)
 PADDED = 16                  # transcendental kernels get rows of 16 (SIMD blocks and a scalar tail round differently,
                              # so padding keeps a character's numbers independent of how many share the call)
-# Column layout of one heading block of the linear map (and of `feats`): the 50 inputs, then the six rotations' 2 sin
-# axis (18) and 2 cos (6), then -(2 + 2 cos) of the six padded to 16 (padding -4: a zero rotation).
-V_START, NC_START, NTP_START, FEATS = NUM_INPUTS, NUM_INPUTS + 3 * ROTATIONS, NUM_INPUTS + 4 * ROTATIONS, \
-    NUM_INPUTS + 4 * ROTATIONS + PADDED
 ROT_INPUTS = [6 * e + 3 + a for e in range(5) for a in range(3)]      # the effectors' axis-angle inputs
+PLAIN_INPUTS = [j for j in range(NUM_INPUTS) if j not in ROT_INPUTS]  # the other 35, linear in the targets
+# Column layout of one heading block of the linear map (and of `feats`): the 35 plain inputs, then the six rotations'
+# 2 sin axis (18) and 2 cos (6), then -(2 + 2 cos) of the six padded to 16 (padding -4: a zero rotation).
+V_START = len(PLAIN_INPUTS)
+NC_START, NTP_START, FEATS = V_START + 3 * ROTATIONS, V_START + 4 * ROTATIONS, V_START + 4 * ROTATIONS + PADDED
 FEET_COLUMNS = [16 * 4 + 12 + a for a in range(3)] + [16 * 5 + 12 + a for a in range(3)]   # feet: slots 4, 5, row 3
 HIPS_ROWS = 16                                                        # the root's 16 entries start here in vec
 QUATERNIONS = 4 * NUM_ROLES + 4                                       # q_ext: every role's quaternion, then the hips'
@@ -115,7 +116,7 @@ def linear_map(model, builder, hips_map=None):
     out = np.zeros((M.shape[0], 3, FEATS))
     for b in range(3):
         block = M[:, b * nf:(b + 1) * nf]
-        out[:, b, :NUM_INPUTS] = block[:, :NUM_INPUTS]
+        out[:, b, :V_START] = block[:, PLAIN_INPUTS]
         for e in range(5):
             out[:, b, V_START + 3 * e:V_START + 3 * e + 3] = block[:, 6 * e + 3:6 * e + 6]
             out[:, b, NC_START + e] = block[:, NUM_INPUTS + e]
@@ -219,7 +220,7 @@ def _axis_angles(g, feats):
     """Axis-angles of the six relative rotations from their 2 sin axis (v) and -(2 + 2 cos) (ntp):
     angle / 2 = atan(|v| / (2 + 2 cos)), aa = v * angle / |v|. Returns (aa (K, 24): the five effectors' axis-angles
     (15), then zeros, rotation deviation (K, 1) for the check: sum |4 sin^2 + 4 cos^2 - 4|)."""
-    g.node("Split", [feats, g.ints("split_feats", [NUM_INPUTS, 4 * ROTATIONS, PADDED])], ["feats_inputs", "vnc", "ntp"],
+    g.node("Split", [feats, g.ints("split_feats", [V_START, 4 * ROTATIONS, PADDED])], ["feats_inputs", "vnc", "ntp"],
            axis=1)
     sq = g.node("Mul", ["vnc", "vnc"], "vnc_sq")
     sum_v = np.zeros((4 * ROTATIONS, PADDED))
@@ -242,16 +243,15 @@ def _axis_angles(g, feats):
 
 def _network(g, model, feats, aa, contact):
     """The MLP with the input assembly and normalisation folded into its first layer; returns half deltas (K, 69)
-    (the last layer and the clamp are halved: exp takes half angles), the first layer's input [the features' 50
-    input columns, aa, settings, contact] and the map P of that input to the 50 network inputs (for the debug inputs)."""
+    (the last layer and the clamp are halved: exp takes half angles), the first layer's input [the 35 plain inputs,
+    aa, settings, contact] and the map P of that input to the 50 network inputs (for the debug inputs)."""
     std, mean = np.asarray(model.input_std, np.float64), np.asarray(model.input_mean, np.float64)
-    P = np.zeros((NUM_INPUTS + 4 * ROTATIONS + 8, NUM_INPUTS))
-    for j in range(NUM_INPUTS):
-        if j not in ROT_INPUTS:
-            P[j, j] = 1.0
+    P = np.zeros((V_START + 4 * ROTATIONS + 8, NUM_INPUTS))
+    for i, j in enumerate(PLAIN_INPUTS):
+        P[i, j] = 1.0
     for i, j in enumerate(ROT_INPUTS):
-        P[NUM_INPUTS + i, j] = 1.0
-    P[NUM_INPUTS + 4 * ROTATIONS:] = settings_rows()
+        P[V_START + i, j] = 1.0
+    P[V_START + 4 * ROTATIONS:] = settings_rows()
     W = [np.asarray(w, np.float64) for w in model.weights]
     both = g.node("Concat", ["feats_inputs", aa, "settings", contact], "first_input", axis=1)
     h = g.node("Add", [g.node("MatMul", [both, g.const("W0", P @ (W[0] / std[:, None]))], "z0m"),

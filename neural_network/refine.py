@@ -57,6 +57,11 @@ LIMBS = (("LeftArm", "LeftForeArm", "LeftHand"), ("RightArm", "RightForeArm", "R
 JOINT_WEIGHTS = {"Spine": 0.15, "Spine1": 0.15, "Spine2": 0.15, "NeckLower": 0.4, "NeckUpper": 0.4,
                  "LeftShoulder": 0.4, "RightShoulder": 0.4}
 MAX_STEP = 0.6   # radians: the largest joint change one least-squares step may make
+# Reach assist: the largest turn (radians) of a chain's parent joint that brings its target into reach; a target that
+# needs more is left to least squares. The turn aims this fraction inside the reach so the limb keeps a hint of bend.
+ASSIST_MAX_TURN = 0.35
+ASSIST_SLACK = 1e-6
+SPINE_SLACK = 1e-6     # the spine's closed form aims this fraction inside the reaches it bends to
 # The chain laid out level by level in three lanes (torso/neck, left, right), so one batched 4x4 product per level
 # is the whole forward pass; every slot's parent is the slot above it in its lane, except level 4 whose three
 # slots (NeckLower, both clavicles) hang off Spine2. "" pads. Toes are left out: no effector lies below them.
@@ -70,6 +75,8 @@ CHAINS = (("LeftShoulder", "LeftArm", "LeftForeArm", "LeftHand"), ("RightShoulde
 SLOTS = 3 * len(LEVELS)
 MATRIX_TO_SQUARES_WITH_BIAS = np.vstack([MATRIX_TO_SQUARES, SQUARES_BIAS])     # (10, 7): rows (vec(R), 1)
 FOUR_ONES = np.ones(4)
+THREE_ONES = np.ones(3)
+CONJUGATE = np.array([1.0, -1.0, -1.0, -1.0])
 
 
 def _axis_angle_matrix(axis, angle):
@@ -107,6 +114,37 @@ def _unblocked(shape):
     (~60 ns a call) unless an operand's rows are not contiguous; then its own loop runs, 2-4x faster for stacks of
     3x3 and 4x4 (measured: (50, 5, 3, 3, 3) products 49 -> 12 us, (50, 3, 4, 4) 11 -> 5 us; at K = 1 a little)."""
     return np.zeros(tuple(shape[:-1]) + (2 * shape[-1],))[..., ::2]
+
+
+def _nearest_in_both(a, t, reach, spine_length):
+    """(K, 3) the point nearest a within `reach` (K,) of t and within `spine_length` (K,) of the origin (the spine's
+    root): a projected onto the ball about t, and when that is too far from the root, onto the circle where the two
+    spheres meet (a target at the edge of what the straight spine and neck reach leaves only a thin lens). Where the
+    balls do not meet, the root's straight line toward t at spine_length."""
+    miss = a - t
+    d = np.sqrt(np.einsum("ki,ki->k", miss, miss))
+    inside = t + miss * np.minimum(1.0, reach / np.maximum(d, 1e-300))[:, None]
+    distance = np.sqrt(np.einsum("ki,ki->k", t, t))
+    e = t / np.maximum(distance, 1e-300)[:, None]
+    along = (distance * distance + spine_length * spine_length - reach * reach) / (2.0 * np.maximum(distance, 1e-300))
+    radius = np.sqrt(np.maximum(spine_length * spine_length - along * along, 0.0))
+    side = a - np.einsum("ki,ki->k", a, e)[:, None] * e
+    side /= np.maximum(np.linalg.norm(side, axis=-1), 1e-300)[:, None]
+    on_circle = along[:, None] * e + radius[:, None] * side
+    apart = distance > reach + spine_length
+    on_circle[apart] = (e * spine_length[:, None])[apart]
+    too_far = np.einsum("ki,ki->k", inside, inside) > spine_length * spine_length
+    return np.where(too_far[:, None], on_circle, inside)
+
+
+def _turn_about(W, slots, turns, pivots):
+    """Turn the world transforms W (K, S, 4, 4) of `slots` (c, n) rigidly about `pivots` (K, c, 3) by `turns` (K, c, 3, 3),
+    in place: x -> turn x + (pivot - turn pivot). A zero turn (the identity) leaves them exactly as they were."""
+    moved = W[:, slots]                                                   # (K, c, n, 4, 4)
+    shift = pivots - (turns @ pivots[..., None])[..., 0]
+    moved[..., :3, :3] = turns[:, :, None] @ moved[..., :3, :3]
+    moved[..., :3, 3] = (turns[:, :, None] @ moved[..., :3, 3, None])[..., 0] + shift[:, :, None]
+    W[:, slots] = moved
 
 
 def _rotation_quaternions(w, angles=None):
@@ -215,6 +253,38 @@ class _Workspace:
         self.norms = np.empty(k * 15)
         self.norm_column = self.norms[:, None]
         self.zeros = np.zeros((k * 15, 4))
+        # reach assist's check: the chains' upper transforms, their offsets to the targets, squared distances - reach^2
+        self.assist_uppers = np.empty((k, 5, 4, 4))
+        self.assist_upper_positions = self.assist_uppers[..., :3, 3]
+        self.assist_offsets = np.empty((k, 5, 3))
+        self.assist_distances = np.empty((k, 5))
+
+
+class _AssistGroup(NamedTuple):
+    """Chains whose parents the reach assist turns together (see Refiner._assist_constants)."""
+    chains: np.ndarray          # (c,) chain indices
+    parent_roles: np.ndarray    # (c,)
+    parent_slots: np.ndarray    # (c,)
+    upper_slots: np.ndarray     # (c,)
+    moved_slots: np.ndarray     # (c, n): each parent's slot and the slots of its subtree
+    enabled: np.ndarray         # (c,) bool
+    mean_quaternions: np.ndarray
+    mean_conjugates: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    surely_inside: np.ndarray
+
+
+class _SpineBend(NamedTuple):
+    """Spine, Spine1 and Spine2 below the neck (see Refiner._bend_spine)."""
+    roles: np.ndarray           # (3,) Spine, Spine1, Spine2
+    slots: np.ndarray           # (3,)
+    neck_slot: int              # NeckLower's: the neck chain's base a
+    moved_slots: tuple          # per joint, (1, n) slots of its subtree (different lengths)
+    upper_length: float         # |p1 - a| with the upper spine straight: Spine1's and Spine2's bone lengths
+    mean_conjugates: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
 
 
 class Refiner:
@@ -249,6 +319,7 @@ class Refiner:
         self.link_bridges = self.link_offsets = None      # per-character links (set_links); None: the skeleton's
         self._chain_layout(skeleton, mask, parents)
         self._least_squares_constants()
+        self._assist_constants(mask, parents)
         self.last_least_squares = 0
 
     def _chain_layout(self, skeleton, mask, parents):
@@ -279,6 +350,7 @@ class Refiner:
         self.valid_weight = self.chain_valid.astype(np.float64)
         self.links = self._link_constants(np.asarray(skeleton.bridges, np.float64), np.asarray(skeleton.offsets, np.float64))
         self._workspaces = {}
+        self.assist_reach_squares = None      # set by _assist_constants (after the least-squares constants)
 
     def _least_squares_constants(self):
         """The least-squares stage on the chain layout: which slots hold the joints and effectors, each Jacobian
@@ -296,6 +368,67 @@ class Refiner:
         # a delta from the mean pose turning by less than the nearest limit r is inside the box: |w| >= cos(r / 2)
         nearest = np.minimum(-self.joint_low, self.joint_high).min(axis=-1) - 1e-6
         self.surely_inside = np.where(nearest > 0, np.cos(0.5 * np.clip(nearest, 0.0, np.pi)), 2.0)
+
+    def _assist_constants(self, mask, parents):
+        """The reach assist's chain groups, in the order they must turn: the head chain's parent (Spine2) first, since
+        the clavicles hang off it, then both clavicles. Per group: its chains, the parents' roles and slots, the slots
+        a parent's turn carries along (itself and its subtree in the chain layout), the parents' limit constants, and
+        which chains may turn at all (the chain is solved by the closed form and its parent is mapped and is the upper
+        bone's parent). Legs hang off the given hips: none."""
+        def subtree(top):
+            def parent(slot):
+                level, lane = divmod(slot, 3)
+                return None if level == 0 else self.slot_of[ROLE_INDEX["Spine2"]] if level == 4 else 3 * (level - 1) + lane
+            out = []
+            for slot in range(SLOTS):
+                s = slot
+                while s is not None and s != top:
+                    s = parent(s)
+                if s == top:
+                    out.append(slot)
+            return out
+
+        joint_index = {int(j): i for i, j in enumerate(self.joints)}
+        self.assist_groups = []
+        for chains in ((4,), (0, 1)):
+            chains = np.array(chains)
+            roles = np.array([ROLE_INDEX[CHAINS[c][0]] for c in chains])
+            enabled = np.array([bool(self.chain_valid[c] and mask[r] and parents[self.chain_roles[c, 0]] == r
+                                     and int(r) in joint_index) for c, r in zip(chains, roles)])
+            if not enabled.any():
+                continue
+            slots = self.chain_slots[chains, 0]
+            at = [joint_index.get(int(r), 0) for r in roles]
+            self.assist_groups.append(_AssistGroup(
+                chains, roles, slots, self.chain_slots[chains, 1], np.array([subtree(int(s)) for s in slots]), enabled,
+                self.mean_quaternions[at], self.mean_conjugates[at], self.joint_low[at], self.joint_high[at],
+                self.surely_inside[at]))
+        self.assist_spine = None
+        neck = ROLE_INDEX["NeckLower"]
+        spine, j = [], parents[neck]
+        while j > 0 and mask[j] and int(j) in joint_index:
+            spine.insert(0, int(j))
+            j = parents[j]
+        if self.assist_groups and self.assist_groups[0].chains[0] == 4 and mask[neck] and len(spine) == 3:
+            at = [joint_index[r] for r in spine]
+            slots = np.array([self.slot_of[r] for r in spine])
+            offsets = np.asarray(self.skeleton.offsets, np.float64)
+            upper_length = np.linalg.norm(offsets[spine[2]]) + np.linalg.norm(offsets[neck])     # Spine1 + Spine2 bones
+            self.assist_spine = _SpineBend(np.array(spine), slots, self.slot_of[neck],
+                                           tuple(np.array([subtree(int(s))]) for s in slots), upper_length,
+                                           self.mean_conjugates[at], self.joint_low[at], self.joint_high[at])
+        self._assist_reach()
+
+    def _assist_reach(self):
+        """Per chain, the squared reach beyond which the assist may turn its parent (infinite where it never does)."""
+        if not getattr(self, "assist_groups", None):
+            self.assist_reach_squares = None
+            return
+        assisted = np.zeros(5, bool)
+        for group in self.assist_groups:
+            assisted[group.chains[group.enabled]] = True
+        reach_max = self.links.reach[0]
+        self.assist_reach_squares = np.where(assisted, reach_max * reach_max, np.inf)
 
     def _link_constants(self, bridges, offsets):
         """ChainLinks from bridges (23, 3, 3) and offsets (23, 3) (the skeleton's: shared by every character) or
@@ -341,6 +474,7 @@ class Refiner:
             self.link_offsets = np.asarray(offsets, np.float64)
             self.links = self._link_constants(self.link_bridges, self.link_offsets)
         self._workspaces = {}
+        self._assist_reach()
 
     def _workspace(self, k):
         ws = self._workspaces.get(k)
@@ -473,13 +607,153 @@ class Refiner:
         n_len[...] = 1.0
         ws.p[...] = u + (rotations_about(n, ws.phi) @ v[..., None])[..., 0]
 
+    def _beyond_reach(self, world, target_positions):
+        """Characters (indices) with an assisted chain whose target is beyond its reach, or None: a handful of calls,
+        all a within-reach tick pays for the assist."""
+        ws = self._workspace(len(world))
+        np.take(world, self.chain_slots[:, 1], axis=1, out=ws.assist_uppers, mode="clip")
+        np.subtract(target_positions, ws.assist_upper_positions, out=ws.assist_offsets)
+        np.multiply(ws.assist_offsets, ws.assist_offsets, out=ws.assist_offsets)
+        np.matmul(ws.assist_offsets, THREE_ONES, out=ws.assist_distances)
+        np.subtract(ws.assist_distances, self.assist_reach_squares, out=ws.assist_distances)
+        if not ws.assist_distances.max() > 0.0:
+            return None
+        return np.nonzero((ws.assist_distances > 0.0).any(axis=1))[0]
+
+    def _reach_assist(self, q, world, target_positions, rows):
+        """Turn the parents of chains whose targets are beyond reach (characters `rows`), in place on q (K, 23, 4)
+        and on the chain layout's world transforms, so the closed form that follows reaches them."""
+        W, Q, T = world[rows], q[rows], target_positions[rows]
+        reach_max = self.links.reach[0]
+        if self.links.per_character:
+            reach_max = reach_max[rows]
+        for group in self.assist_groups:
+            self._turn_parents(group, W, Q, T, reach_max)
+            if group.chains[0] == 4 and self.assist_spine is not None:
+                self._bend_spine(W, Q, T, reach_max)
+        world[rows] = W
+        q[rows] = Q
+
+    def _turn_parents(self, group, W, Q, T, reach_max):
+        """For each chain of `group` whose target t is beyond the reach R of its upper + mid bones (|t - a| > R, a the
+        upper bone's head), the smallest turn of its parent about the parent's head p that brings t within reach: in
+        the plane of a - p and t - p, turn a - p toward t - p until |t - a'| = R (law of cosines). Turns larger than
+        ASSIST_MAX_TURN, and targets no turn brings within reach, are left alone (least squares' job). A turn that
+        takes the parent outside its limits is clamped to them (the clamped turn is the one applied). The parent's
+        new local quaternion goes into Q; W's transforms of the parent and its subtree turn rigidly about p."""
+        chains = group.chains
+        parents = W[:, group.parent_slots]
+        p, a, t = parents[..., :3, 3], W[:, group.upper_slots][..., :3, 3], T[:, chains]
+        reach = reach_max[..., chains]
+        P, D = a - p, t - p
+        cross = np.cross(P, D)
+        sine = np.sqrt(np.einsum("kci,kci->kc", cross, cross))
+        A2, T2 = np.einsum("kci,kci->kc", P, P), np.einsum("kci,kci->kc", D, D)
+        miss = t - a
+        beyond = np.einsum("kci,kci->kc", miss, miss) > reach * reach
+        goal = reach * (1.0 - ASSIST_SLACK)
+        cos_goal = (T2 + A2 - goal * goal) / (2.0 * np.sqrt(A2 * T2))
+        turn = np.arctan2(sine, np.einsum("kci,kci->kc", P, D)) - np.arccos(np.clip(cos_goal, -1.0, 1.0))
+        ok = beyond & group.enabled & (cos_goal <= 1.0) & (turn <= ASSIST_MAX_TURN) & (sine > 0.0)
+        if not ok.any():
+            return
+        turn = np.where(ok, turn, 0.0)
+        n = cross / np.maximum(sine, 1e-300)[..., None]
+        R_p = parents[..., :3, :3]
+        body_axis = np.einsum("kcji,kcj->kci", R_p, n)                   # R_p^T n: the turn in the parent's frame
+        q_old = Q[:, group.parent_roles]
+        q_new = multiply_quaternions(q_old, _rotation_quaternions(body_axis * turn[..., None], turn))
+        world_turn = rotations_about(n, turn)
+        delta = multiply_quaternions(group.mean_conjugates, q_new)
+        if not (np.abs(delta[..., 0]) >= group.surely_inside).all():
+            delta = quaternions_to_axis_angles(delta)
+            clipped = np.minimum(np.maximum(delta, group.low), group.high)
+            clamp = ok & (clipped != delta).any(axis=-1)
+            if clamp.any():
+                fixed = multiply_quaternions(group.mean_quaternions, _rotation_quaternions(clipped))
+                q_new = np.where(clamp[..., None], fixed, q_new)
+                change = quaternions_to_matrices(multiply_quaternions(q_old * CONJUGATE, fixed))
+                world_turn = np.where(clamp[..., None, None], R_p @ change @ np.swapaxes(R_p, -1, -2), world_turn)
+        Q[:, group.parent_roles] = np.where(ok[..., None], q_new, q_old)
+        _turn_about(W, group.moved_slots, world_turn, p)
+
+    def _bend_spine(self, W, Q, T, reach_max):
+        """When no turn of Spine2 alone brings the head's target t within the neck's reach R (the network's spine is
+        bent more than the pose's: the neck's base a sits too far from t), the spine (Spine, Spine1, Spine2; heads
+        p0, p1, p2) moves a to a* = the nearest point within reach of t, in closed form: Spine1's joint bends in the
+        plane of (p1 - p0, a - p1) so that |a - p0| = |a* - p0| (the two-bone elbow), then Spine swings a onto a*. When
+        Spine1's bend cannot reach (|a* - p0| > |p1 - p0| + |a - p1|: the upper spine is bent too), Spine2's joint first
+        unbends in its own plane just enough. A character whose turns would exceed ASSIST_MAX_TURN or leave a joint's
+        limits keeps its pose (least squares' job)."""
+        spine = self.assist_spine
+        t, reach = T[:, 4], reach_max[..., 4]
+        p0, a = W[:, spine.slots[0], :3, 3], W[:, spine.neck_slot, :3, 3]
+        miss = a - t
+        d = np.sqrt(np.einsum("ki,ki->k", miss, miss))
+        ok = d > reach
+        if not ok.any():
+            return
+        W_before, Q_before = W.copy(), Q.copy()
+        lower = np.linalg.norm(W[:, spine.slots[1], :3, 3] - p0, axis=-1)                        # |p1 - p0|
+        goal = _nearest_in_both(a - p0, t - p0, reach * (1.0 - SPINE_SLACK), (lower + spine.upper_length) * (1.0 - SPINE_SLACK))
+        length = np.sqrt(np.einsum("ki,ki->k", goal, goal))
+        upper_needed = np.minimum(length - lower, spine.upper_length)                            # |a - p1| to have
+        upper_now = np.linalg.norm(a - W[:, spine.slots[1], :3, 3], axis=-1)
+        ok &= self._bend(W, Q, 2, spine.slots[1], np.where(upper_now < upper_needed, upper_needed, upper_now))
+        ok &= self._bend(W, Q, 1, spine.slots[0], length)
+        a = W[:, spine.neck_slot, :3, 3]
+        ok &= self._swing(W, Q, 0, a - p0, goal)
+        delta = quaternions_to_axis_angles(multiply_quaternions(spine.mean_conjugates, Q[:, spine.roles]))
+        ok &= ((delta >= spine.low) & (delta <= spine.high)).all(axis=(1, 2))
+        W[~ok], Q[~ok] = W_before[~ok], Q_before[~ok]
+
+    def _bend(self, W, Q, j, root_slot, reach):
+        """Spine joint j (0 Spine, 1 Spine1, 2 Spine2) bends about the normal of its plane (its bone from the joint
+        `root_slot` head r, and its head e to the neck's base a) so that |a - r| = reach, the two-bone elbow's law of
+        cosines. Returns which characters could (a bend within ASSIST_MAX_TURN, a plane to bend in)."""
+        spine = self.assist_spine
+        r, e, a = W[:, root_slot, :3, 3], W[:, spine.slots[j], :3, 3], W[:, spine.neck_slot, :3, 3]
+        u, v = e - r, a - e
+        l1, l2 = np.linalg.norm(u, axis=-1), np.linalg.norm(v, axis=-1)
+        normal = np.cross(u, v)
+        n_len = np.linalg.norm(normal, axis=-1)
+        cos_inner = (l1 * l1 + l2 * l2 - reach * reach) / (2.0 * l1 * l2)
+        phi = np.arccos(np.clip(-cos_inner, -1.0, 1.0)) - np.arctan2(n_len, np.einsum("ki,ki->k", u, v))
+        ok = (np.abs(cos_inner) <= 1.0 + 1e-6) & (n_len > 1e-9 * l1 * l2) & (np.abs(phi) <= ASSIST_MAX_TURN)
+        self._turn_spine_joint(W, Q, j, normal / np.maximum(n_len, 1e-300)[:, None], np.where(ok, phi, 0.0), e)
+        return ok
+
+    def _swing(self, W, Q, j, now, goal):
+        """Spine joint j turns the smallest way that takes the direction `now` (from its head) onto `goal`."""
+        axis = np.cross(now, goal)
+        sine = np.linalg.norm(axis, axis=-1)
+        angle = np.arctan2(sine, np.einsum("ki,ki->k", now, goal))
+        ok = angle <= ASSIST_MAX_TURN
+        pivot = W[:, self.assist_spine.slots[j], :3, 3]
+        self._turn_spine_joint(W, Q, j, axis / np.maximum(sine, 1e-300)[:, None], np.where(ok, angle, 0.0), pivot)
+        return ok
+
+    def _turn_spine_joint(self, W, Q, j, axis, angle, pivot):
+        """Spine joint j turns about the world `axis` (K, 3, unit) by `angle` (K,) about `pivot`: its local quaternion
+        takes the turn in its own frame (q * (R_j^T axis, angle)), its subtree's transforms turn rigidly."""
+        spine = self.assist_spine
+        role = spine.roles[j]
+        body = np.einsum("kba,kb->ka", W[:, spine.slots[j], :3, :3], axis) * angle[:, None]
+        Q[:, role] = multiply_quaternions(Q[:, role], _rotation_quaternions(body, np.abs(angle)))
+        _turn_about(W, spine.moved_slots[j], rotations_about(axis, angle)[:, None], pivot[:, None])
+
     def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4):
         """Run-time refinement on (K, 23, 4) local quaternions (modified in place); hips (K, 4, 4) transforms.
 
         Closed form for everyone; least squares (`iterations` steps) then the closed form again only for characters
         the closed form leaves more than `tolerance` metres away, when that brings them closer. Returns errors (K, 5).
         """
-        errors = self.closed_form(q, self.chain_forward(q, hips), target_positions, target_rotations)
+        world = self.chain_forward(q, hips)
+        if self.assist_reach_squares is not None:
+            rows = self._beyond_reach(world, target_positions)
+            if rows is not None:
+                self._reach_assist(q, world, target_positions, rows)
+        errors = self.closed_form(q, world, target_positions, target_rotations)
         self.last_least_squares = 0
         if iterations <= 0 or not errors.max() > tolerance:
             return errors

@@ -239,3 +239,91 @@ def test_quaternion_helpers_match_rotation_matrices():
     np.testing.assert_allclose(axis_angle_to_matrix(quaternions_to_axis_angles(a)), quaternions_to_matrices(a), atol=1e-12)
     small = np.concatenate([np.ones((5, 1)), 1e-12 * rng.normal(size=(5, 3))], axis=1)
     np.testing.assert_allclose(quaternions_to_axis_angles(small), 2e0 * small[:, 1:], rtol=1e-9)
+
+
+# ---- the reach assist: a chain's parent turns so the closed form reaches, without least squares ---------------------
+
+def pushed_beyond_reach(ref, skel, n, chain, seed):
+    """Poses near the mean with every effector's target on the effector except chain `chain`'s, which sits 1-3 cm
+    beyond its upper + mid bones' reach, off to the side of the parent's bone (along that bone no turn of the parent
+    helps)."""
+    local, hips_R, hips_p, pose = random_poses(skel, n, seed=seed, spread=0.08)
+    for elbow in ("LeftForeArm", "RightForeArm"):        # bent elbows: an arm keeps slack when the spine turns
+        local[:, ROLE_INDEX[elbow]] = local[:, ROLE_INDEX[elbow]] @ axis_angle_to_matrix(np.array([0.0, 0.0, 0.8]))
+    pose = kinematics.forward(skel, local, hips_R, hips_p)
+    rng = np.random.default_rng(seed)
+    upper, parent = CHAIN_ROLES[chain][0], skel.parents[CHAIN_ROLES[chain][0]]
+    a, p = pose.positions[:, upper], pose.positions[:, parent]
+    along = (a - p) / np.linalg.norm(a - p, axis=-1, keepdims=True)
+    side = np.cross(along, rng.normal(size=(n, 3)))
+    side /= np.linalg.norm(side, axis=-1, keepdims=True)
+    tp = pose.positions[:, EFF].copy()
+    tp[:, chain] = a + (ref.links.reach[0][chain] + rng.uniform(0.01, 0.03, n))[:, None] * side
+    return local, hips_R, hips_p, tp, pose.rotations[:, EFF]
+
+
+@pytest.mark.parametrize("chain,parent", [(4, "Spine2"), (0, "LeftShoulder"), (1, "RightShoulder")])
+def test_reach_assist_lands_without_least_squares(chain, parent):
+    skel = humanoid_skeleton(twist=0.2)
+    ref = refiner_for(skel, width=0.6)
+    local, hips_R, hips_p, tp, tr = pushed_beyond_reach(ref, skel, 20, chain, seed=20 + chain)
+    q = matrices_to_quaternions(local)
+    before = q.copy()
+    errors = ref.refine_quaternions(q, hips_matrices(hips_R, hips_p), tp, tr, iterations=2)
+    assert ref.last_least_squares == 0
+    assert errors.max() < 1e-4
+    out = quaternions_to_matrices(q)
+    out[:, ~skel.role_mask] = np.eye(3)
+    check = kinematics.forward(skel, out, hips_R, hips_p)                 # independent FK of the written rotations
+    assert np.linalg.norm(check.positions[:, EFF] - tp, axis=-1).max() < 1e-4
+    turned = ROLE_INDEX[parent]
+    assert np.abs(multiply_quaternions(before[:, turned] * [1, -1, -1, -1], q[:, turned])[:, 1:]).max() > 1e-3
+    delta = quaternions_to_axis_angles(multiply_quaternions(matrices_to_quaternions(ref.mean_pose[turned].T), q[:, turned]))
+    assert np.all(delta >= ref.limit_low[turned] - 1e-9) and np.all(delta <= ref.limit_high[turned] + 1e-9)
+    untouched = [ROLE_INDEX[n] for n in ("Spine", "Spine1")]          # only the parent turns
+    if chain != 4:
+        untouched.append(ROLE_INDEX["Spine2"])
+    np.testing.assert_array_equal(q[:, untouched], before[:, untouched])
+
+
+def test_spine_straightens_for_a_head_target_beyond_spine2s_turn():
+    """A head target straight up along the neck, 1-3 mm beyond its reach: no turn of Spine2 helps; the bent spine
+    (Spine1 and Spine2 bent by 0.25 rad) unbends in closed form, landing without least squares inside the limits."""
+    skel = humanoid_skeleton()
+    ref = refiner_for(skel, width=0.6)
+    n = 12
+    local, hips_R, hips_p, pose = random_poses(skel, n, seed=31, spread=0.0)
+    rng = np.random.default_rng(32)
+    spine = [ROLE_INDEX[s] for s in ("Spine", "Spine1", "Spine2")]
+    local[:, spine[1:]] = local[:, spine[1:]] @ axis_angle_to_matrix(np.array([0.25, 0.0, 0.0]) + rng.normal(0, 0.02, (n, 2, 3)))
+    for elbow in ("LeftForeArm", "RightForeArm"):
+        local[:, ROLE_INDEX[elbow]] = local[:, ROLE_INDEX[elbow]] @ axis_angle_to_matrix(np.array([0.0, 0.0, 0.8]))
+    pose = kinematics.forward(skel, local, hips_R, hips_p)
+    neck = ROLE_INDEX["NeckLower"]
+    tp = pose.positions[:, EFF].copy()
+    up = tp[:, 4] - pose.positions[:, neck]
+    up /= np.linalg.norm(up, axis=-1, keepdims=True)
+    tp[:, 4] = pose.positions[:, neck] + (ref.links.reach[0][4] + rng.uniform(0.001, 0.003, n))[:, None] * up
+    q = matrices_to_quaternions(local)
+    before = q.copy()
+    errors = ref.refine_quaternions(q, hips_matrices(hips_R, hips_p), tp, pose.rotations[:, EFF], iterations=2)
+    assert ref.last_least_squares == 0 and errors.max() < 1e-4
+    out = quaternions_to_matrices(q)
+    check = kinematics.forward(skel, out, hips_R, hips_p)
+    assert np.linalg.norm(check.positions[:, EFF] - tp, axis=-1).max() < 1e-4
+    assert np.abs(q[:, spine] - before[:, spine]).max() > 1e-3
+    delta = matrix_to_axis_angle(np.swapaxes(ref.mean_pose[spine], -1, -2) @ out[:, spine])
+    assert np.all(delta >= ref.limit_low[spine] - 1e-9) and np.all(delta <= ref.limit_high[spine] + 1e-9)
+
+
+def test_reach_assist_leaves_targets_within_reach_alone():
+    """No chain beyond reach: refine_quaternions equals the closed form alone, bit for bit."""
+    skel = humanoid_skeleton(twist=0.2)
+    ref = refiner_for(skel)
+    local, hips_R, hips_p, pose = random_poses(skel, 16, seed=40, spread=0.3)
+    tp = pose.positions[:, EFF]
+    q, plain = matrices_to_quaternions(local), matrices_to_quaternions(local)
+    hips = hips_matrices(hips_R, hips_p)
+    ref.refine_quaternions(q, hips, tp, pose.rotations[:, EFF], iterations=2)
+    ref.closed_form(plain, ref.chain_forward(plain, hips), tp, pose.rotations[:, EFF])
+    np.testing.assert_array_equal(q, plain)

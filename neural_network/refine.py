@@ -21,6 +21,15 @@ whose targets that leaves out of reach (a clavicle or the spine must move, or th
 through the least-squares stage - `iterations` steps of it - and then the closed form again. So the iteration count
 is the least-squares budget for unreachable targets; `last_least_squares` says how many characters needed it.
 
+Before the closed form, a reach assist (closed form too) moves what the two-bone solve cannot: for a chain whose target
+is beyond its reach, the chain's parent - Spine2 for the head, the clavicle for an arm - turns about its head by the
+smallest rotation that brings the target within reach (law of cosines; at most ASSIST_MAX_TURN, inside the limits).
+When no Spine2 turn can (the network bent the spine more than the pose: a near-straight neck's target is then out of
+every Spine2 turn's reach), the spine unbends instead: Spine2 and Spine1 bend in their planes just enough, then Spine
+swings the neck's base onto the nearest point within reach. The head goes first because the clavicles hang off the
+spine. Only characters with a chain beyond reach pay for it (a within-reach tick pays one check of a few calls); on the
+shipped model's held-out clips it takes the share of ticks needing least squares from 100% to a few percent.
+
 At K = 1 NumPy costs about half a microsecond a call whatever the array size, so the run-time path is written to
 make few calls: every buffer and view is made once per K (_Workspace), the vectors of a chain sit side by side so one
 matmul gives all their dot products, the elbow's new position comes from the limb plane without building its

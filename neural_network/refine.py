@@ -125,6 +125,16 @@ def _unblocked(shape):
     return np.zeros(tuple(shape[:-1]) + (2 * shape[-1],))[..., ::2]
 
 
+def _cross(a, b):
+    """(..., 3) a x b as [a]x b: two calls, where np.cross costs ~10 us on a handful of vectors."""
+    return ((a @ SKEW).reshape(a.shape[:-1] + (3, 3)) @ b[..., None])[..., 0]
+
+
+def _norms(v):
+    """(..., 3) -> (...) lengths, without np.linalg.norm's overhead."""
+    return np.sqrt(np.einsum("...i,...i->...", v, v))
+
+
 def _nearest_in_both(a, t, reach, spine_length):
     """(K, 3) the point nearest a within `reach` (K,) of t and within `spine_length` (K,) of the origin (the spine's
     root): a projected onto the ball about t, and when that is too far from the root, onto the circle where the two
@@ -138,7 +148,7 @@ def _nearest_in_both(a, t, reach, spine_length):
     along = (distance * distance + spine_length * spine_length - reach * reach) / (2.0 * np.maximum(distance, 1e-300))
     radius = np.sqrt(np.maximum(spine_length * spine_length - along * along, 0.0))
     side = a - np.einsum("ki,ki->k", a, e)[:, None] * e
-    side /= np.maximum(np.linalg.norm(side, axis=-1), 1e-300)[:, None]
+    side /= np.maximum(_norms(side), 1e-300)[:, None]
     on_circle = along[:, None] * e + radius[:, None] * side
     apart = distance > reach + spine_length
     on_circle[apart] = (e * spine_length[:, None])[apart]
@@ -655,7 +665,7 @@ class Refiner:
         p, a, t = parents[..., :3, 3], W[:, group.upper_slots][..., :3, 3], T[:, chains]
         reach = reach_max[..., chains]
         P, D = a - p, t - p
-        cross = np.cross(P, D)
+        cross = _cross(P, D)
         sine = np.sqrt(np.einsum("kci,kci->kc", cross, cross))
         A2, T2 = np.einsum("kci,kci->kc", P, P), np.einsum("kci,kci->kc", D, D)
         miss = t - a
@@ -699,15 +709,15 @@ class Refiner:
         p0, a = W[:, spine.slots[0], :3, 3], W[:, spine.neck_slot, :3, 3]
         miss = a - t
         d = np.sqrt(np.einsum("ki,ki->k", miss, miss))
-        ok = d > reach
+        lower = _norms(W[:, spine.slots[1], :3, 3] - p0)                                          # |p1 - p0|
+        ok = (d > reach) & (_norms(t - p0) < lower + spine.upper_length + reach)   # beyond, and the straight spine reaches
         if not ok.any():
             return
         W_before, Q_before = W.copy(), Q.copy()
-        lower = np.linalg.norm(W[:, spine.slots[1], :3, 3] - p0, axis=-1)                        # |p1 - p0|
         goal = _nearest_in_both(a - p0, t - p0, reach * (1.0 - SPINE_SLACK), (lower + spine.upper_length) * (1.0 - SPINE_SLACK))
         length = np.sqrt(np.einsum("ki,ki->k", goal, goal))
         upper_needed = np.minimum(length - lower, spine.upper_length)                            # |a - p1| to have
-        upper_now = np.linalg.norm(a - W[:, spine.slots[1], :3, 3], axis=-1)
+        upper_now = _norms(a - W[:, spine.slots[1], :3, 3])
         ok &= self._bend(W, Q, 2, spine.slots[1], np.where(upper_now < upper_needed, upper_needed, upper_now))
         ok &= self._bend(W, Q, 1, spine.slots[0], length)
         a = W[:, spine.neck_slot, :3, 3]
@@ -723,9 +733,9 @@ class Refiner:
         spine = self.assist_spine
         r, e, a = W[:, root_slot, :3, 3], W[:, spine.slots[j], :3, 3], W[:, spine.neck_slot, :3, 3]
         u, v = e - r, a - e
-        l1, l2 = np.linalg.norm(u, axis=-1), np.linalg.norm(v, axis=-1)
-        normal = np.cross(u, v)
-        n_len = np.linalg.norm(normal, axis=-1)
+        l1, l2 = _norms(u), _norms(v)
+        normal = _cross(u, v)
+        n_len = _norms(normal)
         cos_inner = (l1 * l1 + l2 * l2 - reach * reach) / (2.0 * l1 * l2)
         phi = np.arccos(np.clip(-cos_inner, -1.0, 1.0)) - np.arctan2(n_len, np.einsum("ki,ki->k", u, v))
         ok = (np.abs(cos_inner) <= 1.0 + 1e-6) & (n_len > 1e-9 * l1 * l2) & (np.abs(phi) <= ASSIST_MAX_TURN)
@@ -734,8 +744,8 @@ class Refiner:
 
     def _swing(self, W, Q, j, now, goal):
         """Spine joint j turns the smallest way that takes the direction `now` (from its head) onto `goal`."""
-        axis = np.cross(now, goal)
-        sine = np.linalg.norm(axis, axis=-1)
+        axis = _cross(now, goal)
+        sine = _norms(axis)
         angle = np.arctan2(sine, np.einsum("ki,ki->k", now, goal))
         ok = angle <= ASSIST_MAX_TURN
         pivot = W[:, self.assist_spine.slots[j], :3, 3]

@@ -719,9 +719,13 @@ class Refiner:
         upper_needed = np.minimum(length - lower, spine.upper_length)                            # |a - p1| to have
         upper_now = _norms(a - W[:, spine.slots[1], :3, 3])
         ok &= self._bend(W, Q, 2, spine.slots[1], np.where(upper_now < upper_needed, upper_needed, upper_now))
-        ok &= self._bend(W, Q, 1, spine.slots[0], length)
-        a = W[:, spine.neck_slot, :3, 3]
-        ok &= self._swing(W, Q, 0, a - p0, goal)
+        if ok.any():
+            ok &= self._bend(W, Q, 1, spine.slots[0], length)
+        if ok.any():
+            ok &= self._swing(W, Q, 0, W[:, spine.neck_slot, :3, 3] - p0, goal)
+        if not ok.any():
+            W[...], Q[...] = W_before, Q_before
+            return
         delta = quaternions_to_axis_angles(multiply_quaternions(spine.mean_conjugates, Q[:, spine.roles]))
         ok &= ((delta >= spine.low) & (delta <= spine.high)).all(axis=(1, 2))
         W[~ok], Q[~ok] = W_before[~ok], Q_before[~ok]

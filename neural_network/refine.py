@@ -41,6 +41,7 @@ steps; tests hold the run-time path to them.
 The hips transform is given and never moves. Pure NumPy; no bpy.
 """
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -51,10 +52,15 @@ from .quaternion_math import (
     QUATERNION_TO_MATRIX,
     SKEW,
     SQUARES_BIAS,
+    axis_angle_quaternion,
     matrices_to_quaternions,
     multiply_quaternions,
+    quaternion_axis_angle,
+    quaternion_matrix,
+    quaternion_product,
     quaternions_to_axis_angles,
     quaternions_to_matrices,
+    rotation_about,
     rotations_about,
 )
 from .roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLES
@@ -85,7 +91,6 @@ SLOTS = 3 * len(LEVELS)
 MATRIX_TO_SQUARES_WITH_BIAS = np.vstack([MATRIX_TO_SQUARES, SQUARES_BIAS])     # (10, 7): rows (vec(R), 1)
 FOUR_ONES = np.ones(4)
 THREE_ONES = np.ones(3)
-CONJUGATE = np.array([1.0, -1.0, -1.0, -1.0])
 
 
 def _axis_angle_matrix(axis, angle):
@@ -135,35 +140,106 @@ def _norms(v):
     return np.sqrt(np.einsum("...i,...i->...", v, v))
 
 
+# -- the reach assist's vector helpers: one character at a time in Python floats (3-tuples; matrices as row tuples)
+
+def _sub(a, b):
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
+
+
+def _dot(a, b):
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+
+
+def _cross3(a, b):
+    return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
+
+
+def _length(a):
+    return math.sqrt(a[0] * a[0] + a[1] * a[1] + a[2] * a[2])
+
+
+def _scaled(a, s):
+    return (a[0] * s, a[1] * s, a[2] * s)
+
+
+def _apply(M, v):
+    return (_dot(M[0], v), _dot(M[1], v), _dot(M[2], v))
+
+
+def _apply_transposed(M, v):
+    return (M[0][0] * v[0] + M[1][0] * v[1] + M[2][0] * v[2], M[0][1] * v[0] + M[1][1] * v[1] + M[2][1] * v[2],
+            M[0][2] * v[0] + M[1][2] * v[1] + M[2][2] * v[2])
+
+
+def _matrix_product(A, B):
+    columns = tuple(zip(*B))
+    return tuple(tuple(_dot(row, column) for column in columns) for row in A)
+
+
+def _turn_point(M, pivot, x):
+    """x turned by M about pivot."""
+    d = _apply(M, _sub(x, pivot))
+    return (pivot[0] + d[0], pivot[1] + d[1], pivot[2] + d[2])
+
+
+def _frame(matrix):
+    """A 4x4 transform (nested lists) -> (rotation rows, position)."""
+    return matrix[:3], (matrix[0][3], matrix[1][3], matrix[2][3])
+
+
+def _turned_quaternion(q, R, n, angle):
+    """The local quaternion q of a joint with world rotation R after it turns by `angle` about the world unit axis n:
+    q * (the same turn about R^T n, n in the joint's own frame)."""
+    b = _apply_transposed(R, n)
+    s = math.sin(0.5 * angle)
+    return quaternion_product(q, (math.cos(0.5 * angle), b[0] * s, b[1] * s, b[2] * s))
+
+
+def _within_limits(q, mean_conjugate, low, high):
+    delta = quaternion_axis_angle(quaternion_product(mean_conjugate, q))
+    return all(lo <= d <= hi for d, lo, hi in zip(delta, low, high))
+
+
+def _bend_angle(r, e, a, reach):
+    """The two-bone elbow's law of cosines for a spine joint with head e, bone from r, and the neck's base a: the turn
+    (unit axis = the normal of the plane (e - r, a - e), angle) that makes |a - r| = reach, or None when that turn is
+    not possible (out of reach, no plane) or larger than ASSIST_MAX_TURN."""
+    u, v = _sub(e, r), _sub(a, e)
+    l1, l2 = _length(u), _length(v)
+    normal = _cross3(u, v)
+    n_len = _length(normal)
+    if not (l1 * l2 > 0.0 and n_len > 1e-9 * l1 * l2):
+        return None
+    cos_inner = (l1 * l1 + l2 * l2 - reach * reach) / (2.0 * l1 * l2)
+    if abs(cos_inner) > 1.0 + 1e-6:
+        return None
+    phi = math.acos(min(max(-cos_inner, -1.0), 1.0)) - math.atan2(n_len, _dot(u, v))
+    if abs(phi) > ASSIST_MAX_TURN:
+        return None
+    return _scaled(normal, 1.0 / n_len), phi
+
+
 def _nearest_in_both(a, t, reach, spine_length):
-    """(K, 3) the point nearest a within `reach` (K,) of t and within `spine_length` (K,) of the origin (the spine's
-    root): a projected onto the ball about t, and when that is too far from the root, onto the circle where the two
-    spheres meet (a target at the edge of what the straight spine and neck reach leaves only a thin lens). Where the
-    balls do not meet, the root's straight line toward t at spine_length."""
-    miss = a - t
-    d = np.sqrt(np.einsum("ki,ki->k", miss, miss))
-    inside = t + miss * np.minimum(1.0, reach / np.maximum(d, 1e-300))[:, None]
-    distance = np.sqrt(np.einsum("ki,ki->k", t, t))
-    e = t / np.maximum(distance, 1e-300)[:, None]
-    along = (distance * distance + spine_length * spine_length - reach * reach) / (2.0 * np.maximum(distance, 1e-300))
-    radius = np.sqrt(np.maximum(spine_length * spine_length - along * along, 0.0))
-    side = a - np.einsum("ki,ki->k", a, e)[:, None] * e
-    side /= np.maximum(_norms(side), 1e-300)[:, None]
-    on_circle = along[:, None] * e + radius[:, None] * side
-    apart = distance > reach + spine_length
-    on_circle[apart] = (e * spine_length[:, None])[apart]
-    too_far = np.einsum("ki,ki->k", inside, inside) > spine_length * spine_length
-    return np.where(too_far[:, None], on_circle, inside)
+    """The point nearest a within `reach` of t and within `spine_length` of the origin (the spine's root): a projected
+    onto the ball about t, and when that is too far from the root, onto the circle where the two spheres meet (a
+    target at the edge of what the straight spine and neck reach leaves only a thin lens). Where the balls do not
+    meet, the root's straight line toward t at spine_length."""
+    miss = _sub(a, t)
+    d = _length(miss)
+    s = min(1.0, reach / max(d, 1e-300))
+    inside = (t[0] + miss[0] * s, t[1] + miss[1] * s, t[2] + miss[2] * s)
+    if _dot(inside, inside) <= spine_length * spine_length:
+        return inside
+    distance = max(_length(t), 1e-300)
+    e = _scaled(t, 1.0 / distance)
+    if distance > reach + spine_length:
+        return _scaled(e, spine_length)
+    along = (distance * distance + spine_length * spine_length - reach * reach) / (2.0 * distance)
+    radius = math.sqrt(max(spine_length * spine_length - along * along, 0.0))
+    side = _sub(a, _scaled(e, _dot(a, e)))
+    side = _scaled(side, radius / max(_length(side), 1e-300))
+    return (along * e[0] + side[0], along * e[1] + side[1], along * e[2] + side[2])
 
-
-def _turn_about(W, slots, turns, pivots):
-    """Turn the world transforms W (K, S, 4, 4) of `slots` (c, n) rigidly about `pivots` (K, c, 3) by `turns` (K, c, 3, 3),
-    in place: x -> turn x + (pivot - turn pivot). A zero turn (the identity) leaves them exactly as they were."""
-    moved = W[:, slots]                                                   # (K, c, n, 4, 4)
-    shift = pivots - (turns @ pivots[..., None])[..., 0]
-    moved[..., :3, :3] = turns[:, :, None] @ moved[..., :3, :3]
-    moved[..., :3, 3] = (turns[:, :, None] @ moved[..., :3, 3, None])[..., 0] + shift[:, :, None]
-    W[:, slots] = moved
 
 
 def _rotation_quaternions(w, angles=None):
@@ -282,28 +358,18 @@ class _Workspace:
 class _AssistGroup(NamedTuple):
     """Chains whose parents the reach assist turns together (see Refiner._assist_constants)."""
     chains: np.ndarray          # (c,) chain indices
-    parent_roles: np.ndarray    # (c,)
-    parent_slots: np.ndarray    # (c,)
-    upper_slots: np.ndarray     # (c,)
-    moved_slots: np.ndarray     # (c, n): each parent's slot and the slots of its subtree
     enabled: np.ndarray         # (c,) bool
-    mean_quaternions: np.ndarray
-    mean_conjugates: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-    surely_inside: np.ndarray
+    roles: tuple                # (c,) the parents' roles
+    slots: np.ndarray           # (c, 2) each chain's parent slot and upper slot, flattened: the transforms read
+    limits: tuple               # per chain: the parent's (mean quaternion, its conjugate, low, high, surely_inside)
 
 
 class _SpineBend(NamedTuple):
-    """Spine, Spine1 and Spine2 below the neck (see Refiner._bend_spine)."""
-    roles: np.ndarray           # (3,) Spine, Spine1, Spine2
+    """Spine, Spine1 and Spine2 below the neck (see Refiner._straighten_spine)."""
+    roles: tuple                # Spine, Spine1, Spine2
     slots: np.ndarray           # (3,)
-    neck_slot: int              # NeckLower's: the neck chain's base a
-    moved_slots: tuple          # per joint, (1, n) slots of its subtree (different lengths)
     upper_length: float         # |p1 - a| with the upper spine straight: Spine1's and Spine2's bone lengths
-    mean_conjugates: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
+    limits: tuple               # per joint: (mean conjugate, low, high)
 
 
 class Refiner:
@@ -390,38 +456,27 @@ class Refiner:
 
     def _assist_constants(self, mask, parents):
         """The reach assist's chain groups, in the order they must turn: the head chain's parent (Spine2) first, since
-        the clavicles hang off it, then both clavicles. Per group: its chains, the parents' roles and slots, the slots
-        a parent's turn carries along (itself and its subtree in the chain layout), the parents' limit constants, and
-        which chains may turn at all (the chain is solved by the closed form and its parent is mapped and is the upper
-        bone's parent). Legs hang off the given hips: none."""
-        def subtree(top):
-            def parent(slot):
-                level, lane = divmod(slot, 3)
-                return None if level == 0 else self.slot_of[ROLE_INDEX["Spine2"]] if level == 4 else 3 * (level - 1) + lane
-            out = []
-            for slot in range(SLOTS):
-                s = slot
-                while s is not None and s != top:
-                    s = parent(s)
-                if s == top:
-                    out.append(slot)
-            return out
-
+        the clavicles hang off it, then both clavicles. Per group: its chains, which may turn at all (the chain is
+        solved by the closed form and its parent is mapped and is the upper bone's parent), the parents' roles, the
+        slots read (parent, upper per chain) and the parents' limit constants as floats. Legs hang off the given hips:
+        none."""
         joint_index = {int(j): i for i, j in enumerate(self.joints)}
+
+        def limits(role):
+            i = joint_index.get(int(role), 0)
+            return (tuple(self.mean_quaternions[i].tolist()), tuple(self.mean_conjugates[i].tolist()),
+                    tuple(self.joint_low[i].tolist()), tuple(self.joint_high[i].tolist()), float(self.surely_inside[i]))
+
         self.assist_groups = []
         for chains in ((4,), (0, 1)):
             chains = np.array(chains)
-            roles = np.array([ROLE_INDEX[CHAINS[c][0]] for c in chains])
+            roles = [ROLE_INDEX[CHAINS[c][0]] for c in chains]
             enabled = np.array([bool(self.chain_valid[c] and mask[r] and parents[self.chain_roles[c, 0]] == r
                                      and int(r) in joint_index) for c, r in zip(chains, roles)])
             if not enabled.any():
                 continue
-            slots = self.chain_slots[chains, 0]
-            at = [joint_index.get(int(r), 0) for r in roles]
-            self.assist_groups.append(_AssistGroup(
-                chains, roles, slots, self.chain_slots[chains, 1], np.array([subtree(int(s)) for s in slots]), enabled,
-                self.mean_quaternions[at], self.mean_conjugates[at], self.joint_low[at], self.joint_high[at],
-                self.surely_inside[at]))
+            slots = self.chain_slots[chains, :2].reshape(-1)
+            self.assist_groups.append(_AssistGroup(chains, enabled, tuple(roles), slots, tuple(limits(r) for r in roles)))
         self.assist_spine = None
         neck = ROLE_INDEX["NeckLower"]
         spine, j = [], parents[neck]
@@ -429,14 +484,12 @@ class Refiner:
             spine.insert(0, int(j))
             j = parents[j]
         if self.assist_groups and self.assist_groups[0].chains[0] == 4 and mask[neck] and len(spine) == 3:
-            at = [joint_index[r] for r in spine]
-            slots = np.array([self.slot_of[r] for r in spine])
             offsets = np.asarray(self.skeleton.offsets, np.float64)
-            upper_length = np.linalg.norm(offsets[spine[2]]) + np.linalg.norm(offsets[neck])     # Spine1 + Spine2 bones
-            self.assist_spine = _SpineBend(np.array(spine), slots, self.slot_of[neck],
-                                           tuple(np.array([subtree(int(s))]) for s in slots), upper_length,
-                                           self.mean_conjugates[at], self.joint_low[at], self.joint_high[at])
+            upper_length = float(np.linalg.norm(offsets[spine[2]]) + np.linalg.norm(offsets[neck]))   # Spine1 + Spine2 bones
+            self.assist_spine = _SpineBend(tuple(spine), np.array([self.slot_of[r] for r in spine]), upper_length,
+                                           tuple(limits(r)[1:4] for r in spine))
         self._assist_reach()
+
 
     def _assist_reach(self):
         """Per chain, the squared reach beyond which the assist may turn its parent (infinite where it never does)."""
@@ -639,131 +692,133 @@ class Refiner:
             return None
         return np.nonzero((ws.assist_distances > 0.0).any(axis=1))[0]
 
-    def _reach_assist(self, q, world, target_positions, rows):
-        """Turn the parents of chains whose targets are beyond reach (characters `rows`), in place on q (K, 23, 4)
-        and on the chain layout's world transforms, so the closed form that follows reaches them."""
-        W, Q, T = world[rows], q[rows], target_positions[rows]
-        reach_max = self.links.reach[0]
-        if self.links.per_character:
-            reach_max = reach_max[rows]
+    def _reach_assist(self, q, hips, world, target_positions, rows):
+        """Turn the parents of chains whose targets are beyond reach (characters `rows`), in place on q (K, 23, 4); the
+        chain layout's world transforms (`world`, the buffer chain_forward fills) are recomputed after each group
+        that turned something, so the next group and the closed form see the turns.
+
+        One character at a time in Python floats: a turn takes a few dozen float operations (~30 ns each) where the
+        same on arrays costs a NumPy call (~0.5 us) per step; only the few points a turn moves are followed, and the
+        chain's transforms come from one forward pass at the end instead."""
+        targets = target_positions[rows].tolist()
+        reach = self.links.reach[0]
+        reach = (reach[rows] if self.links.per_character else np.broadcast_to(reach, (len(rows), 5))).tolist()
+        spine = self.assist_spine
         for group in self.assist_groups:
-            self._turn_parents(group, W, Q, T, reach_max)
-            if group.chains[0] == 4 and self.assist_spine is not None:
-                self._bend_spine(W, Q, T, reach_max)
-        world[rows] = W
-        q[rows] = Q
+            head = group.chains[0] == 4
+            slots = np.concatenate([group.slots, spine.slots]) if head and spine is not None else group.slots
+            roles = group.roles + spine.roles if head and spine is not None else group.roles
+            frames = world[rows[:, None], slots].tolist()
+            quaternions = q[rows[:, None], np.array(roles)].tolist()
+            turned = []
+            for i, row in enumerate(rows.tolist()):
+                new = self._turn_parents(group, frames[i], quaternions[i], targets[i], reach[i])
+                if head and spine is not None:
+                    new = self._straighten_spine(new, frames[i], quaternions[i], targets[i][4], reach[i][4])
+                for role, quaternion in new.items():
+                    turned.append((row, role, quaternion))
+            if turned:
+                row_index, role_index, values = zip(*turned)
+                q[list(row_index), list(role_index)] = values
+                world = self.chain_forward(q, hips)
+        return world
 
-    def _turn_parents(self, group, W, Q, T, reach_max):
-        """For each chain of `group` whose target t is beyond the reach R of its upper + mid bones (|t - a| > R, a the
-        upper bone's head), the smallest turn of its parent about the parent's head p that brings t within reach: in
-        the plane of a - p and t - p, turn a - p toward t - p until |t - a'| = R (law of cosines). Turns larger than
-        ASSIST_MAX_TURN, and targets no turn brings within reach, are left alone (least squares' job). A turn that
-        takes the parent outside its limits is clamped to them (the clamped turn is the one applied). The parent's
-        new local quaternion goes into Q; W's transforms of the parent and its subtree turn rigidly about p."""
-        chains = group.chains
-        parents = W[:, group.parent_slots]
-        p, a, t = parents[..., :3, 3], W[:, group.upper_slots][..., :3, 3], T[:, chains]
-        reach = reach_max[..., chains]
-        P, D = a - p, t - p
-        cross = _cross(P, D)
-        sine = np.sqrt(np.einsum("kci,kci->kc", cross, cross))
-        A2, T2 = np.einsum("kci,kci->kc", P, P), np.einsum("kci,kci->kc", D, D)
-        miss = t - a
-        beyond = np.einsum("kci,kci->kc", miss, miss) > reach * reach
-        goal = reach * (1.0 - ASSIST_SLACK)
-        cos_goal = (T2 + A2 - goal * goal) / (2.0 * np.sqrt(A2 * T2))
-        turn = np.arctan2(sine, np.einsum("kci,kci->kc", P, D)) - np.arccos(np.clip(cos_goal, -1.0, 1.0))
-        ok = beyond & group.enabled & (cos_goal <= 1.0) & (turn <= ASSIST_MAX_TURN) & (sine > 0.0)
-        if not ok.any():
-            return
-        turn = np.where(ok, turn, 0.0)
-        n = cross / np.maximum(sine, 1e-300)[..., None]
-        R_p = parents[..., :3, :3]
-        body_axis = np.einsum("kcji,kcj->kci", R_p, n)                   # R_p^T n: the turn in the parent's frame
-        q_old = Q[:, group.parent_roles]
-        q_new = multiply_quaternions(q_old, _rotation_quaternions(body_axis * turn[..., None], turn))
-        world_turn = rotations_about(n, turn)
-        delta = multiply_quaternions(group.mean_conjugates, q_new)
-        if not (np.abs(delta[..., 0]) >= group.surely_inside).all():
-            delta = quaternions_to_axis_angles(delta)
-            clipped = np.minimum(np.maximum(delta, group.low), group.high)
-            clamp = ok & (clipped != delta).any(axis=-1)
-            if clamp.any():
-                fixed = multiply_quaternions(group.mean_quaternions, _rotation_quaternions(clipped))
-                q_new = np.where(clamp[..., None], fixed, q_new)
-                change = quaternions_to_matrices(multiply_quaternions(q_old * CONJUGATE, fixed))
-                world_turn = np.where(clamp[..., None, None], R_p @ change @ np.swapaxes(R_p, -1, -2), world_turn)
-        Q[:, group.parent_roles] = np.where(ok[..., None], q_new, q_old)
-        _turn_about(W, group.moved_slots, world_turn, p)
+    def _turn_parents(self, group, frames, quaternions, targets, reach):
+        """One character: for each chain of `group` whose target t is beyond the reach R of its upper + mid bones
+        (|t - a| > R, a the upper bone's head), the smallest turn of its parent about the parent's head p that brings t
+        within reach: in the plane of a - p and t - p, turn a - p toward t - p until |t - a'| = R (law of cosines).
+        Turns larger than ASSIST_MAX_TURN, and targets no turn brings within reach, are left alone (least squares'
+        job). A turn that takes the parent outside its limits is clamped to them (the clamped turn is the one
+        applied). Returns {role: new local quaternion} and, for the head's chain, the turn's rotation and pivot
+        under key "turn" (the spine's straightening goes on from the turned pose)."""
+        new = {}
+        for i, chain in enumerate(group.chains.tolist()):
+            if not group.enabled[i]:
+                continue
+            R_p, p = _frame(frames[2 * i])
+            a = _frame(frames[2 * i + 1])[1]
+            t, r = targets[chain], reach[chain]
+            miss = _sub(t, a)
+            if not _dot(miss, miss) > r * r:
+                continue
+            P, D = _sub(a, p), _sub(t, p)
+            cross = _cross3(P, D)
+            sine = _length(cross)
+            A2, T2 = _dot(P, P), _dot(D, D)
+            goal = r * (1.0 - ASSIST_SLACK)
+            cos_goal = (T2 + A2 - goal * goal) / (2.0 * math.sqrt(A2 * T2))
+            if not (cos_goal <= 1.0 and sine > 0.0):
+                continue
+            turn = math.atan2(sine, _dot(P, D)) - math.acos(max(cos_goal, -1.0))
+            if not turn <= ASSIST_MAX_TURN:
+                continue
+            n = _scaled(cross, 1.0 / sine)
+            q_old = tuple(quaternions[i])
+            q_new = _turned_quaternion(q_old, R_p, n, turn)
+            M = None
+            mean, mean_conjugate, low, high, surely_inside = group.limits[i]
+            delta = quaternion_product(mean_conjugate, q_new)
+            if abs(delta[0]) < surely_inside:
+                delta = quaternion_axis_angle(delta)
+                clipped = tuple(min(max(d, lo), hi) for d, lo, hi in zip(delta, low, high))
+                if clipped != delta:
+                    q_new = quaternion_product(mean, axis_angle_quaternion(clipped))
+                    change = quaternion_matrix(quaternion_product((q_old[0], -q_old[1], -q_old[2], -q_old[3]), q_new))
+                    M = _matrix_product(_matrix_product(R_p, change), tuple(zip(*R_p)))
+            new[group.roles[i]] = q_new
+            if chain == 4:
+                new["turn"] = (rotation_about(n, turn) if M is None else M, p)
+        return new
 
-    def _bend_spine(self, W, Q, T, reach_max):
-        """When no turn of Spine2 alone brings the head's target t within the neck's reach R (the network's spine is
-        bent more than the pose's: the neck's base a sits too far from t), the spine (Spine, Spine1, Spine2; heads
-        p0, p1, p2) moves a to a* = the nearest point within reach of t, in closed form: Spine1's joint bends in the
-        plane of (p1 - p0, a - p1) so that |a - p0| = |a* - p0| (the two-bone elbow), then Spine swings a onto a*. When
-        Spine1's bend cannot reach (|a* - p0| > |p1 - p0| + |a - p1|: the upper spine is bent too), Spine2's joint first
-        unbends in its own plane just enough. A character whose turns would exceed ASSIST_MAX_TURN or leave a joint's
-        limits keeps its pose (least squares' job)."""
+    def _straighten_spine(self, new, frames, quaternions, t, reach):
+        """One character, after the head's Spine2 turn (`new` from _turn_parents; returned with the spine's turns
+        added): when no turn of Spine2 alone brought the head's target t within the neck's reach R (the network's
+        spine is bent more than the pose's: the neck's base a sits too far from t), the spine (Spine, Spine1, Spine2;
+        heads p0, p1, p2) moves a to a* = the nearest point within reach of t, in closed form: Spine1's joint bends in
+        the plane of (p1 - p0, a - p1) so that |a - p0| = |a* - p0| (the two-bone elbow), then Spine swings a onto a*.
+        When Spine1's bend cannot reach (|a* - p0| > |p1 - p0| + |a - p1|: the upper spine is bent too), Spine2's
+        joint first unbends in its own plane just enough. A character whose turns would exceed ASSIST_MAX_TURN or
+        leave a joint's limits keeps its pose (least squares' job)."""
         spine = self.assist_spine
-        t, reach = T[:, 4], reach_max[..., 4]
-        p0, a = W[:, spine.slots[0], :3, 3], W[:, spine.neck_slot, :3, 3]
-        miss = a - t
-        d = np.sqrt(np.einsum("ki,ki->k", miss, miss))
-        lower = _norms(W[:, spine.slots[1], :3, 3] - p0)                                          # |p1 - p0|
-        ok = (d > reach) & (_norms(t - p0) < lower + spine.upper_length + reach)   # beyond, and the straight spine reaches
-        if not ok.any():
-            return
-        W_before, Q_before = W.copy(), Q.copy()
-        goal = _nearest_in_both(a - p0, t - p0, reach * (1.0 - SPINE_SLACK), (lower + spine.upper_length) * (1.0 - SPINE_SLACK))
-        length = np.sqrt(np.einsum("ki,ki->k", goal, goal))
-        upper_needed = np.minimum(length - lower, spine.upper_length)                            # |a - p1| to have
-        upper_now = _norms(a - W[:, spine.slots[1], :3, 3])
-        ok &= self._bend(W, Q, 2, spine.slots[1], np.where(upper_now < upper_needed, upper_needed, upper_now))
-        if ok.any():
-            ok &= self._bend(W, Q, 1, spine.slots[0], length)
-        if ok.any():
-            ok &= self._swing(W, Q, 0, W[:, spine.neck_slot, :3, 3] - p0, goal)
-        if not ok.any():
-            W[...], Q[...] = W_before, Q_before
-            return
-        delta = quaternions_to_axis_angles(multiply_quaternions(spine.mean_conjugates, Q[:, spine.roles]))
-        ok &= ((delta >= spine.low) & (delta <= spine.high)).all(axis=(1, 2))
-        W[~ok], Q[~ok] = W_before[~ok], Q_before[~ok]
+        R2, a = _frame(frames[0])[0], _frame(frames[1])[1]
+        turn = new.pop("turn", None)
+        if turn is not None:
+            a = _turn_point(turn[0], turn[1], a)
+            R2 = _matrix_product(turn[0], R2)
+        (R0, p0), (R1, p1), (_, p2) = (_frame(frames[2 + j]) for j in range(3))
+        miss = _sub(a, t)
+        lower = _length(_sub(p1, p0))
+        if not (_dot(miss, miss) > reach * reach and _length(_sub(t, p0)) < lower + spine.upper_length + reach):
+            return new
+        goal = _nearest_in_both(_sub(a, p0), _sub(t, p0), reach * (1.0 - SPINE_SLACK),
+                                (lower + spine.upper_length) * (1.0 - SPINE_SLACK))
+        length = _length(goal)
+        upper_needed = min(length - lower, spine.upper_length)                                # |a - p1| to have
+        roles = spine.roles
+        q0, q1, q2 = (new.get(r, tuple(quaternions[-3 + j])) for j, r in enumerate(roles))
+        bend = _bend_angle(p1, p2, a, max(_length(_sub(a, p1)), upper_needed))       # Spine2 unbends, if it must
+        if bend is None:
+            return new
+        q2 = _turned_quaternion(q2, R2, *bend)
+        a = _turn_point(rotation_about(*bend), p2, a)
+        bend = _bend_angle(p0, p1, a, length)                                          # Spine1 bends to |a* - p0|
+        if bend is None:
+            return new
+        q1 = _turned_quaternion(q1, R1, *bend)
+        now = _sub(_turn_point(rotation_about(*bend), p1, a), p0)                      # Spine swings a onto a*
+        axis = _cross3(now, goal)
+        sine = _length(axis)
+        angle = math.atan2(sine, _dot(now, goal))
+        if not angle <= ASSIST_MAX_TURN:
+            return new
+        if sine > 0.0:
+            q0 = _turned_quaternion(q0, R0, _scaled(axis, 1.0 / sine), angle)
+        turned = (q0, q1, q2)
+        if not all(_within_limits(qj, *limits) for qj, limits in zip(turned, spine.limits)):
+            return new
+        new.update(zip(roles, turned))
+        return new
 
-    def _bend(self, W, Q, j, root_slot, reach):
-        """Spine joint j (0 Spine, 1 Spine1, 2 Spine2) bends about the normal of its plane (its bone from the joint
-        `root_slot` head r, and its head e to the neck's base a) so that |a - r| = reach, the two-bone elbow's law of
-        cosines. Returns which characters could (a bend within ASSIST_MAX_TURN, a plane to bend in)."""
-        spine = self.assist_spine
-        r, e, a = W[:, root_slot, :3, 3], W[:, spine.slots[j], :3, 3], W[:, spine.neck_slot, :3, 3]
-        u, v = e - r, a - e
-        l1, l2 = _norms(u), _norms(v)
-        normal = _cross(u, v)
-        n_len = _norms(normal)
-        cos_inner = (l1 * l1 + l2 * l2 - reach * reach) / (2.0 * l1 * l2)
-        phi = np.arccos(np.clip(-cos_inner, -1.0, 1.0)) - np.arctan2(n_len, np.einsum("ki,ki->k", u, v))
-        ok = (np.abs(cos_inner) <= 1.0 + 1e-6) & (n_len > 1e-9 * l1 * l2) & (np.abs(phi) <= ASSIST_MAX_TURN)
-        self._turn_spine_joint(W, Q, j, normal / np.maximum(n_len, 1e-300)[:, None], np.where(ok, phi, 0.0), e)
-        return ok
-
-    def _swing(self, W, Q, j, now, goal):
-        """Spine joint j turns the smallest way that takes the direction `now` (from its head) onto `goal`."""
-        axis = _cross(now, goal)
-        sine = _norms(axis)
-        angle = np.arctan2(sine, np.einsum("ki,ki->k", now, goal))
-        ok = angle <= ASSIST_MAX_TURN
-        pivot = W[:, self.assist_spine.slots[j], :3, 3]
-        self._turn_spine_joint(W, Q, j, axis / np.maximum(sine, 1e-300)[:, None], np.where(ok, angle, 0.0), pivot)
-        return ok
-
-    def _turn_spine_joint(self, W, Q, j, axis, angle, pivot):
-        """Spine joint j turns about the world `axis` (K, 3, unit) by `angle` (K,) about `pivot`: its local quaternion
-        takes the turn in its own frame (q * (R_j^T axis, angle)), its subtree's transforms turn rigidly."""
-        spine = self.assist_spine
-        role = spine.roles[j]
-        body = np.einsum("kba,kb->ka", W[:, spine.slots[j], :3, :3], axis) * angle[:, None]
-        Q[:, role] = multiply_quaternions(Q[:, role], _rotation_quaternions(body, np.abs(angle)))
-        _turn_about(W, spine.moved_slots[j], rotations_about(axis, angle)[:, None], pivot[:, None])
 
     def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4):
         """Run-time refinement on (K, 23, 4) local quaternions (modified in place); hips (K, 4, 4) transforms.
@@ -775,7 +830,7 @@ class Refiner:
         if self.assist_reach_squares is not None:
             rows = self._beyond_reach(world, target_positions)
             if rows is not None:
-                self._reach_assist(q, world, target_positions, rows)
+                world = self._reach_assist(q, hips, world, target_positions, rows)
         errors = self.closed_form(q, world, target_positions, target_rotations)
         self.last_least_squares = 0
         if iterations <= 0 or not errors.max() > tolerance:

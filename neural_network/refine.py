@@ -359,8 +359,9 @@ class _AssistGroup(NamedTuple):
     """Chains whose parents the reach assist turns together (see Refiner._assist_constants)."""
     chains: np.ndarray          # (c,) chain indices
     enabled: np.ndarray         # (c,) bool
-    roles: tuple                # (c,) the parents' roles
-    slots: np.ndarray           # (c, 2) each chain's parent slot and upper slot, flattened: the transforms read
+    roles: tuple                # (c,) the parents' roles, then (head group) the spine's: the quaternions read
+    role_index: np.ndarray      # the same as an index array
+    slots: np.ndarray           # each chain's parent slot and upper slot, then (head group) the spine's: transforms read
     limits: tuple               # per chain: the parent's (mean quaternion, its conjugate, low, high, surely_inside)
 
 
@@ -476,7 +477,8 @@ class Refiner:
             if not enabled.any():
                 continue
             slots = self.chain_slots[chains, :2].reshape(-1)
-            self.assist_groups.append(_AssistGroup(chains, enabled, tuple(roles), slots, tuple(limits(r) for r in roles)))
+            self.assist_groups.append(_AssistGroup(chains, enabled, tuple(roles), np.array(roles), slots,
+                                                   tuple(limits(r) for r in roles)))
         self.assist_spine = None
         neck = ROLE_INDEX["NeckLower"]
         spine, j = [], parents[neck]
@@ -488,6 +490,10 @@ class Refiner:
             upper_length = float(np.linalg.norm(offsets[spine[2]]) + np.linalg.norm(offsets[neck]))   # Spine1 + Spine2 bones
             self.assist_spine = _SpineBend(tuple(spine), np.array([self.slot_of[r] for r in spine]), upper_length,
                                            tuple(limits(r)[1:4] for r in spine))
+            head = self.assist_groups[0]
+            roles = head.roles + self.assist_spine.roles
+            self.assist_groups[0] = head._replace(roles=roles, role_index=np.array(roles),
+                                                  slots=np.concatenate([head.slots, self.assist_spine.slots]))
         self._assist_reach()
 
 
@@ -501,6 +507,7 @@ class Refiner:
             assisted[group.chains[group.enabled]] = True
         reach_max = self.links.reach[0]
         self.assist_reach_squares = np.where(assisted, reach_max * reach_max, np.inf)
+        self.assist_reach_list = None if self.links.per_character else reach_max.tolist()
 
     def _link_constants(self, bridges, offsets):
         """ChainLinks from bridges (23, 3, 3) and offsets (23, 3) (the skeleton's: shared by every character) or
@@ -701,25 +708,22 @@ class Refiner:
         same on arrays costs a NumPy call (~0.5 us) per step; only the few points a turn moves are followed, and the
         chain's transforms come from one forward pass at the end instead."""
         targets = target_positions[rows].tolist()
-        reach = self.links.reach[0]
-        reach = (reach[rows] if self.links.per_character else np.broadcast_to(reach, (len(rows), 5))).tolist()
-        spine = self.assist_spine
+        reach = self.links.reach[0][rows].tolist() if self.links.per_character else [self.assist_reach_list] * len(rows)
+        rows_column = rows[:, None]
         for group in self.assist_groups:
-            head = group.chains[0] == 4
-            slots = np.concatenate([group.slots, spine.slots]) if head and spine is not None else group.slots
-            roles = group.roles + spine.roles if head and spine is not None else group.roles
-            frames = world[rows[:, None], slots].tolist()
-            quaternions = q[rows[:, None], np.array(roles)].tolist()
-            turned = []
+            straighten = group.chains[0] == 4 and self.assist_spine is not None
+            frames = world[rows_column, group.slots].tolist()
+            quaternions = q[rows_column, group.role_index].tolist()
+            turned = False
             for i, row in enumerate(rows.tolist()):
                 new = self._turn_parents(group, frames[i], quaternions[i], targets[i], reach[i])
-                if head and spine is not None:
+                if straighten:
                     new = self._straighten_spine(new, frames[i], quaternions[i], targets[i][4], reach[i][4])
                 for role, quaternion in new.items():
-                    turned.append((row, role, quaternion))
+                    if role != "turn":
+                        q[row, role] = quaternion
+                        turned = True
             if turned:
-                row_index, role_index, values = zip(*turned)
-                q[list(row_index), list(role_index)] = values
                 world = self.chain_forward(q, hips)
         return world
 

@@ -196,8 +196,18 @@ def _turned_quaternion(q, R, n, angle):
 
 
 def _within_limits(q, mean_conjugate, low, high):
-    delta = quaternion_axis_angle(quaternion_product(mean_conjugate, q))
-    return all(lo <= d <= hi for d, lo, hi in zip(delta, low, high))
+    x, y, z = quaternion_axis_angle(quaternion_product(mean_conjugate, q))
+    return low[0] <= x <= high[0] and low[1] <= y <= high[1] and low[2] <= z <= high[2]
+
+
+def _turn_point_about(n, angle, pivot, x):
+    """x turned by `angle` about the unit axis n through pivot (Rodrigues, without building the matrix)."""
+    vx, vy, vz = x[0] - pivot[0], x[1] - pivot[1], x[2] - pivot[2]
+    nx, ny, nz = n
+    c, s = math.cos(angle), math.sin(angle)
+    k = (nx * vx + ny * vy + nz * vz) * (1.0 - c)
+    return (pivot[0] + vx * c + (ny * vz - nz * vy) * s + nx * k, pivot[1] + vy * c + (nz * vx - nx * vz) * s + ny * k,
+            pivot[2] + vz * c + (nx * vy - ny * vx) * s + nz * k)
 
 
 def _bend_angle(r, e, a, reach):
@@ -706,23 +716,36 @@ class Refiner:
 
         One character at a time in Python floats: a turn takes a few dozen float operations (~30 ns each) where the
         same on arrays costs a NumPy call (~0.5 us) per step; only the few points a turn moves are followed, and the
-        chain's transforms come from one forward pass at the end instead."""
+        chain's transforms come from one forward pass at the end instead.
+
+        The assist is there to spare a character least squares, so a character with a chain it cannot bring within
+        reach (the turn needed beyond ASSIST_MAX_TURN or the limits, a target beyond the straight spine) keeps its pose
+        from then on: least squares moves it anyway, and the turns would be paid for nothing."""
         targets = target_positions[rows].tolist()
         reach = self.links.reach[0][rows].tolist() if self.links.per_character else [self.assist_reach_list] * len(rows)
-        rows_column = rows[:, None]
+        live = list(range(len(rows)))               # characters (indices into rows) every group so far could help
         for group in self.assist_groups:
-            straighten = group.chains[0] == 4 and self.assist_spine is not None
+            if not live:
+                break
+            rows_column = rows[live, None] if len(live) < len(rows) else rows[:, None]
             frames = world[rows_column, group.slots].tolist()
             quaternions = q[rows_column, group.role_index].tolist()
-            turned = False
-            for i, row in enumerate(rows.tolist()):
-                new = self._turn_parents(group, frames[i], quaternions[i], targets[i], reach[i])
+            straighten = group.chains[0] == 4 and self.assist_spine is not None
+            turned, still = False, []
+            for j, i in enumerate(live):
+                new, missed = self._turn_parents(group, frames[j], quaternions[j], targets[i], reach[i])
                 if straighten:
-                    new = self._straighten_spine(new, frames[i], quaternions[i], targets[i][4], reach[i][4])
+                    new, head_reached = self._straighten_spine(new, frames[j], quaternions[j], targets[i][4], reach[i][4])
+                    missed = [c for c in missed if c != 4] if head_reached else [4]
+                if missed:
+                    continue
+                still.append(i)
+                row = int(rows[i])
                 for role, quaternion in new.items():
                     if role != "turn":
                         q[row, role] = quaternion
                         turned = True
+            live = still
             if turned:
                 world = self.chain_forward(q, hips)
         return world
@@ -733,17 +756,18 @@ class Refiner:
         within reach: in the plane of a - p and t - p, turn a - p toward t - p until |t - a'| = R (law of cosines).
         Turns larger than ASSIST_MAX_TURN, and targets no turn brings within reach, are left alone (least squares'
         job). A turn that takes the parent outside its limits is clamped to them (the clamped turn is the one
-        applied). Returns {role: new local quaternion} and, for the head's chain, the turn's rotation and pivot
-        under key "turn" (the spine's straightening goes on from the turned pose)."""
-        new = {}
+        applied). Returns {role: new local quaternion} - for the head's chain also the turn's rotation and pivot
+        under key "turn" (the spine's straightening goes on from the turned pose) - and the chains left beyond reach."""
+        new, missed = {}, []
         for i, chain in enumerate(group.chains.tolist()):
-            if not group.enabled[i]:
-                continue
             R_p, p = _frame(frames[2 * i])
             a = _frame(frames[2 * i + 1])[1]
             t, r = targets[chain], reach[chain]
             miss = _sub(t, a)
             if not _dot(miss, miss) > r * r:
+                continue
+            missed.append(chain)
+            if not group.enabled[i]:
                 continue
             P, D = _sub(a, p), _sub(t, p)
             cross = _cross3(P, D)
@@ -759,7 +783,7 @@ class Refiner:
             n = _scaled(cross, 1.0 / sine)
             q_old = tuple(quaternions[i])
             q_new = _turned_quaternion(q_old, R_p, n, turn)
-            M = None
+            M, lands = None, True
             mean, mean_conjugate, low, high, surely_inside = group.limits[i]
             delta = quaternion_product(mean_conjugate, q_new)
             if abs(delta[0]) < surely_inside:
@@ -769,10 +793,16 @@ class Refiner:
                     q_new = quaternion_product(mean, axis_angle_quaternion(clipped))
                     change = quaternion_matrix(quaternion_product((q_old[0], -q_old[1], -q_old[2], -q_old[3]), q_new))
                     M = _matrix_product(_matrix_product(R_p, change), tuple(zip(*R_p)))
+                    miss = _sub(t, _turn_point(M, p, a))
+                    lands = not _dot(miss, miss) > r * r
+            if lands:
+                missed.pop()
+            elif chain != 4:          # a clamped clavicle turn that does not reach: least squares' job
+                continue
             new[group.roles[i]] = q_new
             if chain == 4:
                 new["turn"] = (rotation_about(n, turn) if M is None else M, p)
-        return new
+        return new, missed
 
     def _straighten_spine(self, new, frames, quaternions, t, reach):
         """One character, after the head's Spine2 turn (`new` from _turn_parents; returned with the spine's turns
@@ -782,7 +812,8 @@ class Refiner:
         the plane of (p1 - p0, a - p1) so that |a - p0| = |a* - p0| (the two-bone elbow), then Spine swings a onto a*.
         When Spine1's bend cannot reach (|a* - p0| > |p1 - p0| + |a - p1|: the upper spine is bent too), Spine2's
         joint first unbends in its own plane just enough. A character whose turns would exceed ASSIST_MAX_TURN or
-        leave a joint's limits keeps its pose (least squares' job)."""
+        leave a joint's limits keeps its pose (least squares' job). Returns (new, whether the head's target is within
+        reach now)."""
         spine = self.assist_spine
         R2, a = _frame(frames[0])[0], _frame(frames[1])[1]
         turn = new.pop("turn", None)
@@ -792,36 +823,38 @@ class Refiner:
         (R0, p0), (R1, p1), (_, p2) = (_frame(frames[2 + j]) for j in range(3))
         miss = _sub(a, t)
         lower = _length(_sub(p1, p0))
-        if not (_dot(miss, miss) > reach * reach and _length(_sub(t, p0)) < lower + spine.upper_length + reach):
-            return new
+        if not _dot(miss, miss) > reach * reach:
+            return new, True
+        if not _length(_sub(t, p0)) < lower + spine.upper_length + reach:    # beyond what the straight spine reaches
+            return new, False
         goal = _nearest_in_both(_sub(a, p0), _sub(t, p0), reach * (1.0 - SPINE_SLACK),
                                 (lower + spine.upper_length) * (1.0 - SPINE_SLACK))
         length = _length(goal)
         upper_needed = min(length - lower, spine.upper_length)                                # |a - p1| to have
         roles = spine.roles
-        q0, q1, q2 = (new.get(r, tuple(quaternions[-3 + j])) for j, r in enumerate(roles))
+        q0, q1, q2 = new.get(roles[0], quaternions[-3]), new.get(roles[1], quaternions[-2]), new.get(roles[2], quaternions[-1])
         bend = _bend_angle(p1, p2, a, max(_length(_sub(a, p1)), upper_needed))       # Spine2 unbends, if it must
         if bend is None:
-            return new
+            return new, False
         q2 = _turned_quaternion(q2, R2, *bend)
-        a = _turn_point(rotation_about(*bend), p2, a)
+        a = _turn_point_about(*bend, p2, a)
         bend = _bend_angle(p0, p1, a, length)                                          # Spine1 bends to |a* - p0|
         if bend is None:
-            return new
+            return new, False
         q1 = _turned_quaternion(q1, R1, *bend)
-        now = _sub(_turn_point(rotation_about(*bend), p1, a), p0)                      # Spine swings a onto a*
+        now = _sub(_turn_point_about(*bend, p1, a), p0)                                # Spine swings a onto a*
         axis = _cross3(now, goal)
         sine = _length(axis)
         angle = math.atan2(sine, _dot(now, goal))
         if not angle <= ASSIST_MAX_TURN:
-            return new
+            return new, False
         if sine > 0.0:
             q0 = _turned_quaternion(q0, R0, _scaled(axis, 1.0 / sine), angle)
-        turned = (q0, q1, q2)
-        if not all(_within_limits(qj, *limits) for qj, limits in zip(turned, spine.limits)):
-            return new
-        new.update(zip(roles, turned))
-        return new
+        limits = spine.limits
+        if not (_within_limits(q0, *limits[0]) and _within_limits(q1, *limits[1]) and _within_limits(q2, *limits[2])):
+            return new, False
+        new[roles[0]], new[roles[1]], new[roles[2]] = q0, q1, q2
+        return new, True
 
 
     def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4):

@@ -508,7 +508,8 @@ class Refiner:
 
 
     def _assist_reach(self):
-        """Per chain, the squared reach beyond which the assist may turn its parent (infinite where it never does)."""
+        """Per chain, the squared reach beyond which its target is out of reach (infinite for chains the closed form
+        leaves alone), and which chains the assist may help (the legs hang off the given hips: never)."""
         if not getattr(self, "assist_groups", None):
             self.assist_reach_squares = None
             return
@@ -516,7 +517,8 @@ class Refiner:
         for group in self.assist_groups:
             assisted[group.chains[group.enabled]] = True
         reach_max = self.links.reach[0]
-        self.assist_reach_squares = np.where(assisted, reach_max * reach_max, np.inf)
+        self.assist_reach_squares = np.where(self.chain_valid, reach_max * reach_max, np.inf)
+        self.assisted_chains, self.unassisted_chains = np.nonzero(assisted)[0], np.nonzero(~assisted)[0]
         self.assist_reach_list = None if self.links.per_character else reach_max.tolist()
 
     def _link_constants(self, bridges, offsets):
@@ -698,7 +700,8 @@ class Refiner:
 
     def _beyond_reach(self, world, target_positions):
         """Characters (indices) with an assisted chain whose target is beyond its reach, or None: a handful of calls,
-        all a within-reach tick pays for the assist."""
+        all a within-reach tick pays for the assist. A character with a leg's target beyond reach is left out: least
+        squares moves it anyway."""
         ws = self._workspace(len(world))
         np.take(world, self.chain_slots[:, 1], axis=1, out=ws.assist_uppers, mode="clip")
         np.subtract(target_positions, ws.assist_upper_positions, out=ws.assist_offsets)
@@ -707,7 +710,12 @@ class Refiner:
         np.subtract(ws.assist_distances, self.assist_reach_squares, out=ws.assist_distances)
         if not ws.assist_distances.max() > 0.0:
             return None
-        return np.nonzero((ws.assist_distances > 0.0).any(axis=1))[0]
+        beyond = ws.assist_distances > 0.0
+        legs = beyond[:, self.unassisted_chains]
+        if not legs.any():
+            return np.nonzero(beyond.any(axis=1))[0]
+        rows = np.nonzero(beyond[:, self.assisted_chains].any(axis=1) & ~legs.any(axis=1))[0]
+        return rows if len(rows) else None
 
     def _reach_assist(self, q, hips, world, target_positions, rows):
         """Turn the parents of chains whose targets are beyond reach (characters `rows`), in place on q (K, 23, 4); the

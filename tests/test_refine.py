@@ -327,3 +327,21 @@ def test_reach_assist_leaves_targets_within_reach_alone():
     ref.refine_quaternions(q, hips, tp, pose.rotations[:, EFF], iterations=2)
     ref.closed_form(plain, ref.chain_forward(plain, hips), tp, pose.rotations[:, EFF])
     np.testing.assert_array_equal(q, plain)
+
+
+def test_reach_assist_skips_characters_least_squares_must_move_anyway():
+    """A character whose leg target is beyond reach (no assist turn helps a leg) is not assisted; the others are."""
+    skel = humanoid_skeleton(twist=0.2)
+    ref = refiner_for(skel, width=0.6)
+    local, hips_R, hips_p, tp, tr = pushed_beyond_reach(ref, skel, 6, 0, seed=50)
+    q = matrices_to_quaternions(local)
+    hips = hips_matrices(hips_R, hips_p)
+    np.testing.assert_array_equal(ref._beyond_reach(ref.chain_forward(q, hips), tp), np.arange(6))
+    far = tp.copy()
+    far[::2, 2] += np.array([0.0, 0.0, -0.5])            # left foot targets half a metre below the reach
+    np.testing.assert_array_equal(ref._beyond_reach(ref.chain_forward(q, hips), far), np.arange(1, 6, 2))
+    before = q.copy()
+    ref.refine_quaternions(q, hips, far, tr, iterations=0)      # no least squares: the skipped keep their clavicles
+    shoulder = ROLE_INDEX["LeftShoulder"]
+    np.testing.assert_array_equal(q[::2, shoulder], before[::2, shoulder])
+    assert np.abs(q[1::2, shoulder] - before[1::2, shoulder]).max() > 1e-3

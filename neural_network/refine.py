@@ -28,7 +28,10 @@ When no Spine2 turn can (the network bent the spine more than the pose: a near-s
 every Spine2 turn's reach), the spine unbends instead: Spine2 and Spine1 bend in their planes just enough, then Spine
 swings the neck's base onto the nearest point within reach. The head goes first because the clavicles hang off the
 spine. Only characters with a chain beyond reach pay for it (a within-reach tick pays one check of a few calls); on the
-shipped model's held-out clips it takes the share of ticks needing least squares from 100% to a few percent.
+shipped model's held-out clips it takes the share of ticks needing least squares from 100% to a few percent. It
+works one character at a time in Python floats (a turn is a few dozen float operations, far cheaper at K = 1 than
+NumPy calls on whole subtrees), then one forward pass; a character with a chain it cannot bring within reach (or
+a leg beyond reach) is left to least squares untouched.
 
 At K = 1 NumPy costs about half a microsecond a call whatever the array size, so the run-time path is written to
 make few calls: every buffer and view is made once per K (_Workspace), the vectors of a chain sit side by side so one

@@ -625,14 +625,15 @@ class Solver:
             miss = self.refiner.chain_forward(q, hips)[:, self.effector_slots][..., :3, 3] - positions
             errors = np.sqrt(np.einsum("kei,kei->ke", miss, miss))
         self.errors = errors
-        if not math.isfinite(float(q.sum()) + float(errors.sum())):
+        total, worst = float(q.sum()), float(errors.max())
+        if not (math.isfinite(total) and math.isfinite(worst)):     # errors are >= 0: their max finite = all finite
             return False
         np.copyto(self._last_q, q)
         np.copyto(self._last_hips, hips)
         if self.status_set:
             self.status.fill(OK)
             self.status_set = False
-        if refine_iterations > 0 and float(errors.max()) > self.tolerance:
+        if refine_iterations > 0 and worst > self.tolerance:
             self.status[errors.max(axis=1) > self.tolerance] |= MISSED
             self.status_set = True
         if not self.all_had_good:

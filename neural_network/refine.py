@@ -93,7 +93,6 @@ CHAINS = (("LeftShoulder", "LeftArm", "LeftForeArm", "LeftHand"), ("RightShoulde
 SLOTS = 3 * len(LEVELS)
 MATRIX_TO_SQUARES_WITH_BIAS = np.vstack([MATRIX_TO_SQUARES, SQUARES_BIAS])     # (10, 7): rows (vec(R), 1)
 FOUR_ONES = np.ones(4)
-THREE_ONES = np.ones(3)
 
 
 def _axis_angle_matrix(axis, angle):
@@ -361,10 +360,8 @@ class _Workspace:
         self.norms = np.empty(k * 15)
         self.norm_column = self.norms[:, None]
         self.zeros = np.zeros((k * 15, 4))
-        # reach assist's check: the chains' upper transforms, their offsets to the targets, squared distances - reach^2
-        self.assist_uppers = np.empty((k, 5, 4, 4))
-        self.assist_upper_positions = self.assist_uppers[..., :3, 3]
-        self.assist_offsets = np.empty((k, 5, 3))
+        # reach assist's check: |t|^2 - reach^2 per chain
+        self.t_square = self.first_dots[..., 2, 2]
         self.assist_distances = np.empty((k, 5))
 
 
@@ -608,8 +605,13 @@ class Refiner:
 
         Returns the effector errors (K, 5) the solve leaves (exactly |d - clipped d| for a valid chain: the end lands
         on the line to its target at the reachable distance). links: as in chain_forward."""
-        links = self.links if links is None else links
         ws = self._workspace(len(q))
+        self._chain_geometry(ws, world, target_positions)
+        return self._solve_chains(q, ws, target_positions, target_rotations, links)
+
+    def _chain_geometry(self, ws, world, target_positions):
+        """The closed form's first step, also all the reach check needs: per chain the transforms, u = mid - upper,
+        v = end - mid, t = target - upper, the limb plane's normal u x v, their dot products, |t| and |u x v|."""
         np.take(world, self.chain_slots, axis=1, out=ws.chains, mode="clip")
         np.subtract(ws.mid_end, ws.upper_mid, out=ws.uv)
         np.subtract(target_positions, ws.upper, out=ws.t)
@@ -617,6 +619,10 @@ class Refiner:
         np.matmul(ws.skew_matrices, ws.v_column, out=ws.normal_column)
         np.matmul(ws.first_four, ws.first_four_t, out=ws.first_dots)
         np.sqrt(ws.t_normal_squares, out=ws.t_normal_lengths)                # |t|, |u x v|
+
+    def _solve_chains(self, q, ws, target_positions, target_rotations, links=None):
+        """The rest of closed_form, from the geometry _chain_geometry left in ws."""
+        links = self.links if links is None else links
         reach_max, reach_min = links.reach
         dc, cos_outer, phi, n_len = ws.dc, ws.cos_outer, ws.phi, ws.normal_length
         np.maximum(ws.d, reach_min, out=dc)
@@ -702,15 +708,17 @@ class Refiner:
         ws.p[...] = u + (rotations_about(n, ws.phi) @ v[..., None])[..., 0]
 
     def _beyond_reach(self, world, target_positions):
-        """Characters (indices) with an assisted chain whose target is beyond its reach, or None: a handful of calls,
-        all a within-reach tick pays for the assist. A character with a leg's target beyond reach is left out: least
-        squares moves it anyway."""
+        """Characters (indices) with an assisted chain whose target is beyond its reach, or None (see
+        _beyond_reach_rows)."""
         ws = self._workspace(len(world))
-        np.take(world, self.chain_slots[:, 1], axis=1, out=ws.assist_uppers, mode="clip")
-        np.subtract(target_positions, ws.assist_upper_positions, out=ws.assist_offsets)
-        np.multiply(ws.assist_offsets, ws.assist_offsets, out=ws.assist_offsets)
-        np.matmul(ws.assist_offsets, THREE_ONES, out=ws.assist_distances)
-        np.subtract(ws.assist_distances, self.assist_reach_squares, out=ws.assist_distances)
+        self._chain_geometry(ws, world, target_positions)
+        return self._beyond_reach_rows(ws)
+
+    def _beyond_reach_rows(self, ws):
+        """_beyond_reach from the closed form's geometry (|t|^2 per chain, already in ws): two calls, all a
+        within-reach tick pays for the assist. A character with a leg's target beyond reach is left out: least
+        squares moves it anyway."""
+        np.subtract(ws.t_square, self.assist_reach_squares, out=ws.assist_distances)
         if not ws.assist_distances.max() > 0.0:
             return None
         beyond = ws.assist_distances > 0.0
@@ -875,11 +883,14 @@ class Refiner:
         the closed form leaves more than `tolerance` metres away, when that brings them closer. Returns errors (K, 5).
         """
         world = self.chain_forward(q, hips)
+        ws = self._workspace(len(q))
+        self._chain_geometry(ws, world, target_positions)
         if self.assist_reach_squares is not None:
-            rows = self._beyond_reach(world, target_positions)
+            rows = self._beyond_reach_rows(ws)
             if rows is not None:
                 world = self._reach_assist(q, hips, world, target_positions, rows)
-        errors = self.closed_form(q, world, target_positions, target_rotations)
+                self._chain_geometry(ws, world, target_positions)
+        errors = self._solve_chains(q, ws, target_positions, target_rotations)
         self.last_least_squares = 0
         if iterations <= 0 or not errors.max() > tolerance:
             return errors

@@ -49,6 +49,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+try:                                    # the clip ufunc itself: one call where np.clip's wrapper costs two ufuncs' time
+    from numpy._core.umath import clip as _clip
+except ImportError:                     # NumPy < 2
+    from numpy.core.umath import clip as _clip
+
 from . import kinematics
 from .quaternion_math import (
     MATRIX_TO_SQUARES,
@@ -341,7 +346,7 @@ class _Workspace:
         self.scale, self.safe_lengths = np.empty((k, 5, 2)), np.empty((k, 5, 2))
         self.scale_column = self.scale[..., None]
         self.halves, self.tiny = np.full((k, 5, 2), 0.5), np.full((k, 5, 2), 1e-300)
-        self.minus_ones, self.ones = np.full((k, 5), -1.0), np.full((k, 5), 1.0)
+        self.ones = np.full((k, 5), 1.0)
         self.turned = _unblocked((k, 5, 2, 3, 3))              # R_up, Q1 R_mid
         self.frames = _unblocked((k, 5, 4, 3, 3))              # parent of upper, upper (new), mid (new), end = target
         F = self.frames
@@ -625,14 +630,12 @@ class Refiner:
         links = self.links if links is None else links
         reach_max, reach_min = links.reach
         dc, cos_outer, phi, n_len = ws.dc, ws.cos_outer, ws.phi, ws.normal_length
-        np.maximum(ws.d, reach_min, out=dc)
-        np.minimum(dc, reach_max, out=dc)
+        _clip(ws.d, reach_min, reach_max, out=dc)
         _l1, _l2, sum_sq, inv_2l1l2 = links.lengths
         np.multiply(dc, dc, out=cos_outer)                                   # cosine of the elbow's outer angle
         np.subtract(cos_outer, sum_sq, out=cos_outer)
         np.multiply(cos_outer, inv_2l1l2, out=cos_outer)
-        np.maximum(cos_outer, ws.minus_ones, out=cos_outer)
-        np.minimum(cos_outer, ws.ones, out=cos_outer)
+        _clip(cos_outer, -1.0, 1.0, out=cos_outer)
         np.arccos(cos_outer, out=cos_outer)
         np.arctan2(n_len, ws.dot_uv, out=ws.bend)
         np.subtract(cos_outer, ws.bend, out=phi)
@@ -681,7 +684,7 @@ class Refiner:
         np.matmul(ws.local_rows, MATRIX_TO_SQUARES_WITH_BIAS, out=ws.squares)
         quats = ws.quaternions
         np.maximum(ws.square_q, ws.zeros, out=quats)
-        np.matmul(quats, FOUR_ONES, out=ws.norms)
+        np.matmul(quats, FOUR_ONES, out=ws.norms)          # the rig's bridges are orthonormal to ~1e-8 only: normalise
         np.sqrt(quats, out=quats)
         np.copysign(ws.quaternion_xyz, ws.square_signs, out=ws.quaternion_xyz)
         np.sqrt(ws.norms, out=ws.norms)

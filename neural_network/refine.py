@@ -258,6 +258,19 @@ def _nearest_in_both(a, t, reach, spine_length):
     return (along * e[0] + side[0], along * e[1] + side[1], along * e[2] + side[2])
 
 
+def _swing_beyond_limit(bone, lower, goal, length, upper):
+    """Whether Spine's swing in _straighten_spine surely exceeds ASSIST_MAX_TURN, from distances alone (before the
+    bends are worked out). After the bends the neck's base sits at `length` from Spine's head and `upper` from Spine1's
+    (both bends keep the distance they do not set), so its angle to Spine's bone (`bone`, of length `lower`) is fixed
+    by the law of cosines; the swing onto `goal` (also at `length`) is at least the difference of the two angles to
+    that axis. A margin keeps rounding from ever skipping a swing the full computation would allow."""
+    if not lower * length > 0.0:
+        return False
+    cos_now = (lower * lower + length * length - upper * upper) / (2.0 * lower * length)
+    cos_goal = _dot(bone, goal) / (lower * length)
+    gap = abs(math.acos(min(max(cos_now, -1.0), 1.0)) - math.acos(min(max(cos_goal, -1.0), 1.0)))
+    return gap > ASSIST_MAX_TURN + 1e-6
+
 
 def _rotation_quaternions(w, angles=None):
     """(..., 3) axis-angles (and their angles |w|, if known) -> (..., 4) unit quaternions (cos |w|/2, w sin(|w|/2) / |w|)."""
@@ -741,7 +754,8 @@ class Refiner:
     def _reach_assist(self, q, hips, world, target_positions, rows):
         """Turn the parents of chains whose targets are beyond reach (characters `rows`), in place on q (K, 23, 4); the
         chain layout's world transforms (`world`, the buffer chain_forward fills) are recomputed after each group
-        that turned something, so the next group and the closed form see the turns.
+        that turned something, so the next group and the closed form see the turns. Returns them, or None when
+        nothing turned (the caller's geometry still holds).
 
         One character at a time in Python floats: a turn takes a few dozen float operations (~30 ns each) where the
         same on arrays costs a NumPy call (~0.5 us) per step; only the few points a turn moves are followed, and the
@@ -753,6 +767,7 @@ class Refiner:
         targets = target_positions[rows].tolist()
         reach = self.links.reach[0][rows].tolist() if self.links.per_character else [self.assist_reach_list] * len(rows)
         live = list(range(len(rows)))               # characters (indices into rows) every group so far could help
+        changed = False
         for group in self.assist_groups:
             if not live:
                 break
@@ -777,7 +792,8 @@ class Refiner:
             live = still
             if turned:
                 world = self.chain_forward(q, hips)
-        return world
+                changed = True
+        return world if changed else None
 
     def _turn_parents(self, group, frames, quaternions, targets, reach):
         """One character: for each chain of `group` whose target t is beyond the reach R of its upper + mid bones
@@ -859,10 +875,12 @@ class Refiner:
         goal = _nearest_in_both(_sub(a, p0), _sub(t, p0), reach * (1.0 - SPINE_SLACK),
                                 (lower + spine.upper_length) * (1.0 - SPINE_SLACK))
         length = _length(goal)
-        upper_needed = min(length - lower, spine.upper_length)                                # |a - p1| to have
+        upper_needed = max(_length(_sub(a, p1)), min(length - lower, spine.upper_length))     # |a - p1| to have
+        if _swing_beyond_limit(_sub(p1, p0), lower, goal, length, upper_needed):
+            return new, False
         roles = spine.roles
         q0, q1, q2 = new.get(roles[0], quaternions[-3]), new.get(roles[1], quaternions[-2]), new.get(roles[2], quaternions[-1])
-        bend = _bend_angle(p1, p2, a, max(_length(_sub(a, p1)), upper_needed))       # Spine2 unbends, if it must
+        bend = _bend_angle(p1, p2, a, upper_needed)                                    # Spine2 unbends, if it must
         if bend is None:
             return new, False
         q2 = _turned_quaternion(q2, R2, *bend)
@@ -898,8 +916,9 @@ class Refiner:
         if self.assist_reach_squares is not None:
             rows = self._beyond_reach_rows(ws)
             if rows is not None:
-                world = self._reach_assist(q, hips, world, target_positions, rows)
-                self._chain_geometry(ws, world, target_positions)
+                turned = self._reach_assist(q, hips, world, target_positions, rows)
+                if turned is not None:          # nothing turned: the geometry stands
+                    self._chain_geometry(ws, turned, target_positions)
         errors = self._solve_chains(q, ws, target_positions, target_rotations)
         self.last_least_squares = 0
         if iterations <= 0 or not errors.max() > tolerance:

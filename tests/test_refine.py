@@ -345,3 +345,37 @@ def test_reach_assist_skips_characters_least_squares_must_move_anyway():
     shoulder = ROLE_INDEX["LeftShoulder"]
     np.testing.assert_array_equal(q[::2, shoulder], before[::2, shoulder])
     assert np.abs(q[1::2, shoulder] - before[1::2, shoulder]).max() > 1e-3
+
+
+def test_spine_swing_bound_skips_only_what_the_full_straightening_would_refuse(monkeypatch):
+    """The early bound on Spine's swing (from distances, before the bends) turns characters away only when the full
+    closed-form straightening would refuse them too: the result equals the one without the bound, bit for bit, over
+    head targets from just beyond reach to far beyond it, some of which the straightening lands and some it refuses."""
+    from neural_ik.neural_network import refine
+
+    skel = humanoid_skeleton()
+    ref = refiner_for(skel, width=0.6)
+    n = 60
+    local, hips_R, hips_p, pose = random_poses(skel, n, seed=61, spread=0.0)
+    rng = np.random.default_rng(62)
+    spine = [ROLE_INDEX[s] for s in ("Spine", "Spine1", "Spine2")]
+    local[:, spine[1:]] = local[:, spine[1:]] @ axis_angle_to_matrix(rng.normal(0, 0.2, (n, 2, 3)))
+    pose = kinematics.forward(skel, local, hips_R, hips_p)
+    neck = ROLE_INDEX["NeckLower"]
+    direction = rng.normal(size=(n, 3)) + 2.0 * (pose.positions[:, EFF[4]] - pose.positions[:, neck])   # mostly up the neck
+    direction /= np.linalg.norm(direction, axis=-1, keepdims=True)
+    tp = pose.positions[:, EFF].copy()
+    tp[:, 4] = pose.positions[:, neck] + (ref.links.reach[0][4] + rng.uniform(0.001, 0.15, n))[:, None] * direction
+    hips = hips_matrices(hips_R, hips_p)
+    fired = []
+    bound = refine._swing_beyond_limit
+    monkeypatch.setattr(refine, "_swing_beyond_limit", lambda *args: fired.append(bound(*args)) or fired[-1])
+    q = matrices_to_quaternions(local)
+    ref.refine_quaternions(q, hips, tp, pose.rotations[:, EFF], iterations=0)
+    monkeypatch.setattr(refine, "_swing_beyond_limit", lambda *args: False)
+    plain = matrices_to_quaternions(local)
+    ref.refine_quaternions(plain, hips, tp, pose.rotations[:, EFF], iterations=0)
+    np.testing.assert_array_equal(q, plain)
+    assert any(fired) and not all(fired)
+    moved = np.abs(q[:, spine] - matrices_to_quaternions(local)[:, spine]).max(axis=(1, 2)) > 1e-6
+    assert moved.any() and not moved.all()

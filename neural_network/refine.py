@@ -384,8 +384,10 @@ class _Workspace:
         self.norms = np.empty(k * 15)
         self.norm_column = self.norms[:, None]
         self.zeros = np.zeros((k * 15, 4))
-        # reach assist's check: |t|^2 - reach^2 per chain
-        self.t_square = self.first_dots[..., 2, 2]
+        # reach assist's check: |t|^2, then |t|^2 - reach^2 per chain
+        self.t_row = self.t[..., None, :]
+        self.t_square = np.empty((k, 5))
+        self.t_square_column = self.t_square[..., None, None]
         self.assist_distances = np.empty((k, 5))
 
 
@@ -630,22 +632,28 @@ class Refiner:
         Returns the effector errors (K, 5) the solve leaves (exactly |d - clipped d| for a valid chain: the end lands
         on the line to its target at the reachable distance). links: as in chain_forward."""
         ws = self._workspace(len(q))
-        self._chain_geometry(ws, world, target_positions)
+        self._chain_targets(ws, world, target_positions)
+        self._chain_shape(ws)
         return self._solve_chains(q, ws, target_positions, target_rotations, links)
 
-    def _chain_geometry(self, ws, world, target_positions):
-        """The closed form's first step, also all the reach check needs: per chain the transforms, u = mid - upper,
-        v = end - mid, t = target - upper, the limb plane's normal u x v, their dot products, |t| and |u x v|."""
+    def _chain_targets(self, ws, world, target_positions):
+        """The closed form's first step, and all the reach check needs: per chain the transforms, t = target - upper
+        and |t|^2."""
         np.take(world, self.chain_slots, axis=1, out=ws.chains, mode="clip")
-        np.subtract(ws.mid_end, ws.upper_mid, out=ws.uv)
         np.subtract(target_positions, ws.upper, out=ws.t)
+        np.matmul(ws.t_row, ws.t_column, out=ws.t_square_column)
+
+    def _chain_shape(self, ws):
+        """The closed form's second step: u = mid - upper, v = end - mid, the limb plane's normal u x v, the dot
+        products of u, v, t and the normal, |t| and |u x v|."""
+        np.subtract(ws.mid_end, ws.upper_mid, out=ws.uv)
         np.matmul(ws.u, SKEW, out=ws.skew)
         np.matmul(ws.skew_matrices, ws.v_column, out=ws.normal_column)
         np.matmul(ws.first_four, ws.first_four_t, out=ws.first_dots)
         np.sqrt(ws.t_normal_squares, out=ws.t_normal_lengths)                # |t|, |u x v|
 
     def _solve_chains(self, q, ws, target_positions, target_rotations, links=None):
-        """The rest of closed_form, from the geometry _chain_geometry left in ws."""
+        """The rest of closed_form, from what _chain_targets and _chain_shape left in ws."""
         links = self.links if links is None else links
         shared = not links.per_character            # then links are the refiner's, those the workspace was made with
         reach_max, reach_min = ws.shared_reach if shared else links.reach
@@ -734,12 +742,12 @@ class Refiner:
         """Characters (indices) with an assisted chain whose target is beyond its reach, or None (see
         _beyond_reach_rows)."""
         ws = self._workspace(len(world))
-        self._chain_geometry(ws, world, target_positions)
+        self._chain_targets(ws, world, target_positions)
         return self._beyond_reach_rows(ws)
 
     def _beyond_reach_rows(self, ws):
-        """_beyond_reach from the closed form's geometry (|t|^2 per chain, already in ws): two calls, all a
-        within-reach tick pays for the assist. A character with a leg's target beyond reach is left out: least
+        """_beyond_reach from the closed form's first step (|t|^2 per chain, already in ws): the check costs a
+        within-reach tick three calls. A character with a leg's target beyond reach is left out: least
         squares moves it anyway."""
         np.subtract(ws.t_square, self.assist_reach_squares, out=ws.assist_distances)
         if not ws.assist_distances.max() > 0.0:
@@ -912,13 +920,14 @@ class Refiner:
         """
         world = self.chain_forward(q, hips)
         ws = self._workspace(len(q))
-        self._chain_geometry(ws, world, target_positions)
+        self._chain_targets(ws, world, target_positions)
         if self.assist_reach_squares is not None:
             rows = self._beyond_reach_rows(ws)
             if rows is not None:
                 turned = self._reach_assist(q, hips, world, target_positions, rows)
-                if turned is not None:          # nothing turned: the geometry stands
-                    self._chain_geometry(ws, turned, target_positions)
+                if turned is not None:          # nothing turned: what _chain_targets read stands
+                    self._chain_targets(ws, turned, target_positions)
+        self._chain_shape(ws)
         errors = self._solve_chains(q, ws, target_positions, target_rotations)
         self.last_least_squares = 0
         if iterations <= 0 or not errors.max() > tolerance:

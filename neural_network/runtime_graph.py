@@ -97,22 +97,30 @@ def compact_rows(full):
     return full[keep], full[[16 * s + 15 for s in range(7)]].sum(axis=0)
 
 
-def linear_map(model, builder, hips_map=None):
-    """((VEC, 3 FEATS + 21), bias): vec of the seven matrices' top rows -> three heading blocks of `feats` (features =
-    cos * block0 + sin * block1 + block2), the thigh-to-thigh axis (2), the feet (6) and their heights (2), then the
-    hips' squares (4), sign carriers (4) and location (3) through hips_map (16, 10) (live.LiveCharacter.hips_map; None:
-    zeros). The settings and contact flags pass straight into the inputs, so they join at the first layer instead.
+HEADING = (np.diag([1.0, 1.0, 0.0, 0.0]), np.array([[0, 1, 0, 0], [-1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0.0]]),
+           np.diag([0.0, 0.0, 1.0, 1.0]))       # the root frame's turn H = cos * [0] + sin * [1] + [2] (solver.InputBuilder)
 
-    From solver.InputBuilder's matrix (rows vec(T) of the six targets then its settings order, columns three blocks of
-    the 50 inputs and the effectors' trace - 1, then the axis), extended by the hips' relative rotation (for the check)
-    and the -(2 + 2 cos) columns the axis-angle stage divides by; rows reordered to the graph's inputs."""
+
+def linear_map(model, builder, hips_map=None):
+    """Two linear maps, each (matrix, bias) on vec of the seven matrices' top rows:
+
+    features: the matrices turned into the root frame's heading (H T) -> `feats` (FEATS: the 35 plain inputs, the six
+    rotations' 2 sin axis and 2 cos, -(2 + 2 cos) padded); first: the matrices as they are -> the thigh-to-thigh axis
+    (2) the heading comes from, the feet (6) and their heights (2), then the hips' squares (4), sign carriers (4) and
+    location (3) through hips_map (16, 10) (live.LiveCharacter.hips_map; None: zeros). The settings and contact flags
+    pass straight into the inputs, so they join at the first layer instead.
+
+    From solver.InputBuilder's matrix (rows vec(T) of the six targets then its settings order, columns three heading
+    blocks of the 50 inputs and the effectors' trace - 1, features = cos * block0 + sin * block1 + block2, then the
+    axis), extended by the hips' relative rotation (for the check) and the -(2 + 2 cos) columns the axis-angle stage
+    divides by; rows reordered to the graph's inputs. Features are linear in the turned matrices, and H is block0's
+    basis plus block2's at cos = 1, sin = 0, so the features map is block0 + block2: a third of the three-block product
+    the heading would otherwise be mixed from."""
     from .solver import NUM_FEATURES
 
     M = builder.matrix
     nf = NUM_FEATURES
     href = np.asarray(model.feature_spec.hips_reference, np.float64)
-    heading = (np.diag([1.0, 1.0, 0.0, 0.0]), np.array([[0, 1, 0, 0], [-1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0.0]]),
-               np.diag([0.0, 0.0, 1.0, 1.0]))
     out = np.zeros((M.shape[0], 3, FEATS))
     for b in range(3):
         block = M[:, b * nf:(b + 1) * nf]
@@ -125,7 +133,7 @@ def linear_map(model, builder, hips_map=None):
     for u in range(96):                        # the hips relative to their reference: 2 sin axis and 2 cos
         probe = np.zeros(96)
         probe[u] = 1.0
-        for b, B in enumerate(heading):
+        for b, B in enumerate(HEADING):
             G = B @ probe.reshape(6, 4, 4)[0]
             A = href.T @ G[:3, :3]
             out[u, b, V_START + 15:V_START + 18] = (A[2, 1] - A[1, 2], A[0, 2] - A[2, 0], A[1, 0] - A[0, 1])
@@ -140,7 +148,7 @@ def linear_map(model, builder, hips_map=None):
     for i, column in enumerate(FEET_COLUMNS + [FEET_COLUMNS[2], FEET_COLUMNS[5]]):
         full[column, big.shape[1] + i] = 1.0
     full[:, big.shape[1] + 8:] = graph_hips_map(np.zeros((16, 10)) if hips_map is None else hips_map)
-    return compact_rows(full)
+    return compact_rows(full[:, :FEATS] + full[:, 2 * FEATS:3 * FEATS]), compact_rows(full[:, 3 * FEATS:])
 
 
 def settings_rows():
@@ -202,18 +210,24 @@ def _contacts(g):
 
 
 def _features(g, model, builder, vec, hips_map):
-    """feats (K, FEATS) (and the feet, the hips' squares, signs and location): one product with the linear map, then
-    the three heading blocks mixed by the root heading's cos and sin (the normalised thigh-to-thigh axis; a zero axis
-    gives NaN, which the check catches)."""
-    matrix, bias = linear_map(model, builder, hips_map)
-    y = g.node("Add", [g.node("MatMul", [vec, g.const("linear_map", matrix)], "y_m"), g.const("linear_bias", bias)], "y")
-    g.node("Split", [y, g.ints("split_y", [FEATS, FEATS, FEATS, 2, 6, 2, 4, 4, 3])],
-           ["y0", "y1", "y2", "lateral", "feet", "feet_z", "squares", "signs", "hips_location"], axis=1)
+    """feats (K, FEATS) (and the feet, the hips' squares, signs and location): a first product gives the heading's
+    axis (and the rest that needs no heading), the heading's cos and sin (the normalised thigh-to-thigh axis; a zero
+    axis gives NaN, which the check catches) make each character's turn H^T (one small product), the matrices' rows
+    times H^T are the turned matrices, and one product with the features map gives feats."""
+    (features, features_bias), (first, first_bias) = linear_map(model, builder, hips_map)
+    y = g.node("Add", [g.node("MatMul", [vec, g.const("first_map", first)], "y_m"), g.const("first_bias", first_bias)], "y")
+    g.node("Split", [y, g.ints("split_y", [2, 6, 2, 4, 4, 3])],
+           ["lateral", "feet", "feet_z", "squares", "signs", "hips_location"], axis=1)
     cos_sin = g.node("Div", ["lateral", g.node("ReduceL2", ["lateral"], "lateral_length", axes=[1], keepdims=1)],
                      "cos_sin")
-    g.node("Split", [cos_sin, g.ints("split_cs", [1, 1])], ["cos", "sin"], axis=1)
-    mixed = g.node("Add", [g.node("Mul", ["y0", "cos"], "y0c"), g.node("Mul", ["y1", "sin"], "y1s")], "y01")
-    return g.node("Add", [mixed, "y2"], "feats")
+    turn = np.stack([HEADING[0][:3, :3].T.reshape(9), HEADING[1][:3, :3].T.reshape(9)])      # cos, sin -> vec(H^T)
+    turn_t = g.node("Reshape", [g.node("Add", [g.node("MatMul", [cos_sin, g.const("turn_map", turn)], "turn_m"),
+                                                g.const("turn_bias", HEADING[2][:3, :3].T.reshape(9))], "turn9"),
+                                g.ints("shape_turn", [-1, 3, 3])], "turn_t")
+    turned = g.node("Reshape", [g.node("MatMul", ["matrices_t", turn_t], "turned_t"), g.ints("shape_turned", [-1, VEC])],
+                    "turned")
+    return g.node("Add", [g.node("MatMul", [turned, g.const("features_map", features)], "feats_m"),
+                          g.const("features_bias", features_bias)], "feats")
 
 
 def _axis_angles(g, feats):

@@ -351,7 +351,7 @@ def test_spine_swing_bound_skips_only_what_the_full_straightening_would_refuse(m
     """The early bound on Spine's swing (from distances, before the bends) turns characters away only when the full
     closed-form straightening would refuse them too: the result equals the one without the bound, bit for bit, over
     head targets from just beyond reach to far beyond it, some of which the straightening lands and some it refuses."""
-    from neural_ik.neural_network import refine
+    from neural_ik.neural_network import reach_assist
 
     skel = humanoid_skeleton()
     ref = refiner_for(skel, width=0.6)
@@ -368,11 +368,11 @@ def test_spine_swing_bound_skips_only_what_the_full_straightening_would_refuse(m
     tp[:, 4] = pose.positions[:, neck] + (ref.links.reach[0][4] + rng.uniform(0.001, 0.15, n))[:, None] * direction
     hips = hips_matrices(hips_R, hips_p)
     fired = []
-    bound = refine._swing_beyond_limit
-    monkeypatch.setattr(refine, "_swing_beyond_limit", lambda *args: fired.append(bound(*args)) or fired[-1])
+    bound = reach_assist._swing_beyond_limit
+    monkeypatch.setattr(reach_assist, "_swing_beyond_limit", lambda *args: fired.append(bound(*args)) or fired[-1])
     q = matrices_to_quaternions(local)
     ref.refine_quaternions(q, hips, tp, pose.rotations[:, EFF], iterations=0)
-    monkeypatch.setattr(refine, "_swing_beyond_limit", lambda *args: False)
+    monkeypatch.setattr(reach_assist, "_swing_beyond_limit", lambda *args: False)
     plain = matrices_to_quaternions(local)
     ref.refine_quaternions(plain, hips, tp, pose.rotations[:, EFF], iterations=0)
     np.testing.assert_array_equal(q, plain)

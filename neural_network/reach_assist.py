@@ -206,10 +206,12 @@ def _turn_parents(group, frames, quaternions, targets, reach):
         P, D = _sub(a, p), _sub(t, p)
         cross = _cross3(P, D)
         sine = _length(cross)
+        if not sine > 0.0:                   # no plane to turn in (and no division by a zero length below)
+            continue
         A2, T2 = _dot(P, P), _dot(D, D)
         goal = r * (1.0 - ASSIST_SLACK)
         cos_goal = (T2 + A2 - goal * goal) / (2.0 * math.sqrt(A2 * T2))
-        if not (cos_goal <= 1.0 and sine > 0.0):
+        if not cos_goal <= 1.0:
             continue
         turn = math.atan2(sine, _dot(P, D)) - math.acos(max(cos_goal, -1.0))
         if not turn <= ASSIST_MAX_TURN:

@@ -57,7 +57,7 @@ PADDED = 16                  # transcendental kernels get rows of 16 (SIMD block
                              # so padding keeps a character's numbers independent of how many share the call)
 ROT_INPUTS = [6 * e + 3 + a for e in range(5) for a in range(3)]      # the effectors' axis-angle inputs
 PLAIN_INPUTS = [j for j in range(NUM_INPUTS) if j not in ROT_INPUTS]  # the other 35, linear in the targets
-# Column layout of one heading block of the linear map (and of `feats`): the 35 plain inputs, then the six rotations'
+# Column layout of the features map (and of `feats`): the 35 plain inputs, then the six rotations'
 # 2 sin axis (18) and 2 cos (6), then -(2 + 2 cos) of the six padded to 16 (padding -4: a zero rotation).
 V_START = len(PLAIN_INPUTS)
 NC_START, NTP_START, FEATS = V_START + 3 * ROTATIONS, V_START + 4 * ROTATIONS, V_START + 4 * ROTATIONS + PADDED

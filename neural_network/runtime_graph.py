@@ -496,7 +496,7 @@ class RuntimeEngine:
     def latest_target_parts(self):
         """The latest run's targets filled as in targets_of, as (hips (K, 4, 4), effector positions (K, 5, 3),
         effector rotations (K, 5, 3, 3)) views."""
-        np.copyto(*self.target_copies[self.latest])
+        self.targets_of(self.latest)
         return self.target_parts[self.latest]
 
     q = property(lambda self: self.buffers[self.latest]["q"])

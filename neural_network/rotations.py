@@ -125,6 +125,94 @@ def euler_to_matrix(angles, order="XYZ"):
     return basic[third] @ basic[second] @ basic[first]
 
 
+# Blender's Euler orders as (i, j, k, parity): the axes in the order applied, and whether they are an odd permutation
+EULER_AXES = {"XYZ": (0, 1, 2, False), "XZY": (0, 2, 1, True), "YXZ": (1, 0, 2, True), "YZX": (1, 2, 0, False),
+              "ZXY": (2, 0, 1, False), "ZYX": (2, 1, 0, True)}
+_TWO_PI = 2.0 * np.pi
+
+
+def matrix_to_euler(M, order="XYZ", compat=None):
+    """(..., 3, 3) rotations -> (..., 3) Euler angles (x, y, z) in `order`, batched: what mathutils'
+    Matrix.to_euler(order, compat) gives, one rotation at a time.
+
+    Every rotation has two Euler solutions (Blender's mat3_normalized_to_eulo2). Without compat the one with the
+    smaller sum of |angles| is taken; with compat (..., 3) (the angles a bone holds now) each solution's angles are
+    first moved by whole turns to within half a turn of compat's, then the nearer solution (L1) is taken - so a live
+    pose or a key never jumps by a turn or flips to the other solution (Blender's compatible_eul)."""
+    M = np.asarray(M, np.float64)
+    i, j, k, parity = EULER_AXES[order]
+    cy = np.hypot(M[..., i, i], M[..., j, i])
+    first, second = np.empty(M.shape[:-2] + (3,)), np.empty(M.shape[:-2] + (3,))
+    first[..., i] = np.arctan2(M[..., k, j], M[..., k, k])
+    first[..., j] = np.arctan2(-M[..., k, i], cy)
+    first[..., k] = np.arctan2(M[..., j, i], M[..., i, i])
+    second[..., i] = np.arctan2(-M[..., k, j], -M[..., k, k])
+    second[..., j] = np.arctan2(-M[..., k, i], -cy)
+    second[..., k] = np.arctan2(-M[..., j, i], -M[..., i, i])
+    locked = cy <= 16.0 * np.finfo(np.float32).eps          # gimbal lock: one solution, the last angle zero
+    if locked.any():
+        first[..., i] = np.where(locked, np.arctan2(-M[..., j, k], M[..., j, j]), first[..., i])
+        first[..., k] = np.where(locked, 0.0, first[..., k])
+        second = np.where(locked[..., None], first, second)
+    if parity:
+        first, second = -first, -second
+    if compat is None:
+        take_second = np.abs(first).sum(axis=-1) > np.abs(second).sum(axis=-1)
+    else:
+        compat = np.asarray(compat, np.float64)
+        first -= np.floor((first - compat) / _TWO_PI + 0.5) * _TWO_PI
+        second -= np.floor((second - compat) / _TWO_PI + 0.5) * _TWO_PI
+        take_second = np.abs(first - compat).sum(axis=-1) > np.abs(second - compat).sum(axis=-1)
+    return np.where(take_second[..., None], second, first)
+
+
+def _euler_forms():
+    """Per order, (16, 6): vec(q q^T) -> (y, x) in axis order (x, y, z) such that matrix_to_euler's first solution is
+    arctan2(y, x) - the matrix entries it reads, as quadratic forms of q, with the parity's sign on y - except the
+    middle axis' x (cy, not a quadratic form: left 0)."""
+    from .quaternion_math import QUATERNION_TO_MATRIX
+
+    entry = lambda r, c: QUATERNION_TO_MATRIX[:, 3 * r + c]          # noqa: E731
+    forms = {}
+    for order, (i, j, k, parity) in EULER_AXES.items():
+        sign = -1.0 if parity else 1.0
+        form = np.zeros((16, 6))
+        form[:, i], form[:, 3 + i] = sign * entry(k, j), entry(k, k)
+        form[:, j] = -sign * entry(k, i)
+        form[:, k], form[:, 3 + k] = sign * entry(j, i), entry(i, i)
+        forms[order] = form
+    return forms
+
+
+_EULER_FORMS = _euler_forms()
+
+
+def quaternions_to_compatible_euler(q, order, compat):
+    """(n, 4) unit quaternions -> (n, 3) Euler angles in `order`, each the solution nearest compat (n, 3): what
+    matrix_to_euler(quaternion matrices, order, compat) gives, in about twenty NumPy calls (the live tick writes a
+    rig's Euler bones with it every tick). The second solution is the first's (a + pi, pi - b, c + pi) in axis order
+    i, j, k, up to whole turns, which the wrap toward compat takes out anyway."""
+    i, j, k, _parity = EULER_AXES[order]
+    q = np.asarray(q, np.float64)
+    yx = np.einsum("ni,nj->nij", q, q).reshape(len(q), 16) @ _EULER_FORMS[order]
+    y, x = yx[:, :3], yx[:, 3:]
+    cy = np.hypot(x[:, k], y[:, k], out=x[:, j])                      # hypot(M_ii, M_ji)
+    if not cy.min(initial=np.inf) > 16.0 * np.finfo(np.float32).eps:  # gimbal lock somewhere: the full statement
+        from .quaternion_math import quaternions_to_matrices
+
+        return matrix_to_euler(quaternions_to_matrices(q), order, compat)
+    both = np.empty((2, len(q), 3))
+    first = np.arctan2(y, x, out=both[0])
+    flip = np.ones(3)
+    flip[j] = -1.0
+    np.multiply(first, flip, out=both[1])
+    both[1] += np.pi
+    compat = np.asarray(compat, np.float64)
+    both -= np.rint((both - compat) * (1.0 / _TWO_PI)) * _TWO_PI
+    distance = np.abs(both - compat).sum(axis=-1)
+    return np.where((distance[0] > distance[1])[:, None], both[1], both[0])
+
+
 def angle_between(Ra, Rb):
     """Geodesic angle in radians between rotation matrices, float64 and atan2-based (no arccos floor)."""
     rel = np.swapaxes(np.asarray(Ra, np.float64), -1, -2) @ np.asarray(Rb, np.float64)

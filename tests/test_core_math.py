@@ -44,6 +44,31 @@ def test_quaternion_and_matrix_agree():
     assert np.allclose(rotations.axis_angle_to_matrix(v), R, atol=1e-12)
 
 
+@pytest.mark.parametrize("order", sorted(rotations.EULER_AXES))
+def test_euler_angles_match_mathutils_with_and_without_compat(order):
+    """matrix_to_euler against Blender's own Matrix.to_euler (float32 inside, so 1e-5), on random rotations and
+    gimbal-locked ones, plain and compatible with angles turns away; the tick's quaternion form equals it."""
+    from mathutils import Euler, Matrix
+
+    rng = np.random.default_rng(7)
+    R = rotations.axis_angle_to_matrix(rng.normal(0, 2, (300, 3)))
+    locked = rng.normal(0, 1.5, (20, 3))
+    locked[:, rotations.EULER_AXES[order][1]] = np.pi / 2 * rng.choice([-1.0, 1.0], 20)   # the middle axis at 90 deg
+    R = np.concatenate([R, rotations.euler_to_matrix(locked, order)])
+    compat = np.array([Matrix(m.tolist()).to_euler(order) for m in R]) + rng.integers(-2, 3, (len(R), 3)) * 2 * np.pi
+    compat += rng.normal(0, 0.3, compat.shape)
+    plain = rotations.matrix_to_euler(R, order)
+    near = rotations.matrix_to_euler(R, order, compat)
+    np.testing.assert_allclose(plain, [Matrix(m.tolist()).to_euler(order) for m in R], atol=1e-5)
+    np.testing.assert_allclose(near, [Matrix(m.tolist()).to_euler(order, Euler(c)) for m, c in zip(R, compat)], atol=1e-5)
+    np.testing.assert_allclose(rotations.euler_to_matrix(near, order), R, atol=1e-9)
+    assert np.abs(near - plain).max() > 6.0                  # compat moved angles by whole turns, as Blender does
+    q = rotations.matrix_to_quaternion(R)
+    np.testing.assert_allclose(rotations.quaternions_to_compatible_euler(q, order, compat), near, atol=1e-9)
+    np.testing.assert_allclose(rotations.quaternions_to_compatible_euler(q[:300], order, compat[:300]), near[:300],
+                               atol=1e-9)                                             # no lock: the fast form itself
+
+
 def test_small_angles_keep_precision():
     """atan2-based angles resolve 1e-6 rad where arccos of a float trace would floor (trap 6 of the notes)."""
     R = rotations.axis_angle_to_matrix(np.array([[1e-6, 0.0, 0.0]]))

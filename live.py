@@ -3,8 +3,8 @@
 One `LiveTick` drives every armature it was given: characters that share a model are solved together in one
 inference call (a Solver of K characters). Per character the tick reads six world matrices (root + five effectors),
 turns them into character space, solves, writes the mapped quaternion bones with one `foreach_set` on a buffer that
-holds every pose bone's current rotation (so unmapped bones keep theirs), sets the hips location, and tags the
-object. It never calls `view_layer.update()`: Blender evaluates the depsgraph itself after the timer event.
+holds every pose bone's current rotation (so unmapped bones keep theirs) and the mapped Euler bones (a BVH import's)
+with one more on the rotation_euler buffer, sets the hips location, and tags the object. It never calls `view_layer.update()`: Blender evaluates the depsgraph itself after the timer event.
 
 `LiveCharacter.start()` saves what live mode changes (the action assignment and every pose bone's transform) and
 `stop()` puts it back, so a stopped session leaves the file as it was.
@@ -21,13 +21,14 @@ import numpy as np
 from . import rig_io, state
 from .neural_network.quaternion_math import MATRIX_TO_SQUARES, SQUARES_BIAS, squares_to_quaternions
 from .neural_network.roles import NUM_ROLES, TASKS
-from .neural_network.rotations import quaternion_to_axis_angle, quaternion_to_matrix
+from .neural_network.rotations import EULER_AXES, quaternion_to_axis_angle, quaternions_to_compatible_euler
 from .neural_network.solver import OK, Solver, describe
 from .properties import get_bone_map
 
 TARGET_SLOTS = ("target_root", "target_left_hand", "target_right_hand", "target_left_foot", "target_right_foot",
                 "target_head")
 TARGET_LABELS = ("root", "left hand", "right hand", "left foot", "right foot", "head")
+HIPS_ROW = NUM_ROLES         # where LiveCharacter.write_other_bones puts the hips' quaternion after the roles'
 _RAW_SETTINGS = attrgetter("ground_left", "ground_right", "contact_left", "contact_right", "task", "phase",
                            "phase_follows_time", "refine_iterations")
 
@@ -61,23 +62,37 @@ class LiveCharacter:
         self.count = len(pose_bones)
         index = {pb.name: i for i, pb in enumerate(pose_bones)}
         quaternion_roles, quaternion_bones, self.other_bones = [], [], []
-        for r in range(1, NUM_ROLES):
+        eulers = {}                                       # order -> ([pose-bone index], [role; HIPS_ROW: the hips])
+        for r in range(NUM_ROLES):
             b = int(rig.role_bones[r])
             if b < 0:
                 continue
             name = rig.bone_names[b]
-            if pose_bones[name].rotation_mode == "QUATERNION":
+            mode = pose_bones[name].rotation_mode
+            if mode in EULER_AXES:
+                bones, roles = eulers.setdefault(mode, ([], []))
+                bones.append(index[name])
+                roles.append(HIPS_ROW if r == 0 else r)
+            elif r == 0:                                  # the hips' quaternion comes with the hips' location
+                continue
+            elif mode == "QUATERNION":
                 quaternion_roles.append(r)
                 quaternion_bones.append(index[name])
             else:
                 self.other_bones.append((r, name))
         self.quaternion_roles = np.array(quaternion_roles, np.int64)
         self.quaternion_bones = np.array(quaternion_bones, np.int64)
+        self.euler_groups = [(order, np.array(bones, np.int64), np.array(roles, np.int64))
+                             for order, (bones, roles) in eulers.items()]
         hips_name = rig.bone_names[int(rig.role_bones[0])]
         self.hips_bone = pose_bones[hips_name]
         self.hips_index = index[hips_name]
         self.hips_is_quaternion = self.hips_bone.rotation_mode == "QUATERNION"
+        self.writes_quaternions = bool(quaternion_bones) or self.hips_is_quaternion
+        self.has_other_bones = bool(self.euler_groups or self.other_bones or self.hips_bone.rotation_mode == "AXIS_ANGLE")
         self.quaternions = np.empty((self.count, 4), np.float32)
+        self.eulers = np.empty((self.count, 3), np.float32)
+        self.extended = np.zeros((HIPS_ROW + 1, 4))          # the roles' quaternions, then the hips' (Euler input)
         self.saved = None
         self.saved_action = None
         from mathutils import Matrix
@@ -112,6 +127,7 @@ class LiveCharacter:
             self.saved_action = (ad.action, getattr(ad, "action_slot", None))
             ad.action = None
         pose_bones.foreach_get("rotation_quaternion", self.quaternions.reshape(-1))
+        pose_bones.foreach_get("rotation_euler", self.eulers.reshape(-1))
 
     def stop(self):
         """Put the pose and the action back exactly as they were before start()."""
@@ -190,24 +206,29 @@ class LiveCharacter:
             M[u, 7:] = frame_inv @ (C.T @ probe[:3, 3] / s - frame_t * probe[3, 3])
         return M
 
-    def write_other_bones(self, quaternions, hips_rotation):
-        """Mapped bones not in quaternion mode (and a non-quaternion hips): set one by one through mathutils."""
-        from mathutils import Matrix
-
-        pose_bones = self.obj.pose.bones
-        for r, name in self.other_bones:
-            pb = pose_bones[name]
-            if pb.rotation_mode == "AXIS_ANGLE":
+    def write_other_bones(self, quaternions, hips_quaternion):
+        """The mapped bones not in quaternion mode, from the roles' local quaternions (23, 4) and the hips' matrix_basis
+        quaternion (4,): Euler bones (the hips too, when Euler) with one foreach_set of the whole rotation_euler
+        buffer - each bone's angles the solution nearest the ones it holds, as Blender's to_euler(order, compat), so
+        nothing jumps by a turn - and axis-angle bones one by one."""
+        if self.euler_groups:
+            extended = self.extended
+            extended[:NUM_ROLES] = quaternions
+            extended[HIPS_ROW] = hips_quaternion
+            eulers = self.eulers
+            for order, bones, roles in self.euler_groups:
+                eulers[bones] = quaternions_to_compatible_euler(extended[roles], order, eulers[bones])
+            self.obj.pose.bones.foreach_set("rotation_euler", eulers.reshape(-1))
+        if self.other_bones:
+            pose_bones = self.obj.pose.bones
+            for r, name in self.other_bones:
                 aa = quaternion_to_axis_angle(quaternions[r])
                 angle = float(np.linalg.norm(aa))
-                pb.rotation_axis_angle = (angle, *(aa / angle if angle > 1e-12 else (0.0, 1.0, 0.0)))
-            else:
-                m = quaternion_to_matrix(np.asarray(quaternions[r], np.float64))
-                pb.rotation_euler = Matrix(m.tolist()).to_euler(pb.rotation_mode, pb.rotation_euler)
-        if not self.hips_is_quaternion:
-            rot_t = self.frame[0]
-            hips_basis = rot_t @ self.rig.basis.T @ hips_rotation
-            self.hips_bone.rotation_euler = Matrix(hips_basis.tolist()).to_euler(self.hips_bone.rotation_mode)
+                pose_bones[name].rotation_axis_angle = (angle, *(aa / angle if angle > 1e-12 else (0.0, 1.0, 0.0)))
+        if self.hips_bone.rotation_mode == "AXIS_ANGLE":
+            aa = quaternion_to_axis_angle(np.asarray(hips_quaternion, np.float64))
+            angle = float(np.linalg.norm(aa))
+            self.hips_bone.rotation_axis_angle = (angle, *(aa / angle if angle > 1e-12 else (0.0, 1.0, 0.0)))
 
 
 class TargetReader:
@@ -328,7 +349,7 @@ class LiveGroup:
         self.iteration_counts = np.zeros(k, np.int64)
         self.iterations = 0
         self.follows_time = np.zeros(0, np.int64)
-        self.slow_bones = [c for c in characters if c.other_bones or not c.hips_is_quaternion]
+        self.slow_bones = [(i, c) for i, c in enumerate(characters) if c.has_other_bones]   # Euler, axis-angle
 
     def start(self):
         """Write buffers from each rig's current pose (after the characters' start): the unmapped bones keep their
@@ -337,7 +358,9 @@ class LiveGroup:
         # per rig, the pose-bone collection's bound foreach_set and the hips pose bone, taken once: looking them up
         # again each tick (obj.pose.bones, bones[hips]) cost ~0.5 us per character. They stay valid while the
         # armature exists, and each tick's TargetReader.read() has just confirmed that (else LiveStopped)
-        self.writers = [(c.obj.pose.bones.foreach_set, c.hips_bone) for c in self.characters]
+        # (None: a rig with no quaternion bone mapped - its rotations go through write_other_bones)
+        self.writers = [(c.obj.pose.bones.foreach_set if c.writes_quaternions else None, c.hips_bone)
+                        for c in self.characters]
         self.hips_maps = np.stack([c.hips_map() for c in self.characters])             # (K, 16, 10), NumPy path
         if self.uniform:
             c0 = self.characters[0]
@@ -399,11 +422,13 @@ class LiveGroup:
             if solver.pending is None:          # refined: the refined rotations replace the network's there
                 rt.results(p)["pose_full"][:, self.bones] = solver.q[:, self.roles]
             for (set_all, hips), row, location in zip(self.writers, self.pose_rows[p], self.pose_locations[p].tolist()):
-                set_all("rotation_quaternion", row)
+                if set_all is not None:
+                    set_all("rotation_quaternion", row)
                 hips.location = location            # also tags the armature for re-evaluation
-            for character in self.slow_bones:
-                character.write_other_bones(solver.q[self.characters.index(character)], solver.last_hips[
-                    self.characters.index(character), :3, :3])
+            if self.slow_bones:
+                q, hips_q = solver.q, rt.hips_q
+                for i, character in self.slow_bones:
+                    character.write_other_bones(q[i], hips_q[i])
             return
         if solver.used_runtime:              # the graph mapped the hips too
             hips_q, locations = solver.runtime.hips_q, solver.runtime.hips_location.tolist()
@@ -422,12 +447,12 @@ class LiveGroup:
         for i, ((set_all, hips), row, location) in enumerate(zip(self.writers, rows, locations)):
             if good is not None and not good[i]:       # nothing good to hold yet: leave the rig as it is
                 continue
-            set_all("rotation_quaternion", row)
+            if set_all is not None:
+                set_all("rotation_quaternion", row)
             hips.location = location                # also tags the armature for re-evaluation
-        for character in self.slow_bones:
-            i = self.characters.index(character)
+        for i, character in self.slow_bones:
             if good is None or good[i]:
-                character.write_other_bones(q[i], solver.last_hips[i, :3, :3])
+                character.write_other_bones(q[i], hips_q[i])
 
 
 class LiveTick:

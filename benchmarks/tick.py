@@ -5,7 +5,8 @@
 Without --model a 50-128-96-69 network with random weights is built on the demo rig (the cost does not depend on
 the weights). Prints: inference alone (ONNX Runtime with IO binding, plain session.run, NumPy), the run-time graph
 alone (inputs + inference + quaternions in one ONNX Runtime call, what the tick uses), the whole tick without
-Blender's view_layer.update() (read targets + inputs + inference + write), the same with 2 refinement iterations
+Blender's view_layer.update() (read targets + inputs + inference + write), the same on Euler bones (as a BVH import
+gives), the same with 2 refinement iterations
 (targets within reach of the limbs: the closed form; and targets the network leaves out of reach: least squares
 first), the same with the shipped model (weights/demo.npz) on the demo clips it was validated on and never trained on
 (targets moved to each frame before its tick: how often least squares is needed there), view_layer.update() itself,
@@ -203,6 +204,17 @@ def main(argv=None):
         bpy.context.view_layer.update()
     update_row = ("view_layer.update() (Blender's own evaluation)", *measure(update, args.repeats // 4), "")
     tick.stop()
+    # A rig imported from BVH: Blender's importer keeps the file's Euler channel order on every bone
+    modes = {pb.name: pb.rotation_mode for pb in obj.pose.bones}
+    for pb in obj.pose.bones:
+        pb.rotation_mode = "ZXY"
+    tick = LiveTick([(obj, model, data)])
+    tick.start()
+    rows.append(("tick, Euler bones (ZXY, as Blender's BVH import)", *measure(lambda: tick.tick(scene), args.repeats),
+                 "tick"))
+    tick.stop()
+    for pb in obj.pose.bones:
+        pb.rotation_mode = modes[pb.name]
     if not args.model:
         times, share = shipped_model_ticks(bpy, obj, rig)
         rows.append((f"tick, 2 refinement its, shipped model, held-out clips ({100 * share:.0f}% LS)",

@@ -273,3 +273,52 @@ def test_settings_edits_reach_the_next_tick_and_unnotified_changes_a_later_one(l
         seen.append(group.iterations)
     tick.stop()
     assert seen[-1] == 1 and seen[0] == 3, seen    # not read at once (proving the slice), but within the rounds
+
+
+def _all_rotations(obj):
+    out = []
+    for prop, width in (("rotation_quaternion", 4), ("rotation_euler", 3), ("rotation_axis_angle", 4)):
+        buf = np.empty(len(obj.pose.bones) * width, np.float32)
+        obj.pose.bones.foreach_get(prop, buf)
+        out.append(buf)
+    return np.concatenate(out)
+
+
+def test_euler_and_axis_angle_bones_get_the_solved_rotations_without_jumping_a_turn(live_rig):
+    """A rig imported from BVH has Euler bones (Blender's importer keeps the file's channel order). Mixed orders, an
+    Euler hips and an axis-angle bone: after a tick every mapped bone's matrix_basis is the solver's rotation; Euler
+    angles are the solution nearest the ones the bone held (one offset by a whole turn keeps that turn, as Blender's
+    to_euler(order, compat) would); quaternion-mode values are left alone; stop puts every value back."""
+    import bpy
+    from mathutils import Euler
+
+    from neural_ik.live import LiveTick
+    from neural_ik.neural_network.quaternion_math import quaternions_to_matrices
+
+    obj, rig, model, held = live_rig
+    orders = ["ZXY", "XYZ", "YZX", "ZYX", "XZY", "YXZ"]
+    mapped = [(r, obj.pose.bones[rig.bone_names[int(b)]]) for r, b in enumerate(rig.role_bones) if b >= 0]
+    for n, (_role, pb) in enumerate(mapped):
+        pb.rotation_mode = "AXIS_ANGLE" if n == 5 else orders[n % len(orders)]
+    turned = mapped[7][1]
+    turned.rotation_euler = (2 * np.pi + 0.1, -2 * np.pi, 0.2)     # a whole turn on two axes, as keys can leave it
+    bpy.context.scene.frame_set(3)
+    before = _all_rotations(obj)
+    quaternions_before = {pb.name: tuple(pb.rotation_quaternion) for _role, pb in mapped}
+    tick = LiveTick([(obj, model, None)])
+    tick.start()
+    place_targets(obj, rig, held[1], 12)
+    tick.tick(bpy.context.scene)
+    group = tick.live_groups[0]
+    q = group.solver.q[0].astype(np.float64)
+    hips_basis = quaternions_to_matrices(group.solver.runtime.hips_q[0].astype(np.float64))
+    for r, pb in mapped:
+        expected = hips_basis if r == 0 else quaternions_to_matrices(q[r])
+        np.testing.assert_allclose(np.array(pb.matrix_basis)[:3, :3], expected, atol=2e-6, err_msg=pb.name)
+        assert tuple(pb.rotation_quaternion) == quaternions_before[pb.name]      # not written: not their mode
+    solved = Euler(turned.rotation_euler, turned.rotation_mode)
+    assert 5.0 < solved.x < 7.6 and -7.6 < solved.y < -5.0     # still a turn away from zero, like the values before
+    compat = np.array(solved.to_matrix().to_euler(turned.rotation_mode, Euler((2 * np.pi + 0.1, -2 * np.pi, 0.2))))
+    np.testing.assert_allclose(np.array(solved), compat, atol=1e-5)
+    tick.stop()
+    np.testing.assert_array_equal(_all_rotations(obj), before)

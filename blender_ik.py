@@ -19,7 +19,8 @@ import math
 
 import bpy
 import numpy as np
-from bpy_extras.anim_utils import action_get_channelbag_for_slot
+
+from . import rig_io
 
 TAG = "NIK Baseline"
 LIMBS = (   # (root role, IK bone role, target role)
@@ -30,13 +31,6 @@ LIMBS = (   # (root role, IK bone role, target role)
 )
 COPY_ROTATION_ROLES = ("LeftHand", "RightHand", "LeftFoot", "RightFoot", "Head")
 HEAD_CHAIN_TOPS = ("NeckUpper", "NeckLower")
-
-
-def _channelbag(obj):
-    ad = obj.animation_data
-    if ad is None or ad.action is None:
-        return None
-    return action_get_channelbag_for_slot(ad.action, ad.action_slot)
 
 
 def _bone_of_path(data_path):
@@ -152,12 +146,8 @@ class BaselineRig:
         act = self.action.copy()
         act.name = f"{self.action.name} {TAG}"
         self.copy_action = act
-        ad = self.copy.animation_data_create()
-        ad.action = act
-        slots = list(ad.action_suitable_slots) or list(act.slots)
-        if slots:
-            ad.action_slot = slots[0]
-        bag = _channelbag(self.copy)
+        rig_io.assign_action(self.copy, act)
+        bag = rig_io.curve_container(self.copy)
         solved = self._solved_bones()
         if bag is not None:
             for fc in list(bag.fcurves):
@@ -215,17 +205,13 @@ class BaselineRig:
         empty = bpy.data.objects.new(f"{TAG} pole {mid}", None)
         self.scene.collection.objects.link(empty)
         self.empties.append(empty)
-        pole_action = bpy.data.actions.new(f"{TAG} pole {mid}")
-        slot = pole_action.slots.new(id_type="OBJECT", name=empty.name)
-        ad = empty.animation_data_create()
-        ad.action, ad.action_slot = pole_action, slot
-        from bpy_extras.anim_utils import action_ensure_channelbag_for_slot
-        bag = action_ensure_channelbag_for_slot(pole_action, slot)
+        pole_action, _slot, bag = rig_io.new_action(empty, f"{TAG} pole {mid}")
+        rig_io.assign_action(empty, pole_action)
         for axis in range(3):
             _key_curve(bag, "location", axis, frames, poles[:, axis])
         con.pole_target = empty
         con.pole_angle = float(angles[0])
-        copy_bag = _channelbag(self.copy)
+        copy_bag = rig_io.curve_container(self.copy)
         path = f'pose.bones["{self.bone_map[mid]}"].constraints["{con.name}"].pole_angle'
         _key_curve(copy_bag, path, 0, frames, angles)
 

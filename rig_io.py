@@ -308,6 +308,37 @@ def action_fcurves(action, slot):
     return list(container.fcurves) if container is not None else []
 
 
+def all_action_fcurves(action):
+    """Every F-curve of an action: those of each of its slots (Blender 4.4+), or action.fcurves (4.2 has no slots)."""
+    slots = getattr(action, "slots", None)
+    if slots is None:
+        return action_fcurves(action, None)
+    return [fc for slot in slots for fc in action_fcurves(action, slot)]
+
+
+def curve_container(obj):
+    """What holds the F-curves that drive obj through its assigned action (the slot's channelbag on Blender 5, the
+    action itself on 4.2); None without an action (or, on Blender 5, without a slot)."""
+    anim = obj.animation_data
+    if anim is None or anim.action is None:
+        return None
+    if hasattr(anim, "action_slot"):
+        return _curve_container(anim.action, anim.action_slot) if anim.action_slot is not None else None
+    return _curve_container(anim.action, None)
+
+
+def assign_action(obj, action):
+    """Let `action` drive obj. On Blender 4.4+ the object also needs a slot: the one Blender picked on assignment,
+    else the first suitable one (4.2's actions have no slots and need nothing more)."""
+    anim = obj.animation_data_create()
+    anim.action = action
+    if action is None or not hasattr(anim, "action_slot") or anim.action_slot is not None:
+        return
+    slots = list(anim.action_suitable_slots) or list(action.slots)
+    if slots:
+        anim.action_slot = slots[0]
+
+
 def _parse_layout(paths, indices):
     """[(position, (bone, property, index))] of the pose-bone transform curves among data paths."""
     layout = []
@@ -1031,7 +1062,9 @@ def write_pose(obj, rig, local_rotations, hips_rotation=None, hips_position=None
     obj.update_tag()
 
 
-def _new_action(obj, name):
+def new_action(obj, name):
+    """(action, slot, container): a new action with what will hold its F-curves for obj: an OBJECT slot named
+    like obj and its channelbag on Blender 4.4+, the action itself (slot None) on 4.2. Not assigned to obj."""
     action = bpy.data.actions.new(name)    # Blender appends .001 on a clash; nothing is overwritten
     slot = None
     if hasattr(action, "slots"):
@@ -1068,7 +1101,7 @@ def write_action(obj, rig, name, frames, local_rotations, hips_rotation=None, hi
     """
     frames = np.asarray(frames, dtype=np.float64)
     local_rotations = np.asarray(local_rotations, np.float64)
-    action, _slot, container = _new_action(obj, name)
+    action, _slot, container = new_action(obj, name)
     action.use_fake_user = True
     hips_b = int(rig.role_bones[0])
     frame = _hips_frame(obj, rig)

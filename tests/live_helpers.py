@@ -149,7 +149,7 @@ def demo_armature(every_action=True):
     set_bone_map(obj, {role: role for role in ROLES if role in demo_motion.BONE_NAMES})
     bpy.context.scene.neural_ik.armature = obj
     for act in demo_motion.generate_actions(0):
-        action, _slot, container = rig_io._new_action(obj, act.name)
+        action, _slot, container = rig_io.new_action(obj, act.name)
         action.use_fake_user = True
         frames = np.arange(act.frame_start, act.frame_end + 1, dtype=np.float64)
         for b, bone in enumerate(demo_motion.BONE_NAMES):

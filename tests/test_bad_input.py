@@ -44,8 +44,8 @@ def _action_digest(action):
     from neural_ik import rig_io
 
     parts = [tuple(action.frame_range), action.use_fake_user, action.use_frame_range]
-    for slot in action.slots:
-        parts.append(slot.identifier)
+    for slot in getattr(action, "slots", [None]):     # Blender 4.2: no slots, the action holds the curves
+        parts.append(slot.identifier if slot is not None else None)
         for fc in rig_io.action_fcurves(action, slot) or []:
             parts.append((fc.data_path, fc.array_index, fc.mute, len(fc.modifiers)))
             for prop in ("co", "handle_left", "handle_right"):
@@ -69,7 +69,7 @@ def file_state():
                                               sorted(c.name for c in obj.users_collection))
         ad = obj.animation_data
         state[f"assigned {obj.name}"] = _digest(ad.action.name if ad and ad.action else None,
-                                                ad.action_slot.identifier if ad and ad.action_slot else None)
+                                                ad.action_slot.identifier if ad and getattr(ad, "action_slot", None) else None)
         s = obj.neural_ik
         state[f"settings {obj.name}"] = _digest(s.model_path, [(i.role, i.bone) for i in s.bone_map], s.preset,
                                                 [getattr(t, "name", None) for t in (
@@ -352,7 +352,7 @@ def _only_action(files, name, damage):
     from live_helpers import assign_action
 
     assign_action(obj, keep)
-    curves = list(rig_io.action_fcurves(keep, keep.slots[0]))
+    curves = rig_io.all_action_fcurves(keep)
     damage(curves)
     for fc in curves:
         fc.update()

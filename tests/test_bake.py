@@ -36,11 +36,10 @@ def _fingerprints(bpy):
     out = {}
     for action in bpy.data.actions:
         keys = []
-        for slot in action.slots:
-            for fc in rig_io.action_fcurves(action, slot) or []:
-                co = np.empty(2 * len(fc.keyframe_points), np.float32)
-                fc.keyframe_points.foreach_get("co", co)
-                keys.append((fc.data_path, fc.array_index, co.tobytes()))
+        for fc in rig_io.all_action_fcurves(action):
+            co = np.empty(2 * len(fc.keyframe_points), np.float32)
+            fc.keyframe_points.foreach_get("co", co)
+            keys.append((fc.data_path, fc.array_index, co.tobytes()))
         out[action.name] = sorted(keys)
     return out
 

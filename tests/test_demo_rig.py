@@ -17,12 +17,12 @@ def _make_rig(seed=0):
 def _all_keys(obj):
     """{(action, data_path, index): keyframe co array} for every demo action (names without Blender's .001)."""
     import bpy
-    from bpy_extras.anim_utils import action_get_channelbag_for_slot
+
+    from neural_ik import rig_io
 
     keys = {}
     for action in bpy.data.actions:
-        bag = action_get_channelbag_for_slot(action, action.slots[0])
-        for fc in bag.fcurves:
+        for fc in rig_io.all_action_fcurves(action):
             co = np.empty(2 * len(fc.keyframe_points), dtype=np.float32)
             fc.keyframe_points.foreach_get("co", co)
             keys[(action.name, fc.data_path, fc.array_index)] = co
@@ -32,9 +32,10 @@ def _all_keys(obj):
 def _use_action(obj, name):
     import bpy
 
+    from neural_ik import rig_io
+
     action = bpy.data.actions[name]
-    obj.animation_data.action = action
-    obj.animation_data.action_slot = action.slots[0]
+    rig_io.assign_action(obj, action)
     return action
 
 
@@ -71,10 +72,11 @@ def test_actions_are_real_slotted_actions_over_all_six_tasks(empty_scene):
         assert action.use_fake_user
         start, end = action.frame_range
         assert 60 <= end - start + 1 <= 120
-        assert len(action.slots) == 1
+        assert len(getattr(action, "slots", [None])) == 1     # Blender 4.2's actions have no slots
     first = bpy.data.actions[demo_motion.generate_actions(0)[0].name]
     assert obj.animation_data.action == first
-    assert obj.animation_data.action_slot == first.slots[0]
+    if hasattr(first, "slots"):
+        assert obj.animation_data.action_slot == first.slots[0]
     assert empty_scene.render.fps == 30
     assert empty_scene.neural_ik.armature == obj
     stored = {item.role: item.bone for item in obj.neural_ik.bone_map}

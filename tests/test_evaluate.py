@@ -32,8 +32,9 @@ FRAMES = 24
 def make_rig(name="Walker"):
     """An armature with the Bandai bone names and one action that bends every limb (frames 1..24)."""
     import bpy
-    from bpy_extras.anim_utils import action_ensure_channelbag_for_slot
     from mathutils import Euler
+
+    from neural_ik import rig_io
 
     data = bpy.data.armatures.new(name)
     obj = bpy.data.objects.new(name, data)
@@ -47,11 +48,8 @@ def make_rig(name="Walker"):
         if parent:
             data.edit_bones[bone].parent = data.edit_bones[parent]
     bpy.ops.object.mode_set(mode="OBJECT")
-    action = bpy.data.actions.new(f"{name}_walk")
-    slot = action.slots.new(id_type="OBJECT", name=obj.name)
-    obj.animation_data_create()
-    obj.animation_data.action, obj.animation_data.action_slot = action, slot
-    bag = action_ensure_channelbag_for_slot(action, slot)
+    action, _slot, bag = rig_io.new_action(obj, f"{name}_walk")   # a slot's channelbag, or the 4.2 action itself
+    rig_io.assign_action(obj, action)
     t = np.arange(1, FRAMES + 1, dtype=np.float64)
     phase = 2 * np.pi * (t - 1) / FRAMES
     swing = {   # bone -> (x, y, z) Euler angles per frame
@@ -79,7 +77,10 @@ def make_rig(name="Walker"):
 
 
 def _key(bag, path, index, frames, values, group):
-    fc = bag.fcurves.new(path, index=index, group_name=group)
+    try:
+        fc = bag.fcurves.new(path, index=index, group_name=group)
+    except TypeError:   # Blender 4.2: action.fcurves.new names the group action_group
+        fc = bag.fcurves.new(path, index=index, action_group=group)
     fc.keyframe_points.add(len(frames))
     fc.keyframe_points.foreach_set("co", np.stack([frames, values], 1).astype(np.float32).ravel())
     fc.update()

@@ -142,12 +142,13 @@ def test_extract_bad_input_gives_plain_messages_and_no_file(empty_scene, tmp_pat
         assert not target.exists()
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
     # an action that animates none of the mapped bones is skipped with a note; the rest is extracted
-    stray = bpy.data.actions.new("stray-walk")
-    stray.use_fake_user = True
-    slot = stray.slots.new(id_type="OBJECT", name="other")
-    from bpy_extras.anim_utils import action_ensure_channelbag_for_slot
+    other = bpy.data.objects.new("other", None)
+    from neural_ik import rig_io
 
-    fc = action_ensure_channelbag_for_slot(stray, slot).fcurves.new('pose.bones["Nope"].location', index=0)
+    stray, _slot, curves = rig_io.new_action(other, "stray-walk")   # an OBJECT slot for "other" (4.2: the action)
+    stray.use_fake_user = True
+    bpy.data.objects.remove(other)
+    fc = curves.fcurves.new('pose.bones["Nope"].location', index=0)
     fc.keyframe_points.insert(1, 0.0)
     fc.keyframe_points.insert(9, 1.0)
     from neural_ik.operators.data import extract_dataset

@@ -176,8 +176,8 @@ def probe(work_dir):
         from bpy_extras import anim_utils
 
         frames = set()
-        for slot in action.slots:
-            bag = anim_utils.action_get_channelbag_for_slot(action, slot)
+        for slot in getattr(action, "slots", [None]):    # Blender 4.2: no slots, the action holds the curves
+            bag = anim_utils.action_get_channelbag_for_slot(action, slot) if slot is not None else action
             if bag is None:
                 continue
             for fcurve in bag.fcurves:

@@ -45,3 +45,22 @@ def load_addon():
         package.register()
         package._registered_by_loader = True
     return package
+
+
+def exit_crashes_after_python():
+    """True for the Blender 4.x bpy module (not Blender itself): after Python has shut down, its C++ exit code
+    frees the data of registered Python classes and properties with callbacks, and asks for an interpreter that is
+    gone (SIGSEGV in PyGILState_Ensure from bpy_class_free, ~SpaceType). 4.2.0 does; 5.0.1 does not."""
+    bpy = sys.modules.get("bpy")
+    return bpy is not None and not bpy.app.binary_path and bpy.app.version < (5, 0, 0)
+
+
+def exit_process(code=0):
+    """End the process with `code`: sys.exit, except where exit_crashes_after_python(), where Python's own exit
+    work (atexit handlers, flushed streams) is done here and the process leaves before Blender's crashing part."""
+    if not exit_crashes_after_python():
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

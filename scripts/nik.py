@@ -12,7 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from addon_loader import isolate_user_resources, load_addon  # noqa: E402
+from addon_loader import exit_crashes_after_python, exit_process, isolate_user_resources, load_addon  # noqa: E402
 
 COMMANDS = {}
 
@@ -376,5 +376,5 @@ def _argv():
 if __name__ == "__main__":
     code = main(_argv())
     sys.stdout.flush()
-    if code:
-        sys.exit(code)
+    if code or exit_crashes_after_python():   # the Blender 4.2 module would crash on its way out (addon_loader)
+        exit_process(code)

@@ -24,6 +24,23 @@ def need_mocap(folder=MOCAP):
     return folder
 
 
+_session = {}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _session["exit_status"] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """With the Blender 4.2 bpy module, leave with pytest's exit status before Blender's exit code crashes on the
+    add-on's classes (a SIGSEGV after Python has shut down; see addon_loader.exit_crashes_after_python)."""
+    from addon_loader import exit_crashes_after_python, exit_process
+
+    if "exit_status" in _session and exit_crashes_after_python():
+        exit_process(_session["exit_status"])
+
+
 @pytest.fixture(scope="session")
 def addon():
     """The add-on, registered once in this process."""

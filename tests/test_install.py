@@ -256,7 +256,12 @@ if __name__ != "__main__":
         assert outcome == "ok", f"{name}: {outcome}\n{installed.get('tracebacks', {}).get(name, '')}"
 
     def test_zips_hold_the_addon_and_only_their_platform_wheels(zips):
+        import bpy
+
         expected_wheels = {"linux-x64": "manylinux", "windows-x64": "win_amd64", "macos-arm64": "macosx"}
+        # Blender 4.2's extension tool maps a universal2 wheel to "macos-universal2", so its macos-arm64 zip gets
+        # none of them (release zips are built with the bpy 5.0.1 of requirements.txt, whose tool places them).
+        old_tool = bpy.app.version < (5, 0, 0)
         for platform, path in zips.items():
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
@@ -265,10 +270,15 @@ if __name__ != "__main__":
             for dev in ("tests/", "benchmarks/", "scripts/", "docs/", ".venv/", ".git/", ".ci/", "build/"):
                 assert not any(n.startswith(dev) for n in names), f"{platform} zip contains {dev}"
             wheels = [n for n in names if n.endswith(".whl")]
+            assert f'platforms = ["{platform}"]' in manifest
+            if old_tool and platform == "macos-arm64":
+                continue
             assert {w.split("/")[-1].split("-")[0] for w in wheels} == {"onnxruntime", "onnx", "protobuf"}
             for wheel in wheels:
                 assert wheel.endswith("none-any.whl") or expected_wheels[platform] in wheel, (platform, wheel)
-            assert f'platforms = ["{platform}"]' in manifest
+        if old_tool:
+            pytest.skip(f"the macos-arm64 zip's wheels: Blender {bpy.app.version_string}'s extension tool does not "
+                        "place universal2 wheels (the other zips were checked)")
 
     def test_installed_copy_is_enabled_from_the_user_folder(installed):
         for facts in (installed["install"], installed):
@@ -320,3 +330,8 @@ if __name__ == "__main__":
     else:
         _facts = probe(os.path.abspath(sys.argv[2]))
     print("NEURAL_IK_FACTS " + json.dumps(_facts, default=str), flush=True)
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    from addon_loader import exit_crashes_after_python, exit_process
+
+    if exit_crashes_after_python():   # the Blender 4.2 module would crash on its way out
+        exit_process(0)

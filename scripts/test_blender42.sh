@@ -3,7 +3,7 @@
 #
 #   scripts/test_blender42.sh [pytest arguments]        e.g. scripts/test_blender42.sh tests/test_rig_io.py -x
 #
-# The venv (default /work/venv42, or $VENV42) is made once and re-used; ./.venv (Blender 5.0.1) is never touched.
+# The venv (default ./.venv42, or $VENV42) is made once and re-used; ./.venv (Blender 5.0.1) is never touched.
 # It gets bpy==4.2.0 plus requirements.txt without its bpy line (NumPy stays 1.26: bpy 4.2 is built against
 # NumPy 1.x) and pytest + hypothesis from requirements-dev.txt (not ruff or fake-bpy-module: the latter ships
 # a stub `bpy` package that would shadow the real one). A wheel already downloaded into $BPY42_WHEELS
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-VENV="${VENV42:-/work/venv42}"
+VENV="${VENV42:-.venv42}"
 WHEELS="${BPY42_WHEELS:-/tmp/bpy42}"
 PY="$VENV/bin/python"
 

@@ -4,7 +4,8 @@ One `LiveTick` drives every armature it was given: characters that share a model
 inference call (a Solver of K characters). Per character the tick reads six world matrices (root + five effectors),
 turns them into character space, solves, writes the mapped quaternion bones with one `foreach_set` on a buffer that
 holds every pose bone's current rotation (so unmapped bones keep theirs) and the mapped Euler bones (a BVH import's)
-with one more on the rotation_euler buffer, sets the hips location, and tags the object. It never calls `view_layer.update()`: Blender evaluates the depsgraph itself after the timer event.
+with one more on the rotation_euler buffer, sets the hips location, and tags the object. It never calls
+`view_layer.update()`: Blender evaluates the depsgraph itself after the timer event.
 
 `LiveCharacter.start()` saves what live mode changes (the action assignment and every pose bone's transform) and
 `stop()` puts it back, so a stopped session leaves the file as it was.
@@ -389,7 +390,7 @@ class LiveGroup:
         for i in moved:                          # ground heights follow the armature: convert these again
             self.raw[i] = None
         characters, raw_rows = self.characters, self.raw
-        for i in itertools.chain(which, moved):
+        for i in itertools.chain(which, (i for i in moved if i not in which)):     # each character read once
             raw = characters[i].raw_settings()
             if raw == raw_rows[i]:
                 continue

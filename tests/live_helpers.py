@@ -256,3 +256,17 @@ class Event:
     def __init__(self, kind):
         self.type = kind
         self.value = "PRESS"
+
+
+POSE_CHANNELS = (("rotation_quaternion", 4), ("rotation_euler", 3), ("rotation_axis_angle", 4), ("location", 3),
+                 ("scale", 3))
+
+
+def pose_channels(obj):
+    """Every pose bone's rotation (all three modes), location and scale, concatenated as foreach_get reads them."""
+    out = []
+    for prop, width in POSE_CHANNELS:
+        buf = np.empty(len(obj.pose.bones) * width, np.float32)
+        obj.pose.bones.foreach_get(prop, buf)
+        out.append(buf)
+    return np.concatenate(out)

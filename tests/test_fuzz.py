@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from live_helpers import pose_channels
 
 BUDGET = settings(max_examples=60, deadline=None, derandomize=True,
                   suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -198,15 +199,6 @@ def live_tick(addon):
     tick.stop()
 
 
-def _pose(obj):
-    out = []
-    for prop, width in (("rotation_quaternion", 4), ("location", 3), ("rotation_euler", 3)):
-        buf = np.empty(len(obj.pose.bones) * width, np.float32)
-        obj.pose.bones.foreach_get(prop, buf)
-        out.append(buf)
-    return np.concatenate(out)
-
-
 @BUDGET
 @given(data=st.data())
 def test_tick_never_raises_and_never_writes_non_finite_rotations(live_tick, data):
@@ -227,7 +219,7 @@ def test_tick_never_raises_and_never_writes_non_finite_rotations(live_tick, data
             targets[k].matrix_world = Matrix(m.tolist())
         obj.neural_ik.refine_iterations = data.draw(st.integers(0, 3))
         tick.tick(bpy.context.scene)           # must not raise
-        pose = _pose(obj)
+        pose = pose_channels(obj)
         assert np.isfinite(pose).all()
         q = pose[:4 * len(obj.pose.bones)].reshape(-1, 4)
         assert np.allclose(np.linalg.norm(q, axis=1), 1.0, atol=1e-3)

@@ -2,7 +2,15 @@
 
 import numpy as np
 import pytest
-from live_helpers import Event, StandInContext, assign_action, demo_armature, linear_model_for, place_targets
+from live_helpers import (
+    Event,
+    StandInContext,
+    assign_action,
+    demo_armature,
+    linear_model_for,
+    place_targets,
+    pose_channels,
+)
 
 from neural_ik.neural_network.roles import EFFECTOR_ROLES
 
@@ -44,15 +52,6 @@ def live_rig(empty_scene, demo_data):
     yield obj, rig, model, held
     live_ops.loaded_models.pop(obj.name, None)
     live_ops.stop_all("")
-
-
-def _pose_state(obj):
-    out = []
-    for prop, width in (("rotation_quaternion", 4), ("location", 3)):
-        buf = np.empty(len(obj.pose.bones) * width, np.float32)
-        obj.pose.bones.foreach_get(prop, buf)
-        out.append(buf)
-    return np.concatenate(out)
 
 
 def test_tick_lands_effectors_on_held_out_poses(live_rig):
@@ -101,18 +100,18 @@ def test_stopped_session_restores_pose_and_action(live_rig):
     obj, rig, model, held = live_rig
     action = obj.animation_data.action
     bpy.context.scene.frame_set(5)
-    before = _pose_state(obj)
+    before = pose_channels(obj)
     tick = LiveTick([(obj, model, None)])
     tick.start()
     assert obj.animation_data.action is None            # the action cannot overwrite the live pose
     place_targets(obj, rig, held[1], 10)
     tick.tick(bpy.context.scene)
-    assert np.abs(_pose_state(obj) - before).max() > 1e-3
+    assert np.abs(pose_channels(obj) - before).max() > 1e-3
     mean_us, p99_us = tick.timing_us()
     assert 0 < mean_us <= p99_us
     tick.stop()
     assert obj.animation_data.action == action
-    np.testing.assert_array_equal(_pose_state(obj), before)
+    np.testing.assert_array_equal(pose_channels(obj), before)
 
 
 def test_modal_runs_on_timer_events_and_stops_on_escape(live_rig):
@@ -128,7 +127,7 @@ def test_modal_runs_on_timer_events_and_stops_on_escape(live_rig):
             reports.append((next(iter(kind)), message))
 
     context = StandInContext()
-    before = _pose_state(obj)
+    before = pose_channels(obj)
     runner = Runner()
     assert runner.invoke(context, Event("NONE")) == {"RUNNING_MODAL"}
     assert context.window_manager.handlers == [runner]
@@ -136,12 +135,12 @@ def test_modal_runs_on_timer_events_and_stops_on_escape(live_rig):
     assert state.live_sessions[obj.name] is runner.session
     place_targets(obj, rig, held[0], 20)
     assert runner.modal(context, Event("TIMER")) == {"RUNNING_MODAL"}
-    assert np.abs(_pose_state(obj) - before).max() > 1e-3
+    assert np.abs(pose_channels(obj) - before).max() > 1e-3
     assert runner.modal(context, Event("MOUSEMOVE")) == {"PASS_THROUGH"}
     assert runner.modal(context, Event("ESC")) == {"CANCELLED"}
     assert context.window_manager.removed == [("timer", 1 / 60)]
     assert obj.name not in state.live_sessions
-    np.testing.assert_array_equal(_pose_state(obj), before)
+    np.testing.assert_array_equal(pose_channels(obj), before)
     assert obj.animation_data.action is not None
 
 
@@ -168,7 +167,7 @@ def test_deleted_target_or_undo_ends_the_session_cleanly(live_rig):
     assert "undo" in reports[-1][1] and reports[-1][0] == "WARNING"
 
     # a deleted target: the tick stops with a message and restores the rig
-    before = _pose_state(obj)
+    before = pose_channels(obj)
     runner = Runner()
     runner.invoke(context, Event("NONE"))
     runner.modal(context, Event("TIMER"))
@@ -177,7 +176,7 @@ def test_deleted_target_or_undo_ends_the_session_cleanly(live_rig):
     assert runner.modal(context, Event("TIMER")) == {"CANCELLED"}
     assert "deleted" in reports[-1][1]
     assert not state.live_sessions
-    np.testing.assert_array_equal(_pose_state(obj), before)
+    np.testing.assert_array_equal(pose_channels(obj), before)
 
 
 def test_non_finite_target_holds_the_last_pose(live_rig):
@@ -190,13 +189,13 @@ def test_non_finite_target_holds_the_last_pose(live_rig):
     tick.start()
     place_targets(obj, rig, held[0], 3)
     tick.tick(bpy.context.scene)
-    good = _pose_state(obj)
+    good = pose_channels(obj)
     obj.neural_ik.target_head.location = (float("nan"), 0.0, 0.0)
     bpy.context.view_layer.update()
     assert not np.isfinite(np.array(obj.neural_ik.target_head.matrix_world)).all()
     tick.tick(bpy.context.scene)
-    assert np.isfinite(_pose_state(obj)).all()
-    np.testing.assert_allclose(_pose_state(obj), good, atol=1e-6)
+    assert np.isfinite(pose_channels(obj)).all()
+    np.testing.assert_allclose(pose_channels(obj), good, atol=1e-6)
     assert "holding the last good pose" in tick.messages()[obj.name]
     tick.stop()
 
@@ -230,7 +229,7 @@ def test_entering_edit_mode_ends_the_session_and_restores_the_pose(live_rig):
             reports.append((next(iter(kind)), message))
 
     context = StandInContext()
-    before = _pose_state(obj)
+    before = pose_channels(obj)
     runner = Runner()
     runner.invoke(context, Event("NONE"))
     place_targets(obj, rig, held[0], 20)
@@ -239,7 +238,7 @@ def test_entering_edit_mode_ends_the_session_and_restores_the_pose(live_rig):
     bpy.ops.object.mode_set(mode="EDIT")
     try:
         assert runner.modal(context, Event("TIMER")) == {"CANCELLED"}
-        restored = _pose_state(obj)      # read before leaving Edit Mode, which re-evaluates the restored action
+        restored = pose_channels(obj)      # read before leaving Edit Mode, which re-evaluates the restored action
     finally:
         bpy.ops.object.mode_set(mode="OBJECT")
     assert reports[-1] == ("WARNING", "live IK stopped: Edit Mode changes the bones it drives")
@@ -275,15 +274,6 @@ def test_settings_edits_reach_the_next_tick_and_unnotified_changes_a_later_one(l
     assert seen[-1] == 1 and seen[0] == 3, seen    # not read at once (proving the slice), but within the rounds
 
 
-def _all_rotations(obj):
-    out = []
-    for prop, width in (("rotation_quaternion", 4), ("rotation_euler", 3), ("rotation_axis_angle", 4)):
-        buf = np.empty(len(obj.pose.bones) * width, np.float32)
-        obj.pose.bones.foreach_get(prop, buf)
-        out.append(buf)
-    return np.concatenate(out)
-
-
 def test_euler_and_axis_angle_bones_get_the_solved_rotations_without_jumping_a_turn(live_rig):
     """A rig imported from BVH has Euler bones (Blender's importer keeps the file's channel order). Mixed orders, an
     Euler hips and an axis-angle bone: after a tick every mapped bone's matrix_basis is the solver's rotation; Euler
@@ -303,7 +293,7 @@ def test_euler_and_axis_angle_bones_get_the_solved_rotations_without_jumping_a_t
     turned = mapped[7][1]
     turned.rotation_euler = (2 * np.pi + 0.1, -2 * np.pi, 0.2)     # a whole turn on two axes, as keys can leave it
     bpy.context.scene.frame_set(3)
-    before = _all_rotations(obj)
+    before = pose_channels(obj)
     quaternions_before = {pb.name: tuple(pb.rotation_quaternion) for _role, pb in mapped}
     tick = LiveTick([(obj, model, None)])
     tick.start()
@@ -321,4 +311,4 @@ def test_euler_and_axis_angle_bones_get_the_solved_rotations_without_jumping_a_t
     compat = np.array(solved.to_matrix().to_euler(turned.rotation_mode, Euler((2 * np.pi + 0.1, -2 * np.pi, 0.2))))
     np.testing.assert_allclose(np.array(solved), compat, atol=1e-5)
     tick.stop()
-    np.testing.assert_array_equal(_all_rotations(obj), before)
+    np.testing.assert_array_equal(pose_channels(obj), before)

@@ -223,13 +223,16 @@ class LiveCharacter:
         if self.other_bones:
             pose_bones = self.obj.pose.bones
             for r, name in self.other_bones:
-                aa = quaternion_to_axis_angle(quaternions[r])
-                angle = float(np.linalg.norm(aa))
-                pose_bones[name].rotation_axis_angle = (angle, *(aa / angle if angle > 1e-12 else (0.0, 1.0, 0.0)))
+                pose_bones[name].rotation_axis_angle = _angle_and_axis(quaternions[r])
         if self.hips_bone.rotation_mode == "AXIS_ANGLE":
-            aa = quaternion_to_axis_angle(np.asarray(hips_quaternion, np.float64))
-            angle = float(np.linalg.norm(aa))
-            self.hips_bone.rotation_axis_angle = (angle, *(aa / angle if angle > 1e-12 else (0.0, 1.0, 0.0)))
+            self.hips_bone.rotation_axis_angle = _angle_and_axis(hips_quaternion)
+
+
+def _angle_and_axis(quaternion):
+    """A quaternion as Blender's rotation_axis_angle (angle, x, y, z); a zero turn keeps Blender's default axis."""
+    aa = quaternion_to_axis_angle(np.asarray(quaternion, np.float64))
+    angle = float(np.linalg.norm(aa))
+    return (angle, *(aa / angle if angle > 1e-12 else (0.0, 1.0, 0.0)))
 
 
 class TargetReader:

@@ -274,7 +274,8 @@ def test_settings_edits_reach_the_next_tick_and_unnotified_changes_a_later_one(l
     assert seen[-1] == 1 and seen[0] == 3, seen    # not read at once (proving the slice), but within the rounds
 
 
-def test_euler_and_axis_angle_bones_get_the_solved_rotations_without_jumping_a_turn(live_rig):
+@pytest.mark.parametrize("hips_mode", ["YXZ", "AXIS_ANGLE"])
+def test_euler_and_axis_angle_bones_get_the_solved_rotations_without_jumping_a_turn(live_rig, hips_mode):
     """A rig imported from BVH has Euler bones (Blender's importer keeps the file's channel order). Mixed orders, an
     Euler hips and an axis-angle bone: after a tick every mapped bone's matrix_basis is the solver's rotation; Euler
     angles are the solution nearest the ones the bone held (one offset by a whole turn keeps that turn, as Blender's
@@ -290,6 +291,7 @@ def test_euler_and_axis_angle_bones_get_the_solved_rotations_without_jumping_a_t
     mapped = [(r, obj.pose.bones[rig.bone_names[int(b)]]) for r, b in enumerate(rig.role_bones) if b >= 0]
     for n, (_role, pb) in enumerate(mapped):
         pb.rotation_mode = "AXIS_ANGLE" if n == 5 else orders[n % len(orders)]
+    mapped[0][1].rotation_mode = hips_mode                          # role 0: the hips
     turned = mapped[7][1]
     turned.rotation_euler = (2 * np.pi + 0.1, -2 * np.pi, 0.2)     # a whole turn on two axes, as keys can leave it
     bpy.context.scene.frame_set(3)

@@ -6,6 +6,8 @@ Conventions follow Blender: matrices act on column vectors, quaternions are (w, 
 
 import numpy as np
 
+from .quaternion_math import QUATERNION_TO_MATRIX, quaternions_to_matrices
+
 _SMALL = 1e-8
 
 
@@ -170,8 +172,6 @@ def _euler_forms():
     """Per order, (16, 6): vec(q q^T) -> (y, x) in axis order (x, y, z) such that matrix_to_euler's first solution is
     arctan2(y, x) - the matrix entries it reads, as quadratic forms of q, with the parity's sign on y - except the
     middle axis' x (cy, not a quadratic form: left 0)."""
-    from .quaternion_math import QUATERNION_TO_MATRIX
-
     entry = lambda r, c: QUATERNION_TO_MATRIX[:, 3 * r + c]          # noqa: E731
     forms = {}
     for order, (i, j, k, parity) in EULER_AXES.items():
@@ -198,8 +198,6 @@ def quaternions_to_compatible_euler(q, order, compat):
     y, x = yx[:, :3], yx[:, 3:]
     cy = np.hypot(x[:, k], y[:, k], out=x[:, j])                      # hypot(M_ii, M_ji)
     if not cy.min(initial=np.inf) > 16.0 * np.finfo(np.float32).eps:  # gimbal lock somewhere: the full statement
-        from .quaternion_math import quaternions_to_matrices
-
         return matrix_to_euler(quaternions_to_matrices(q), order, compat)
     both = np.empty((2, len(q), 3))
     first = np.arctan2(y, x, out=both[0])

@@ -982,7 +982,7 @@ def armature_pose_rotations(obj, rig):
 # ---- writing -------------------------------------------------------------------------------------------------------
 
 
-def _to_euler(matrices, order, compat=None):
+def euler_sequence(matrices, order, compat=None):
     """(K, 3, 3) -> (K, 3) Euler angles in `order` with mathutils, each compatible with the one before."""
     from mathutils import Matrix
 
@@ -1054,7 +1054,7 @@ def write_pose(obj, rig, local_rotations, hips_rotation=None, hips_position=None
             axis = aa / angle if angle > 1e-12 else np.array([0.0, 1.0, 0.0])
             pb.rotation_axis_angle = (angle, *axis)
         else:
-            pb.rotation_euler = _to_euler(m[None], mode, pb.rotation_euler.copy())[0]
+            pb.rotation_euler = euler_sequence(m[None], mode, pb.rotation_euler.copy())[0]
     if any_quat:
         pose_bones.foreach_set("rotation_quaternion", quats.ravel())
     if hips_loc is not None:
@@ -1128,7 +1128,7 @@ def write_action(obj, rig, name, frames, local_rotations, hips_rotation=None, hi
             for i, column in enumerate([angle, axis[:, 0], axis[:, 1], axis[:, 2]]):
                 _key_curve(container, path + "rotation_axis_angle", i, bone, frames, column)
         else:
-            e = _to_euler(mats, mode)
+            e = euler_sequence(mats, mode)
             for i in range(3):
                 _key_curve(container, path + "rotation_euler", i, bone, frames, e[:, i])
     if hips_position is not None:

@@ -138,8 +138,6 @@ def _retarget_action(action, source_rest, target_rest, parents, modes):
     turn by Q too and absorb the difference of the rest offsets, so a bone keyed with location (BVH position
     channels) keeps the file's own joint positions: l_t = Q^T l_s + rest_t^T (offset_s - offset_t).
     """
-    from mathutils import Matrix
-
     channels = rig_io.bone_channels(rig_io.action_fcurves(action, rig_io.action_slot_for_any(action)))
     bones = {bone for bone, _, _ in channels}
     for bone in bones:
@@ -176,10 +174,7 @@ def _retarget_action(action, source_rest, target_rest, parents, modes):
                     angle = np.linalg.norm(aa, axis=-1, keepdims=True)
                     new = np.concatenate([angle, np.where(angle > 1e-12, aa / np.maximum(angle, 1e-12), [0, 1, 0])], -1)
                 else:
-                    new, prev = np.empty_like(values), None
-                    for k, m in enumerate(mats):
-                        e = Matrix(m.tolist()).to_euler(mode, prev) if prev is not None else Matrix(m.tolist()).to_euler(mode)
-                        new[k], prev = e, e
+                    new = rig_io.euler_sequence(mats, mode)
                 for i, (fc, buf) in enumerate(zip(rot_curves, keys)):
                     buf[1::2] = new[:, i]
                     fc.keyframe_points.foreach_set("co", buf)

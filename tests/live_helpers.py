@@ -233,6 +233,18 @@ class StandInWindowManager:
         self.handlers.append(op)
 
 
+def runner_reporting_to(reports):
+    """The Run operator's logic (operators.live.LiveRunner) as a class whose reports go to the list `reports` as
+    (kind, message) instead of Blender's info bar."""
+    from neural_ik.operators import live as live_ops
+
+    class Runner(live_ops.LiveRunner):
+        def report(self, kind, message):
+            reports.append((next(iter(kind)), message))
+
+    return Runner
+
+
 class StandInContext:
     """The parts of a context the modal operators use, from the real bpy.context, with a recording window manager."""
 

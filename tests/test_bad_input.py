@@ -388,14 +388,12 @@ def scene_not_finite(files):
 def run_ik():
     """Run IK's start, as its invoke does it in the UI (its execute only says it needs a window)."""
     import bpy
+    from live_helpers import runner_reporting_to
 
     from neural_ik.operators import live as live_ops
 
     messages = []
-
-    class Runner(live_ops.LiveRunner):
-        def report(self, kind, message):
-            messages.append((next(iter(kind)), message))
+    Runner = runner_reporting_to(messages)
 
     class Manager:
         def event_timer_add(self, step, window=None):

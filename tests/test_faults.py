@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 import pytest
-from live_helpers import Event, StandInContext
+from live_helpers import Event, StandInContext, pose_channels, runner_reporting_to
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -121,15 +121,6 @@ def _no_stray_work():
     assert not state.training.running
 
 
-def _pose(obj):
-    out = []
-    for prop, width in (("rotation_quaternion", 4), ("location", 3)):
-        buf = np.empty(len(obj.pose.bones) * width, np.float32)
-        obj.pose.bones.foreach_get(prop, buf)
-        out.append(buf)
-    return np.concatenate(out)
-
-
 @pytest.fixture(scope="module")
 def demo_model(addon):
     import bpy
@@ -158,19 +149,15 @@ def live(empty_scene, demo_model):
     bpy.ops.neural_ik.create_targets()
     bpy.context.view_layer.update()
     reports = []
-
-    class Runner(live_ops.LiveRunner):
-        def report(self, kind, message):
-            reports.append((next(iter(kind)), message))
-
-    before = _pose(obj)
+    Runner = runner_reporting_to(reports)
+    before = pose_channels(obj)
     action = obj.animation_data.action
     context = StandInContext()
     runner = Runner()
     assert runner.invoke(context, Event("NONE")) == {"RUNNING_MODAL"}
     obj.neural_ik.target_left_hand.location.z += 0.2
     assert runner.modal(context, Event("TIMER")) == {"RUNNING_MODAL"}
-    assert np.abs(_pose(obj) - before).max() > 1e-4          # it really drove the rig
+    assert np.abs(pose_channels(obj) - before).max() > 1e-4          # it really drove the rig
     yield obj, runner, context, reports, before, action
     live_ops.stop_all("")
     live_ops.loaded_models.clear()
@@ -207,13 +194,13 @@ def test_undo_and_redo_while_live(live, capfd):
     _fire("undo_pre")
     _ended(runner, context, reports, "undo or redo")
     _no_stray_work()
-    np.testing.assert_array_equal(_pose(obj), before)
+    np.testing.assert_array_equal(pose_channels(obj), before)
     again = type(runner)()
     assert again.invoke(context, Event("NONE")) == {"RUNNING_MODAL"}
     _fire("redo_pre")
     _ended(again, context, reports, "undo or redo")
     _no_stray_work()
-    np.testing.assert_array_equal(_pose(obj), before)
+    np.testing.assert_array_equal(pose_channels(obj), before)
     assert obj.animation_data.action == action
     assert "Traceback" not in capfd.readouterr().err
 
@@ -233,7 +220,7 @@ def test_unregistering_the_add_on_while_live_restores_the_rig(live, addon, capfd
     addon.unregister()
     try:
         _no_stray_work()
-        np.testing.assert_array_equal(_pose(obj), before)
+        np.testing.assert_array_equal(pose_channels(obj), before)
         assert obj.animation_data.action == action
     finally:
         addon.register()

@@ -10,6 +10,7 @@ from live_helpers import (
     linear_model_for,
     place_targets,
     pose_channels,
+    runner_reporting_to,
 )
 
 from neural_ik.neural_network.roles import EFFECTOR_ROLES
@@ -115,17 +116,11 @@ def test_stopped_session_restores_pose_and_action(live_rig):
 
 
 def test_modal_runs_on_timer_events_and_stops_on_escape(live_rig):
-
     from neural_ik import state
-    from neural_ik.operators import live as live_ops
 
     obj, rig, model, held = live_rig
     reports = []
-
-    class Runner(live_ops.LiveRunner):
-        def report(self, kind, message):
-            reports.append((next(iter(kind)), message))
-
+    Runner = runner_reporting_to(reports)
     context = StandInContext()
     before = pose_channels(obj)
     runner = Runner()
@@ -152,11 +147,7 @@ def test_deleted_target_or_undo_ends_the_session_cleanly(live_rig):
 
     obj, rig, model, held = live_rig
     reports = []
-
-    class Runner(live_ops.LiveRunner):
-        def report(self, kind, message):
-            reports.append((next(iter(kind)), message))
-
+    Runner = runner_reporting_to(reports)
     # undo while live: the handler stops the session, the next event ends the operator with the reason
     context = StandInContext()
     runner = Runner()
@@ -219,15 +210,10 @@ def test_entering_edit_mode_ends_the_session_and_restores_the_pose(live_rig):
     import bpy
 
     from neural_ik import state
-    from neural_ik.operators import live as live_ops
 
     obj, rig, model, held = live_rig
     reports = []
-
-    class Runner(live_ops.LiveRunner):
-        def report(self, kind, message):
-            reports.append((next(iter(kind)), message))
-
+    Runner = runner_reporting_to(reports)
     context = StandInContext()
     before = pose_channels(obj)
     runner = Runner()

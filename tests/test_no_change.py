@@ -22,9 +22,7 @@ FILE = "dataset-1_walk_normal_001.bvh"
 @pytest.mark.mocap
 def test_each_operator_changes_only_what_it_documents(empty_scene, tmp_path):
     import bpy
-    from live_helpers import Event, StandInContext
-
-    from neural_ik.operators import live as live_ops
+    from live_helpers import Event, StandInContext, runner_reporting_to
 
     folder = tmp_path / "bvh"
     folder.mkdir()
@@ -62,12 +60,8 @@ def test_each_operator_changes_only_what_it_documents(empty_scene, tmp_path):
     obj.neural_ik.target_right_hand.location.x += 0.1     # the user moves a target: the rig has something to do
 
     def run_and_stop():
-        class Runner(live_ops.LiveRunner):
-            def report(self, kind, message):
-                pass
-
         context = StandInContext()
-        runner = Runner()
+        runner = runner_reporting_to([])()
         assert runner.invoke(context, Event("NONE")) == {"RUNNING_MODAL"}
         for _ in range(3):
             runner.last_tick = 0.0

@@ -22,7 +22,12 @@ import numpy as np
 from . import rig_io, state
 from .neural_network.quaternion_math import MATRIX_TO_SQUARES, SQUARES_BIAS, squares_to_quaternions
 from .neural_network.roles import NUM_ROLES, TASKS
-from .neural_network.rotations import EULER_AXES, quaternion_to_axis_angle, quaternions_to_compatible_euler
+from .neural_network.rotations import (
+    EULER_AXES,
+    blender_axis_angle,
+    quaternion_to_axis_angle,
+    quaternions_to_compatible_euler,
+)
 from .neural_network.solver import OK, Solver, describe
 from .properties import get_bone_map
 
@@ -229,10 +234,8 @@ class LiveCharacter:
 
 
 def _angle_and_axis(quaternion):
-    """A quaternion as Blender's rotation_axis_angle (angle, x, y, z); a zero turn keeps Blender's default axis."""
-    aa = quaternion_to_axis_angle(np.asarray(quaternion, np.float64))
-    angle = float(np.linalg.norm(aa))
-    return (angle, *(aa / angle if angle > 1e-12 else (0.0, 1.0, 0.0)))
+    """A quaternion as Blender's rotation_axis_angle (angle, x, y, z)."""
+    return blender_axis_angle(quaternion_to_axis_angle(np.asarray(quaternion, np.float64))).tolist()
 
 
 class TargetReader:

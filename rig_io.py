@@ -30,11 +30,10 @@ from .neural_network.armature_fk import (
 )
 from .neural_network.dataset import ActionBatch
 from .neural_network.roles import EFFECTOR_ROLES, ESSENTIAL_ROLES, NUM_ROLES, ROLES
-from .neural_network.rotations import matrix_to_axis_angle, matrix_to_quaternion
+from .neural_network.rotations import blender_axis_angle, matrix_to_axis_angle, matrix_to_quaternion
 from .neural_network.skeleton import Skeleton, nearest_mapped_parents
 
 ROTATION_PROPERTY = {"QUATERNION": "rotation_quaternion", "AXIS_ANGLE": "rotation_axis_angle"}
-EULER_ORDERS = ("XYZ", "XZY", "YXZ", "YZX", "ZXY", "ZYX")
 _BONE_PATH = re.compile(r'^pose\.bones\["((?:[^"\\]|\\.)*)"\]\.(location|rotation_quaternion|rotation_euler|'
                         r'rotation_axis_angle|scale)$')
 # A moving in-between bone changes bridges/offsets by more than this (radians / fraction of rig height): then the
@@ -1049,10 +1048,7 @@ def write_pose(obj, rig, local_rotations, hips_rotation=None, hips_position=None
             quats[i] = matrix_to_quaternion(m)
             any_quat = True
         elif mode == "AXIS_ANGLE":
-            aa = matrix_to_axis_angle(m)
-            angle = float(np.linalg.norm(aa))
-            axis = aa / angle if angle > 1e-12 else np.array([0.0, 1.0, 0.0])
-            pb.rotation_axis_angle = (angle, *axis)
+            pb.rotation_axis_angle = blender_axis_angle(matrix_to_axis_angle(m)).tolist()
         else:
             pb.rotation_euler = euler_sequence(m[None], mode, pb.rotation_euler.copy())[0]
     if any_quat:
@@ -1122,11 +1118,9 @@ def write_action(obj, rig, name, frames, local_rotations, hips_rotation=None, hi
             for i in range(4):
                 _key_curve(container, path + "rotation_quaternion", i, bone, frames, q[:, i])
         elif mode == "AXIS_ANGLE":
-            aa = matrix_to_axis_angle(mats)
-            angle = np.linalg.norm(aa, axis=-1)
-            axis = np.where(angle[:, None] > 1e-12, aa / np.maximum(angle, 1e-12)[:, None], [0.0, 1.0, 0.0])
-            for i, column in enumerate([angle, axis[:, 0], axis[:, 1], axis[:, 2]]):
-                _key_curve(container, path + "rotation_axis_angle", i, bone, frames, column)
+            values = blender_axis_angle(matrix_to_axis_angle(mats))
+            for i in range(4):
+                _key_curve(container, path + "rotation_axis_angle", i, bone, frames, values[:, i])
         else:
             e = euler_sequence(mats, mode)
             for i in range(3):

@@ -110,6 +110,15 @@ def axis_angle_to_quaternion(v):
     return np.concatenate([np.cos(half), v * scale], axis=-1)
 
 
+def blender_axis_angle(aa):
+    """(..., 3) axis-angle -> (..., 4) as Blender's rotation_axis_angle stores it: (angle, x, y, z) with a unit axis;
+    a zero turn keeps Blender's default axis (0, 1, 0)."""
+    aa = np.asarray(aa, np.float64)
+    angle = np.linalg.norm(aa, axis=-1, keepdims=True)
+    axis = np.where(angle > 1e-12, aa / np.maximum(angle, 1e-12), (0.0, 1.0, 0.0))
+    return np.concatenate([angle, axis], axis=-1)
+
+
 def euler_to_matrix(angles, order="XYZ"):
     """(..., 3) Euler angles in radians, as Blender stores them (x, y, z), -> (..., 3, 3)."""
     angles = np.asarray(angles)

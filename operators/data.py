@@ -19,6 +19,7 @@ from ..neural_network.files import FileRefused
 from ..neural_network.roles import ROLES
 from ..neural_network.rotations import (
     axis_angle_to_matrix,
+    blender_axis_angle,
     euler_to_matrix,
     matrix_to_axis_angle,
     matrix_to_quaternion,
@@ -150,47 +151,49 @@ def _retarget_action(action, source_rest, target_rest, parents, modes):
         if np.max(np.abs(Q - np.eye(3))) < 1e-7 and np.max(np.abs(head_shift)) < 1e-7:
             continue
         mode = modes[bone]
-        prop = rig_io.rotation_property(mode)
         width = 4 if mode in ("QUATERNION", "AXIS_ANGLE") else 3
-        rot_curves = [channels.get((bone, prop, i)) for i in range(width)]
-        if all(fc is not None for fc in rot_curves):
-            keys = [np.empty(2 * len(fc.keyframe_points), np.float32) for fc in rot_curves]
-            for fc, buf in zip(rot_curves, keys):
-                fc.keyframe_points.foreach_get("co", buf)
-            if len({len(k) for k in keys}) == 1:
-                values = np.stack([k[1::2] for k in keys], -1).astype(np.float64)
-                if mode == "QUATERNION":
-                    mats = quaternion_to_matrix(values)
-                elif mode == "AXIS_ANGLE":
-                    mats = axis_angle_to_matrix(values[:, 1:] / np.maximum(
-                        np.linalg.norm(values[:, 1:], axis=-1, keepdims=True), 1e-12) * values[:, :1])
-                else:
-                    mats = euler_to_matrix(values, mode)
-                mats = Q.T @ mats @ Q
-                if mode == "QUATERNION":
-                    new = rig_io.continuous_quaternions(matrix_to_quaternion(mats))
-                elif mode == "AXIS_ANGLE":
-                    aa = matrix_to_axis_angle(mats)
-                    angle = np.linalg.norm(aa, axis=-1, keepdims=True)
-                    new = np.concatenate([angle, np.where(angle > 1e-12, aa / np.maximum(angle, 1e-12), [0, 1, 0])], -1)
-                else:
-                    new = rig_io.euler_sequence(mats, mode)
-                for i, (fc, buf) in enumerate(zip(rot_curves, keys)):
-                    buf[1::2] = new[:, i]
-                    fc.keyframe_points.foreach_set("co", buf)
-                    fc.update()
-        loc_curves = [channels.get((bone, "location", i)) for i in range(3)]
-        if all(fc is not None for fc in loc_curves):
-            keys = [np.empty(2 * len(fc.keyframe_points), np.float32) for fc in loc_curves]
-            for fc, buf in zip(loc_curves, keys):
-                fc.keyframe_points.foreach_get("co", buf)
-            if len({len(k) for k in keys}) == 1:
-                values = np.stack([k[1::2] for k in keys], -1).astype(np.float64)
-                new = values @ Q + head_shift       # rows: Q^T l + shift
-                for i, (fc, buf) in enumerate(zip(loc_curves, keys)):
-                    buf[1::2] = new[:, i]
-                    fc.keyframe_points.foreach_set("co", buf)
-                    fc.update()
+        prop = rig_io.rotation_property(mode)
+        _rewrite_keys([channels.get((bone, prop, i)) for i in range(width)], _turned_rotations, mode, Q)
+        _rewrite_keys([channels.get((bone, "location", i)) for i in range(3)], _moved_locations, Q, head_shift)
+
+
+def _rewrite_keys(curves, change, *args):
+    """Replace the key values of a channel's curves (one per component; left alone unless all exist with the same
+    number of keys) by change(values (keys, components), *args), keeping the key frames."""
+    if not all(fc is not None for fc in curves):
+        return
+    keys = [np.empty(2 * len(fc.keyframe_points), np.float32) for fc in curves]
+    for fc, buf in zip(curves, keys):
+        fc.keyframe_points.foreach_get("co", buf)
+    if len({len(k) for k in keys}) != 1:
+        return
+    new = change(np.stack([k[1::2] for k in keys], -1).astype(np.float64), *args)
+    for i, (fc, buf) in enumerate(zip(curves, keys)):
+        buf[1::2] = new[:, i]
+        fc.keyframe_points.foreach_set("co", buf)
+        fc.update()
+
+
+def _turned_rotations(values, mode, Q):
+    """Rotation keys (keys, components) in `mode` with each rotation R turned into Q^T R Q, in the same mode."""
+    if mode == "QUATERNION":
+        mats = quaternion_to_matrix(values)
+    elif mode == "AXIS_ANGLE":
+        mats = axis_angle_to_matrix(values[:, 1:] / np.maximum(
+            np.linalg.norm(values[:, 1:], axis=-1, keepdims=True), 1e-12) * values[:, :1])
+    else:
+        mats = euler_to_matrix(values, mode)
+    mats = Q.T @ mats @ Q
+    if mode == "QUATERNION":
+        return rig_io.continuous_quaternions(matrix_to_quaternion(mats))
+    if mode == "AXIS_ANGLE":
+        return blender_axis_angle(matrix_to_axis_angle(mats))
+    return rig_io.euler_sequence(mats, mode)
+
+
+def _moved_locations(values, Q, shift):
+    """Location keys (keys, 3) l turned and shifted: Q^T l + shift (as rows)."""
+    return values @ Q + shift
 
 
 def matches(name, patterns):

@@ -64,6 +64,7 @@ class LiveCharacter:
         if missing:
             raise LiveStopped(f"{obj.name} has no {', '.join(missing)} target: create the targets first")
         self.targets = targets_of(obj)
+        self.panel = obj.neural_ik          # taken once, like the hips bone: each tick's read confirms obj exists
         pose_bones = obj.pose.bones
         self.count = len(pose_bones)
         index = {pb.name: i for i, pb in enumerate(pose_bones)}
@@ -187,7 +188,7 @@ class LiveCharacter:
 
     def raw_settings(self):
         """The panel values as they are (one C-level read of the eight): compared tick to tick, converted on change."""
-        return _RAW_SETTINGS(self.obj.neural_ik)
+        return _RAW_SETTINGS(self.panel)
 
     def convert_settings(self, raw, world):
         """settings() from raw_settings() and the armature's world matrix (ground heights are world Z)."""
@@ -246,8 +247,15 @@ class TargetReader:
     added, removed or renamed (which re-sorts the list) since the indices were taken, else they are taken again (a
     deleted target then stops the session). In a file with many objects that read would cost more than it saves,
     so each object's matrix_world is read on its own.
+
+    The uids are read into a buffer UID_SLACK entries longer than the list, its tail -1: foreach_get fills as many
+    entries as there are objects, so an added object overwrites the tail and a removed one leaves the last entry
+    (set to -1 before each read) unwritten - either way the bytes differ. That spares a len(bpy.data.objects), which
+    walks the whole list (~4 us at 350 objects). More than UID_SLACK objects added at once make foreach_get refuse
+    the short buffer (RuntimeError): the indices are taken again then too.
     """
     SHARED_READ_LIMIT = 40       # objects read per object we need, at most, for the one-call read
+    UID_SLACK = 16
 
     def __init__(self, characters, solver):
         self.characters = characters
@@ -272,9 +280,9 @@ class TargetReader:
         self.shared = count <= self.SHARED_READ_LIMIT * len(self.objects)
         if not self.shared:
             return
-        self.uid_buffer = np.empty(count, np.int32)
+        self.uid_buffer = np.full(count + self.UID_SLACK, -1, np.int32)
         objects.foreach_get("session_uid", self.uid_buffer)
-        where = {int(u): i for i, u in enumerate(self.uid_buffer)}
+        where = {int(u): i for i, u in enumerate(self.uid_buffer[:count])}
         if any(u not in where for u in uids):
             raise LiveStopped("a target or an armature is no longer in the file: live IK stopped")
         self.index = np.array([where[u] for u in uids], np.int64)
@@ -289,11 +297,12 @@ class TargetReader:
         Sets `moved`: the characters whose armature moved since the last read (empty, usually)."""
         if self.shared:
             objects = bpy.data.objects
-            if len(objects) != self.count:
-                self._index()
-                return self.read()
             uids = self.uid_buffer
-            objects.foreach_get("session_uid", uids)
+            uids[self.count - 1] = -1                # stays -1 when the list got shorter
+            try:
+                objects.foreach_get("session_uid", uids)
+            except RuntimeError:                     # more than UID_SLACK objects added
+                uids[:] = -1
             if uids.tobytes() != self.expected:
                 self._index()
                 return self.read()

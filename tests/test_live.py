@@ -170,6 +170,49 @@ def test_deleted_target_or_undo_ends_the_session_cleanly(live_rig):
     np.testing.assert_array_equal(pose_channels(obj), before)
 
 
+def test_target_reader_follows_objects_added_removed_and_renamed(live_rig):
+    """The one-call read picks our objects by index into bpy.data.objects: after objects are added (one, and more
+    than the uid buffer's slack), renamed (which re-sorts the list) or removed it still reads our own matrices, and a
+    target deleted from the end of the list stops the session (a read that missed it would keep its last matrix)."""
+    import bpy
+
+    from neural_ik.live import LiveStopped, LiveTick, TargetReader
+
+    obj, rig, model, held = live_rig
+    tick = LiveTick([(obj, model, None)])
+    reader = TargetReader(tick.live_groups[0].characters, tick.live_groups[0].solver)
+    assert reader.shared
+    ours = [obj] + reader.characters[0].targets
+
+    def read_matches():
+        reader.read()
+        expected = np.stack([np.array(o.matrix_world, np.float32).T for o in ours])
+        np.testing.assert_array_equal(reader.matrices[0], expected)
+
+    read_matches()
+    for target in ours[1:]:
+        target.location.x += 0.25
+    bpy.context.view_layer.update()
+    read_matches()
+    extra = bpy.data.objects.new("0 sorts first", None)                     # one object added, before ours
+    read_matches()
+    many = [bpy.data.objects.new(f"{i:02d} also first", None) for i in range(TargetReader.UID_SLACK + 4)]
+    read_matches()                                                          # more than the slack at once
+    extra.name = "zz sorts last"                                            # a rename re-sorts the list
+    read_matches()
+    for o in many:
+        bpy.data.objects.remove(o)
+    read_matches()
+    head = obj.neural_ik.target_head
+    head.name = "zzz the head target"                                       # now the last object of the list
+    bpy.data.objects.remove(extra)
+    read_matches()
+    assert bpy.data.objects[-1] == head
+    bpy.data.objects.remove(head)
+    with pytest.raises(LiveStopped, match="no longer in the file|deleted"):
+        reader.read()
+
+
 def test_non_finite_target_holds_the_last_pose(live_rig):
     import bpy
 

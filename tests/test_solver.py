@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from live_helpers import fitted_model, humanoid_skeleton, inputs_of, random_model, random_poses, targets_of
 
 from neural_ik.neural_network import solver as solver_module
+from neural_ik.neural_network.runtime_graph import PYTHON_CHECK_CHARACTERS
 from neural_ik.neural_network.solver import HELD_BAD_TARGETS, MISSED, OK, Solver
 
 
@@ -168,24 +169,29 @@ def test_runtime_graph_equals_the_numpy_path(model, poses):
     np.testing.assert_allclose(rt.hips_q, squares_to_quaternions(mapped[:, :7]), atol=1e-5)
 
 
-def test_runtime_graph_hands_bad_targets_to_the_careful_path(model, poses):
+@pytest.mark.parametrize("characters", [4, PYTHON_CHECK_CHARACTERS + 4])     # the check in Python, then in NumPy
+def test_runtime_graph_hands_bad_targets_to_the_careful_path(model, poses, characters):
     """Scaled, mirrored, non-finite or absurd targets fail the graph's check: the tick is redone in NumPy, which
     normalises a scaled target (same pose as unscaled) and holds the last pose for the others."""
-    targets = poses[0][:4].copy()
-    solver = Solver(model, characters=4)
+    targets = poses[0][:characters].copy()
+    solver = Solver(model, characters=characters)
     assert solver.runtime is not None
     good = solver.solve(targets)
     assert solver.fallbacks == 0
     mess = targets.copy()
     mess[0, 2, :3, :3] *= 2.0                     # a scaled empty: usable, but not by the graph
     mess[1, 3, :3, 0] *= -1.0                     # a mirrored one
-    mess[2, 4, 0, 3] = np.nan
     mess[3, 0, :3, 3] = 1e6
+    finite = Solver(model, characters=characters)
+    finite.solve(mess)                            # finite numbers: only the graph's own check can send these on
+    assert finite.fallbacks == 1
+    mess[2, 4, 0, 3] = np.nan
     result = solver.solve(mess)
     assert solver.fallbacks == 1
     np.testing.assert_allclose(result.local[0], good.local[0], atol=1e-5)
-    assert result.status[0] == OK and np.all(result.status[1:] & HELD_BAD_TARGETS)
-    np.testing.assert_array_equal(result.local[1:], good.local[1:])
+    assert result.status[0] == OK and np.all(result.status[1:4] & HELD_BAD_TARGETS)
+    np.testing.assert_array_equal(result.local[1:4], good.local[1:4])
+    assert np.all(result.status[4:] == OK)
 
 
 def test_runtime_pose_buffers_equal_the_numpy_path(model, poses):

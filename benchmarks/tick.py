@@ -233,7 +233,7 @@ def main(argv=None):
             o.neural_ik.refine_iterations = 0
         tick = LiveTick([(o, model, data) for o in objs[:count]])
         tick.start()
-        median, p99 = measure(lambda t=tick: t.tick(scene), max(50, args.repeats // count))
+        median, p99 = measure(lambda t=tick: t.tick(scene), max(500, args.repeats // count))   # 500: a steady median
         tick.stop()
         single = median if count == 1 else single
         line = f"{count:>3} characters: total {median:8.1f} (p99 {p99:8.1f}), per character {median / count:7.1f}"

@@ -65,6 +65,8 @@ class LiveCharacter:
             raise LiveStopped(f"{obj.name} has no {', '.join(missing)} target: create the targets first")
         self.targets = targets_of(obj)
         self.panel = obj.neural_ik          # taken once, like the hips bone: each tick's read confirms obj exists
+        ad = obj.animation_data             # drivers and NLA strips change settings without an update callback
+        self.settings_driven = ad is not None and (len(ad.drivers) > 0 or len(ad.nla_tracks) > 0)
         pose_bones = obj.pose.bones
         self.count = len(pose_bones)
         index = {pb.name: i for i, pb in enumerate(pose_bones)}
@@ -366,6 +368,8 @@ class LiveGroup:
         self.iterations = 0
         self.follows_time = np.zeros(0, np.int64)
         self.slow_bones = [(i, c) for i, c in enumerate(characters) if c.has_other_bones]   # Euler, axis-angle
+        self.driven = [i for i, c in enumerate(characters) if c.settings_driven]
+        self.undriven = [i for i, c in enumerate(characters) if not c.settings_driven]
 
     def start(self):
         """Write buffers from each rig's current pose (after the characters' start): the unmapped bones keep their
@@ -394,8 +398,22 @@ class LiveGroup:
                 if c0.hips_is_quaternion:
                     base[:, self.hips_index] = 0.0
                 rt.pose_base[:, :len(base[0])] = base
-                self.pose_rows = [[rt.results(p)["pose"][i] for i in range(k)] for p in (0, 1)]
+                # per binding: (foreach_set, that rig's row of the graph's pose buffer) for the rigs with quaternion
+                # bones, and the hips' locations (written in a second loop: two flat loops cost less than one)
+                self.pose_writes = [[(set_all, rt.results(p)["pose"][i]) for i, (set_all, _) in enumerate(self.writers)
+                                     if set_all is not None] for p in (0, 1)]
                 self.pose_locations = [rt.results(p)["hips_location"] for p in (0, 1)]
+                self.hips_bones = [hips for _, hips in self.writers]
+
+    def polled(self, rounds, driven_rounds, undriven_rounds):
+        """The characters whose settings tick number `rounds` re-reads: the next slice of those with drivers or NLA
+        tracks (each read every driven_rounds ticks) and of the others (every undriven_rounds ticks)."""
+        which = []
+        for members, every in ((self.driven, driven_rounds), (self.undriven, undriven_rounds)):
+            step = -(-len(members) // every)
+            first = (rounds % every) * step
+            which += members[first:first + step]
+        return which
 
     def refresh_settings(self, which, moved=()):
         """Re-read the settings of characters `which` and `moved`; pass them to the solver when any changed. The panel
@@ -437,9 +455,9 @@ class LiveGroup:
             p = rt.latest
             if solver.pending is None:          # refined: the refined rotations replace the network's there
                 rt.results(p)["pose_full"][:, self.bones] = solver.q[:, self.roles]
-            for (set_all, hips), row, location in zip(self.writers, self.pose_rows[p], self.pose_locations[p].tolist()):
-                if set_all is not None:
-                    set_all("rotation_quaternion", row)
+            for set_all, row in self.pose_writes[p]:
+                set_all("rotation_quaternion", row)
+            for hips, location in zip(self.hips_bones, self.pose_locations[p].tolist()):
                 hips.location = location            # also tags the armature for re-evaluation
             if self.slow_bones:
                 q, hips_q = solver.q, rt.hips_q
@@ -477,12 +495,15 @@ class LiveTick:
 
     Per tick: one read of every target (TargetReader), the solve, and per character one `foreach_set` and one
     property set. The panel settings (ground, contact, task, phase, refinement) are re-read for every character on
-    the tick after any of them was edited (their update callbacks count edits in state.live_settings) or the
-    armature moved; otherwise each tick re-reads the next slice of the characters, so a value that changed without
-    an update callback (a driver) arrives within SETTINGS_ROUNDS ticks (0.13 s at 60 Hz). Reading one character's
-    settings costs about 1 us.
+    the tick after any of them was edited (their update callbacks count edits in state.live_settings: any edit in the
+    panel or from Python) or the armature moved. Otherwise each tick re-reads the next slice of the characters:
+    a value that changed without an update callback arrives within SETTINGS_ROUNDS ticks (0.13 s at 60 Hz) on an
+    armature with drivers or NLA tracks (what writes settings that way while live: the action is off), and within
+    UNDRIVEN_ROUNDS ticks (~1 s) on the others (a raw ID-property write, a driver added while live). Reading one
+    character's settings costs about 0.75 us.
     """
     SETTINGS_ROUNDS = 8
+    UNDRIVEN_ROUNDS = 64
 
     def __init__(self, entries, engine="auto", history=600):
         """entries: [(armature object, Model, onnx bytes or None)]; each armature must be mapped and have targets."""
@@ -540,10 +561,9 @@ class LiveTick:
             if edited or not group.solver.started:
                 group.refresh_settings(range(k), reader.moved)
             else:
-                step = -(-k // self.SETTINGS_ROUNDS)
-                first = (self.rounds % self.SETTINGS_ROUNDS) * step
-                if first < k or reader.moved:
-                    group.refresh_settings(range(first, min(first + step, k)), reader.moved)
+                which = group.polled(self.rounds, self.SETTINGS_ROUNDS, self.UNDRIVEN_ROUNDS)
+                if which or reader.moved:
+                    group.refresh_settings(which, reader.moved)
             try:
                 group.solve_and_write(targets, scene)
             except ReferenceError:

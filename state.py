@@ -51,7 +51,7 @@ live_sessions = {}
 class LiveSettingsVersion:
     """Counts edits of the live settings (ground, contact, task, phase, refinement) on any armature: their RNA update
     callbacks bump it, so a live tick re-reads the panel values at once after an edit and otherwise only a slice
-    per tick (values changed without an update callback, by a driver, arrive within LiveTick.SETTINGS_ROUNDS ticks)."""
+    per tick (values changed without an update callback, by a driver, arrive later: see LiveTick)."""
     value = 0
 
 

@@ -277,30 +277,54 @@ def test_entering_edit_mode_ends_the_session_and_restores_the_pose(live_rig):
 
 
 def test_settings_edits_reach_the_next_tick_and_unnotified_changes_a_later_one(live_rig):
-    """A panel or Python edit of a live setting (its update callback counts it) is read on the very next tick; a value
-    changed behind Blender's back (a raw ID-property write, as a driver does) arrives within SETTINGS_ROUNDS ticks."""
+    """A panel or Python edit of a live setting (its update callback counts it) is read on the very next tick. A value
+    changed behind Blender's back arrives later: a driver's within SETTINGS_ROUNDS ticks, a raw ID-property write on an
+    armature without drivers within UNDRIVEN_ROUNDS ticks (the slices are real: neither is read at once)."""
     import bpy
 
     from neural_ik.live import LiveTick
 
     obj, _rig, model, _held = live_rig
+    scene = bpy.context.scene
+
+    def ticks_seeing(tick, count):
+        seen = []
+        for _ in range(count):
+            tick.tick(scene)
+            seen.append(tick.live_groups[0].iterations)
+        return seen
+
     obj.neural_ik.refine_iterations = 0
     tick = LiveTick([(obj, model, None)])
     tick.start()
-    scene = bpy.context.scene
-    group = tick.live_groups[0]
     tick.tick(scene)
-    assert group.iterations == 0
+    assert tick.live_groups[0].iterations == 0
     obj.neural_ik.refine_iterations = 3            # through RNA: the update callback fires
     tick.tick(scene)
-    assert group.iterations == 3
+    assert tick.live_groups[0].iterations == 3
     obj.neural_ik["refine_iterations"] = 1         # no callback: only the periodic re-read sees it
-    seen = []
-    for _ in range(LiveTick.SETTINGS_ROUNDS):
-        tick.tick(scene)
-        seen.append(group.iterations)
+    seen = ticks_seeing(tick, LiveTick.UNDRIVEN_ROUNDS)
     tick.stop()
-    assert seen[-1] == 1 and seen[0] == 3, seen    # not read at once (proving the slice), but within the rounds
+    assert seen[-1] == 1 and seen[0] == 3, seen
+
+    obj["nik_iterations"] = 2                      # a driver: refine_iterations follows this custom property
+    curve = obj.driver_add("neural_ik.refine_iterations")
+    variable = curve.driver.variables.new()
+    variable.targets[0].id = obj
+    variable.targets[0].data_path = '["nik_iterations"]'
+    curve.driver.expression = variable.name
+    bpy.context.view_layer.update()
+    assert obj.neural_ik.refine_iterations == 2
+    tick = LiveTick([(obj, model, None)])
+    tick.start()
+    tick.tick(scene)
+    assert tick.live_groups[0].iterations == 2
+    obj["nik_iterations"] = 4
+    bpy.context.view_layer.update()                # the driver writes the setting: no update callback
+    assert obj.neural_ik.refine_iterations == 4
+    seen = ticks_seeing(tick, LiveTick.SETTINGS_ROUNDS)
+    tick.stop()
+    assert seen[-1] == 4 and seen[0] == 2, seen
 
 
 @pytest.mark.parametrize("hips_mode", ["YXZ", "AXIS_ANGLE"])

@@ -28,6 +28,7 @@ from .neural_network.rotations import (
     quaternion_to_axis_angle,
     quaternions_to_compatible_euler,
 )
+from .neural_network.runtime_graph import pose_columns
 from .neural_network.solver import OK, Solver, describe
 from .properties import get_bone_map
 
@@ -358,6 +359,7 @@ class LiveGroup:
         # rigs with one bone layout get their whole rotation buffers straight from the run-time graph (runtime.pose)
         layout = (first.count, first.quaternion_bones, first.quaternion_roles,
                   first.hips_index if first.hips_is_quaternion else None) if self.uniform else None
+        self.layout = layout
         self.solver = Solver(model, onnx_bytes, characters=k, engine=engine, links=links, pose_layout=layout,
                              hips_map=hips_map)
         self.raw = [None] * k
@@ -404,6 +406,10 @@ class LiveGroup:
                                      if set_all is not None] for p in (0, 1)]
                 self.pose_locations = [rt.results(p)["hips_location"] for p in (0, 1)]
                 self.hips_bones = [hips for _, hips in self.writers]
+                # a refined tick's quaternions (K, 23, 4) go where the graph put the network's: one np.put (the roles
+                # without a quaternion bone land in the buffer's spare places)
+                width = rt.results(0)["pose_full"][0].size
+                self.refined_places = (np.arange(k)[:, None] * width + pose_columns(self.layout)[:4 * NUM_ROLES]).ravel()
 
     def polled(self, rounds, driven_rounds, undriven_rounds):
         """The characters whose settings tick number `rounds` re-reads: the next slice of those with drivers or NLA
@@ -454,7 +460,7 @@ class LiveGroup:
             # the graph's own buffers hold every rig's rotations (hips included): one foreach_set and one location each
             p = rt.latest
             if solver.pending is None:          # refined: the refined rotations replace the network's there
-                rt.results(p)["pose_full"][:, self.bones] = solver.q[:, self.roles]
+                np.put(rt.results(p)["pose_full"], self.refined_places, solver.q)
             for set_all, row in self.pose_writes[p]:
                 set_all("rotation_quaternion", row)
             for hips, location in zip(self.hips_bones, self.pose_locations[p].tolist()):

@@ -255,7 +255,8 @@ class TargetReader:
     entries as there are objects, so an added object overwrites the tail and a removed one leaves the last entry
     (set to -1 before each read) unwritten - either way the bytes differ. That spares a len(bpy.data.objects), which
     walks the whole list (~4 us at 350 objects). More than UID_SLACK objects added at once make foreach_get refuse
-    the short buffer (RuntimeError): the indices are taken again then too.
+    the short buffer (a RuntimeError, and Blender prints an "Array length mismatch" line): the indices are taken
+    again then too.
     """
     SHARED_READ_LIMIT = 40       # objects read per object we need, at most, for the one-call read
     UID_SLACK = 16

@@ -274,8 +274,6 @@ class Refiner:
         self.column_weights = np.repeat(weights, 3)                                                      # (3M,)
         self.damping = (0.005 * skeleton.height) if damping is None else damping
         self.limbs = np.array([[ROLE_INDEX[n] for n in limb] for limb in LIMBS], dtype=np.int64)
-        self.limb_ok = all(mask[i] for limb in self.limbs for i in limb) and all(
-            parents[limb[1]] == limb[0] and parents[limb[2]] == limb[1] for limb in self.limbs)
         self.effector_parents = parents[list(EFFECTOR_ROLES)]
         self.unmapped = np.nonzero(~mask)[0]
         self.link_bridges = self.link_offsets = None      # per-character links (set_links); None: the skeleton's

@@ -342,7 +342,6 @@ class Solver:
         if per_character is not None:        # the graph's constants cannot differ per row: the NumPy path takes these
             self.build_inputs.set_laterals(per_character[1])
             self.refiner.set_links(*per_character)
-        self.spec = model.feature_spec
         self.height = model.skeleton.height
         self.blend_ticks = max(1, int(blend_ticks))
         self.tolerance = tolerance

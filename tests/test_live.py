@@ -213,6 +213,57 @@ def test_target_reader_follows_objects_added_removed_and_renamed(live_rig):
         reader.read()
 
 
+def test_tick_holds_off_the_cyclic_collector_and_restores_it(live_rig):
+    """With a collection due at every allocation, none starts inside a refined tick; the collector is on again after
+    the tick, also after a tick that ends the session (a deleted target), and stays off when it was off."""
+    import gc
+
+    import bpy
+
+    from neural_ik.live import LiveStopped, LiveTick
+
+    obj, rig, model, held = live_rig
+    obj.neural_ik.refine_iterations = 2
+    tick = LiveTick([(obj, model, None)])
+    tick.start()
+    place_targets(obj, rig, held[0], 3)
+    run, scene = tick.tick, bpy.context.scene         # bound before: making the bound method allocates
+    started = []
+
+    def note(phase, info):
+        if phase == "start":
+            started.append(info["generation"])
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(note)
+    try:
+        gc.set_threshold(1)
+        run(scene)
+        gc.collect()                                    # a collection is counted once the tick is over
+        before = len(started)
+        run(scene)
+        during = len(started) - before
+        enabled_after = gc.isenabled()
+        gc.collect()
+        collected_after = len(started) - before
+        gc.disable()
+        run(scene)
+        stays_off = not gc.isenabled()
+        gc.enable()
+        bpy.data.objects.remove(obj.neural_ik.target_left_hand)
+        with pytest.raises(LiveStopped):
+            run(scene)
+        enabled_after_stop = gc.isenabled()
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(note)
+        gc.enable()
+        tick.stop()
+    assert during == 0
+    assert collected_after >= 1                          # the callback does see collections
+    assert enabled_after and stays_off and enabled_after_stop
+
+
 def test_non_finite_target_holds_the_last_pose(live_rig):
     import bpy
 

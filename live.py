@@ -21,6 +21,7 @@ import bpy
 import numpy as np
 
 from . import rig_io, state
+from .live_refine import MathutilsRefiner
 from .neural_network.quaternion_math import MATRIX_TO_SQUARES, SQUARES_BIAS, squares_to_quaternions
 from .neural_network.roles import NUM_ROLES, TASKS
 from .neural_network.rotations import (
@@ -364,6 +365,7 @@ class LiveGroup:
         self.layout = layout
         self.solver = Solver(model, onnx_bytes, characters=k, engine=engine, links=links, pose_layout=layout,
                              hips_map=hips_map)
+        self.solver.refiner = MathutilsRefiner(self.solver.refiner)     # one character: Blender's C math, ~2x faster
         self.raw = [None] * k
         self.hips_out = np.empty((k, 1, 10))
         self.hips_q = np.empty((k, 4))

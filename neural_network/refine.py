@@ -545,6 +545,14 @@ class Refiner:
                     self._chain_targets(ws, turned, target_positions)
         self._chain_shape(ws)
         errors = self._solve_chains(q, ws, target_positions, target_rotations)
+        return self.least_squares_after_closed_form(q, hips, target_positions, target_rotations, errors, iterations,
+                                                    tolerance)
+
+    def least_squares_after_closed_form(self, q, hips, target_positions, target_rotations, errors, iterations=2,
+                                        tolerance=1e-4):
+        """refine_quaternions' last stage, on the closed form's result q (K, 23, 4) and its errors (K, 5): least
+        squares (`iterations` steps) then the closed form again for the characters left more than `tolerance` away,
+        kept where that brings them closer. Returns the errors; sets last_least_squares."""
         self.last_least_squares = 0
         if iterations <= 0 or not errors.max() > tolerance:
             return errors

@@ -1,0 +1,150 @@
+"""The live tick's one-character refinement in Blender's math library (live_refine.py) against the NumPy refiner it
+stands in for: the same decisions (assist turns, least squares), the same effector positions and errors; single
+precision, so the rotations agree to what float32 positions fix (an almost straight limb's bend is ill-conditioned:
+~1e-3 in the quaternion moves its end by less than a micrometre)."""
+
+import numpy as np
+import pytest
+from live_helpers import humanoid_skeleton, random_poses
+from test_refine import EFF, closed_form_case, hips_matrices, pushed_beyond_reach, refiner_for
+
+from neural_ik.live_refine import MathutilsRefiner
+from neural_ik.neural_network import kinematics
+from neural_ik.neural_network.quaternion_math import matrices_to_quaternions, quaternions_to_matrices
+from neural_ik.neural_network.refine import CHAINS
+from neural_ik.neural_network.roles import ROLE_INDEX
+from neural_ik.neural_network.rotations import axis_angle_to_matrix
+
+
+def effector_positions(skel, q, hips):
+    rotations = quaternions_to_matrices(q)
+    rotations[:, ~skel.role_mask] = np.eye(3)
+    return kinematics.forward(skel, rotations, hips[:, :3, :3], hips[:, :3, 3]).positions[:, EFF]
+
+
+def one_by_one(skel, ref, q, hips, tp, tr, iterations=2):
+    """Both refiners on each character alone: (reference q, errors, least-squares flags), the same from the
+    mathutils refiner."""
+    fast = MathutilsRefiner(ref)
+    out = {"numpy": ([], [], []), "mathutils": ([], [], [])}
+    for i in range(len(q)):
+        for name, refiner in (("numpy", ref), ("mathutils", fast)):
+            qi = q[i:i + 1].copy()
+            errors = refiner.refine_quaternions(qi, hips[i:i + 1], tp[i:i + 1], tr[i:i + 1], iterations=iterations)
+            out[name][0].append(qi[0])
+            out[name][1].append(errors[0])
+            out[name][2].append(refiner.last_least_squares)
+    return [tuple(np.array(x) for x in out[name]) for name in ("numpy", "mathutils")]
+
+
+def aligned(a, b):
+    """b with each quaternion's sign turned to a's (q and -q are one rotation)."""
+    return b * np.where(np.sum(a * b, axis=-1, keepdims=True) < 0, -1.0, 1.0)
+
+
+def assert_same_refinement(skel, q, hips, expected, got, position_tol=1e-6, quaternion_tol=2e-3):
+    (q_ref, e_ref, ls_ref), (q_got, e_got, ls_got) = expected, got
+    np.testing.assert_array_equal(ls_got, ls_ref)
+    np.testing.assert_allclose(e_got, e_ref, atol=position_tol)
+    np.testing.assert_allclose(effector_positions(skel, q_got, hips), effector_positions(skel, q_ref, hips),
+                               atol=position_tol)
+    np.testing.assert_allclose(aligned(q_ref, q_got), q_ref, atol=quaternion_tol)
+    chain_bone = np.zeros(q.shape[1], bool)
+    chain_bone[[ROLE_INDEX[n] for chain in CHAINS for n in chain[1:]]] = True
+    untouched = np.all(q_ref == q, axis=-1) & ~chain_bone   # bones besides the chains' the reference leaves alone
+    np.testing.assert_array_equal(q_got[untouched], q[untouched])
+
+
+@pytest.mark.parametrize("twist", [0.0, 0.3])
+def test_closed_form_matches_the_numpy_refiner(twist):
+    """Targets near the pose, far out of reach, at the hip, and limbs held exactly straight (closed form only)."""
+    skel = humanoid_skeleton(twist=twist)
+    ref = refiner_for(skel)
+    local, hips_R, hips_p, tp, tr = closed_form_case(skel, 24, seed=7)
+    q, hips = matrices_to_quaternions(local), hips_matrices(hips_R, hips_p)
+    expected, got = one_by_one(skel, ref, q, hips, tp, tr, iterations=0)
+    assert_same_refinement(skel, q, hips, expected, got)
+    assert expected[1].max() > 0.1 and (expected[1].max(axis=1) < 1e-9).any()      # unreachable and reachable
+
+
+@pytest.mark.parametrize("chain", [4, 0, 1])
+def test_reach_assist_matches_the_numpy_refiner(chain):
+    """A head or hand target beyond its chain's reach: the same parent turns (or spine straightening), no least
+    squares, the effectors on their targets."""
+    skel = humanoid_skeleton(twist=0.2)
+    ref = refiner_for(skel, width=0.6)
+    local, hips_R, hips_p, tp, tr = pushed_beyond_reach(ref, skel, 12, chain, seed=30 + chain)
+    q, hips = matrices_to_quaternions(local), hips_matrices(hips_R, hips_p)
+    expected, got = one_by_one(skel, ref, q, hips, tp, tr)
+    assert_same_refinement(skel, q, hips, expected, got)
+    assert not got[2].any() and got[1].max() < 1e-4
+    np.testing.assert_allclose(effector_positions(skel, got[0], hips), tp, atol=1e-5)
+    turned = ROLE_INDEX["Spine2"] if chain == 4 else ROLE_INDEX[("LeftShoulder", "RightShoulder")[chain]]
+    assert (np.abs(got[0][:, turned] - q[:, turned]).max(axis=-1) > 1e-4).all()
+
+
+def test_spine_straightening_matches_the_numpy_refiner():
+    skel = humanoid_skeleton()
+    ref = refiner_for(skel, width=0.6)
+    n = 12
+    local, hips_R, hips_p, pose = random_poses(skel, n, seed=31, spread=0.0)
+    rng = np.random.default_rng(32)
+    spine = [ROLE_INDEX[s] for s in ("Spine", "Spine1", "Spine2")]
+    local[:, spine[1:]] = local[:, spine[1:]] @ axis_angle_to_matrix(np.array([0.25, 0.0, 0.0]) + rng.normal(0, 0.02, (n, 2, 3)))
+    pose = kinematics.forward(skel, local, hips_R, hips_p)
+    neck = ROLE_INDEX["NeckLower"]
+    tp = pose.positions[:, EFF].copy()
+    up = tp[:, 4] - pose.positions[:, neck]
+    up /= np.linalg.norm(up, axis=-1, keepdims=True)
+    tp[:, 4] = pose.positions[:, neck] + (ref.links.reach[0][4] + rng.uniform(0.001, 0.003, n))[:, None] * up
+    q, hips = matrices_to_quaternions(local), hips_matrices(hips_R, hips_p)
+    expected, got = one_by_one(skel, ref, q, hips, tp, pose.rotations[:, EFF])
+    assert_same_refinement(skel, q, hips, expected, got)
+    assert (np.abs(got[0][:, spine] - q[:, spine]).max(axis=(1, 2)) > 1e-4).all() and not got[2].any()
+
+
+def test_least_squares_goes_on_in_the_numpy_refiner():
+    """Targets the closed form cannot reach from the network's pose: the NumPy refiner's least squares takes over
+    (the same characters, errors to 10 micrometres: it starts from the single-precision closed form)."""
+    skel = humanoid_skeleton(twist=0.2)
+    ref = refiner_for(skel)
+    local, hips_R, hips_p, pose = random_poses(skel, 16, seed=40, spread=0.3)
+    q, hips = matrices_to_quaternions(local), hips_matrices(hips_R, hips_p)
+    tp = pose.positions[:, EFF] + np.random.default_rng(41).normal(0, 0.03, (16, 5, 3))
+    expected, got = one_by_one(skel, ref, q, hips, tp, pose.rotations[:, EFF])
+    np.testing.assert_array_equal(got[2], expected[2])
+    assert 0 < expected[2].sum() < len(q)
+    np.testing.assert_allclose(got[1], expected[1], atol=1e-5)
+
+
+def test_other_cases_are_the_numpy_refiners_own():
+    """Several characters at once, and a rig whose chains are not all clean two-bone chains: the NumPy refiner's
+    result, bit for bit; links replaced by set_links are followed."""
+    skel = humanoid_skeleton(twist=0.2)
+    ref = refiner_for(skel)
+    local, hips_R, hips_p, tp, tr = closed_form_case(skel, 6, seed=50)
+    q, hips = matrices_to_quaternions(local), hips_matrices(hips_R, hips_p)
+    fast = MathutilsRefiner(ref)
+    a, b = q.copy(), q.copy()
+    np.testing.assert_array_equal(fast.refine_quaternions(a, hips, tp, tr), ref.refine_quaternions(b, hips, tp, tr))
+    np.testing.assert_array_equal(a, b)
+
+    dropped = humanoid_skeleton(drop=("LeftForeArm",))
+    ref_dropped = refiner_for(dropped)
+    fast_dropped = MathutilsRefiner(ref_dropped)
+    assert not fast_dropped.covers()
+    a, b = q[:1].copy(), q[:1].copy()
+    np.testing.assert_array_equal(fast_dropped.refine_quaternions(a, hips[:1], tp[:1], tr[:1]),
+                                  ref_dropped.refine_quaternions(b, hips[:1], tp[:1], tr[:1]))
+    np.testing.assert_array_equal(a, b)
+
+    rng = np.random.default_rng(51)
+    bridges = skel.bridges[None] @ axis_angle_to_matrix(rng.normal(0, 0.2, (1, 23, 3)))
+    offsets = skel.offsets[None] * rng.uniform(0.8, 1.2, (1, 23, 1))
+    fast.refine_quaternions(q[:1].copy(), hips[:1], tp[:1], tr[:1], iterations=0)      # constants for the old links
+    fast.set_links(bridges, offsets)
+    a, b = q[:1].copy(), q[:1].copy()
+    got = fast.refine_quaternions(a, hips[:1], tp[:1], tr[:1], iterations=0)
+    expected = ref.refine_quaternions(b, hips[:1], tp[:1], tr[:1], iterations=0)
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    np.testing.assert_allclose(aligned(b, a), b, atol=2e-3)

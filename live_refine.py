@@ -88,7 +88,12 @@ class MathutilsRefiner:
                                 tuple(Matrix(chain_bridges[c, i].tolist()) for i in range(3)),
                                 float(lengths[2][c]), float(lengths[3][c]), float(reach[0][c]), float(reach[1][c]),
                                 float(straight[c]), float(lengths[0][c])))
-        self.written = np.array([role for c in range(5) for role in r.chain_roles[c].tolist()])
+        # what the assist turns (the spine, the clavicles) moves lane 0 and levels 4 on: the legs below stay
+        self.upper_body = [s for s, slot in enumerate(self.slots)
+                           if slot is not None and (s % 3 == 0 or s // 3 >= 4)]
+        self.all_slots = [s for s, slot in enumerate(self.slots) if slot is not None]
+        self.written = [role for c in range(5) for role in r.chain_roles[c].tolist()]
+        self.places = {}                        # roles written -> their places in q[0] flattened
         assist = r.reach_assist
         self.assist = assist
         if assist is not None:
@@ -96,28 +101,36 @@ class MathutilsRefiner:
                 else assist.reach_squares.tolist()
             self.assisted, self.unassisted = assist.assisted_chains.tolist(), assist.unassisted_chains.tolist()
 
-    def forward(self, quaternions, hips):
+    def forward(self, quaternions, hips, world=None):
         """World 4x4 transforms (mathutils) of the chain layout's slots from local quaternions (23 lists) and the hips'
-        transform (Matrix); None at padding."""
-        world = [hips, hips, hips]
-        for slot in self.slots[3:]:
-            if slot is None:
-                world.append(None)
-                continue
-            role, parent, constant = slot
+        transform (Matrix); None at padding. Given the world before the assist turned something, only the upper
+        body's slots are computed again."""
+        if world is None:
+            world, slots = [hips] * 3 + [None] * (len(self.slots) - 3), self.all_slots
+        else:
+            world, slots = list(world), self.upper_body
+        for s in slots:
+            role, parent, constant = self.slots[s]
             if constant is None:
-                world.append(world[parent])
+                world[s] = world[parent]
             else:
-                world.append(world[parent] @ constant @ Quaternion(quaternions[role]).to_matrix().to_4x4())
+                world[s] = world[parent] @ constant @ Quaternion(quaternions[role]).to_matrix().to_4x4()
         return world
 
-    def _assist(self, quaternions, world, targets, hips):
+    def _beyond(self, world, target_vectors, chain):
+        """Whether chain's target is beyond its reach."""
+        upper = world[self.chains[chain][0][1]].translation
+        return (target_vectors[chain] - upper).length_squared > self.reach_squares[chain]
+
+    def _assist(self, quaternions, world, targets, target_vectors, hips):
         """Reach assist for one character (ReachAssist.apply's steps): turns chains' parents (or unbends the spine)
         in `quaternions` (lists, changed in place). Returns (world after the turns or None when nothing turned, the
-        roles turned)."""
+        roles turned). A group with no chain beyond reach is passed by (its turns would find nothing to do)."""
         assist, reach = self.assist, self.reach
         changed, roles = False, []
         for group in assist.groups:
+            if not any(self._beyond(world, target_vectors, c) for c in group.chains.tolist()):
+                continue
             frames = [[world[s][0][:], world[s][1][:], world[s][2][:]] for s in group.slots.tolist()]
             before = [quaternions[role] for role in group.roles]
             new, missed = reach_assist._turn_parents(group, frames, before, targets, reach)
@@ -134,7 +147,7 @@ class MathutilsRefiner:
                     roles.append(role)
                     turned = True
             if turned:
-                world = self.forward(quaternions, hips)
+                world = self.forward(quaternions, hips, world)
                 changed = True
         return (world if changed else None), roles
 
@@ -168,7 +181,7 @@ class MathutilsRefiner:
         b_up, b_mid, b_end = bridges
         locals_ = ((parent.to_3x3() @ b_up).transposed() @ up_new, (up_new @ b_mid).transposed() @ mid_new,
                    (mid_new @ b_end).transposed() @ target_rotation)
-        return [m.to_quaternion().normalized()[:] for m in locals_], abs(d - dc)
+        return [m.to_quaternion().normalized() for m in locals_], abs(d - dc)
 
     def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4):
         """Refiner.refine_quaternions (same arguments, same result to single precision) for one character; any
@@ -187,20 +200,23 @@ class MathutilsRefiner:
         target_vectors = [Vector(t) for t in targets]
         assisted = []
         if self.assist is not None:
-            beyond = [(target_vectors[c] - world[chain[0][1]].translation).length_squared > self.reach_squares[c]
-                      for c, chain in enumerate(self.chains)]
+            beyond = [self._beyond(world, target_vectors, c) for c in range(5)]
             if any(beyond[c] for c in self.assisted) and not any(beyond[c] for c in self.unassisted):
-                turned, assisted = self._assist(quaternions, world, targets, H)
+                turned, assisted = self._assist(quaternions, world, targets, target_vectors, H)
                 world = turned if turned is not None else world
         rotations = target_rotations[0].tolist()
-        solved, errors = [], []
+        solved = [x for role in assisted for x in quaternions[role]]           # flat: one np.put writes them all
+        errors = []
         for c, chain in enumerate(self.chains):
             local, error = self._solve_chain(chain, world, target_vectors[c], Matrix(rotations[c]))
-            solved.extend(local)
+            for quaternion in local:
+                solved.extend(quaternion)
             errors.append(error)
-        if assisted:
-            q[0, assisted] = [quaternions[role] for role in assisted]
-        q[0, self.written] = solved
+        roles = tuple(assisted)
+        places = self.places.get(roles)
+        if places is None:
+            places = self.places[roles] = np.array([4 * role + i for role in roles + tuple(self.written) for i in range(4)])
+        np.put(q, places, solved)
         errors = np.array([errors])
         self.last_least_squares = 0
         if iterations > 0 and errors.max() > tolerance:        # least squares: the NumPy refiner's last stage

@@ -4,7 +4,7 @@ neural_network/refine.py is the refinement: vectorised NumPy over characters, us
 batch, and the reference for this module. For one character a NumPy call costs ~0.5 us whatever its size, so its
 closed form (a forward pass of 8 batched products, about 50 calls for the five two-bone solves) costs ~60 us, and
 the reach assist's second forward pass ~14 more. A mathutils operation on a 3-vector, a quaternion or a 4x4 matrix
-costs ~0.05-0.1 us, so the same steps written per bone take ~4 us (forward pass) and ~2 us a chain. This module is
+costs ~0.05-0.2 us, so the same steps written per bone take ~5 us (forward pass) and ~3 us a chain. This module is
 those steps, one character at a time, in the order Refiner.refine_quaternions takes them:
 
 1. forward pass over the refiner's chain layout (refine.LEVELS): world transform of every slot;
@@ -23,12 +23,25 @@ the two together (tests/test_live_refine.py). Needs Blender (mathutils); no bpy.
 """
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from mathutils import Matrix, Quaternion, Vector
 
 from .neural_network import reach_assist
 from .neural_network.refine import LEVELS
+
+
+class _Chain(NamedTuple):
+    """One two-bone chain's constants (refine.CHAINS order)."""
+    slots: tuple               # slots of the upper bone's parent, the upper bone, the mid bone, the end (the effector)
+    bridges: tuple             # upper, mid, end: the rest-pose rotation from the parent's frame (Matrix 3x3)
+    sum_squares: float         # l1^2 + l2^2 (l1, l2: the upper and mid bones' lengths)
+    inverse: float             # 1 / (2 l1 l2)
+    reach_max: float
+    reach_min: float
+    straight: float            # |u x v| at or below which the limb counts as straight
+    upper_length: float        # l1
 
 
 class MathutilsRefiner:
@@ -82,12 +95,9 @@ class MathutilsRefiner:
                 else:
                     constant = None
                 self.slots.append((role, parent, constant))
-        self.chains = []
-        for c in range(5):
-            self.chains.append((tuple(r.chain_slots[c].tolist()), tuple(r.chain_roles[c].tolist()),
-                                tuple(Matrix(chain_bridges[c, i].tolist()) for i in range(3)),
-                                float(lengths[2][c]), float(lengths[3][c]), float(reach[0][c]), float(reach[1][c]),
-                                float(straight[c]), float(lengths[0][c])))
+        self.chains = [_Chain(tuple(r.chain_slots[c].tolist()), tuple(Matrix(chain_bridges[c, i].tolist()) for i in range(3)),
+                              float(lengths[2][c]), float(lengths[3][c]), float(reach[0][c]), float(reach[1][c]),
+                              float(straight[c]), float(lengths[0][c])) for c in range(5)]
         # what the assist turns (the spine, the clavicles) moves lane 0 and levels 4 on: the legs below stay
         self.upper_body = [s for s, slot in enumerate(self.slots)
                            if slot is not None and (s % 3 == 0 or s // 3 >= 4)]
@@ -119,7 +129,7 @@ class MathutilsRefiner:
 
     def _beyond(self, world, target_vectors, chain):
         """Whether chain's target is beyond its reach."""
-        upper = world[self.chains[chain][0][1]].translation
+        upper = world[self.chains[chain].slots[1]].translation
         return (target_vectors[chain] - upper).length_squared > self.reach_squares[chain]
 
     def _assist(self, quaternions, world, targets, target_vectors, hips):
@@ -153,7 +163,7 @@ class MathutilsRefiner:
 
     def _solve_chain(self, chain, world, target, target_rotation):
         """The closed form of one chain: its three new local quaternions (upper, mid, end) and the error it leaves."""
-        slots, _roles, bridges, sum_squares, inverse, reach_max, reach_min, straight, l1 = chain
+        slots, bridges, sum_squares, inverse, reach_max, reach_min, straight, l1 = chain
         parent, upper, mid, end = (world[s] for s in slots)
         a, b = upper.translation, mid.translation
         u, v, t = b - a, end.translation - b, target - a

@@ -66,18 +66,14 @@ class MathutilsRefiner:
         the refiner's links (rebuilt when set_links replaces them)."""
         r = self.numpy
         self._links = links = r.links
-        if links.per_character:
+        if links.per_character:                     # one set per character: the first (and only) one's
             bridges, offsets = r.link_bridges[0], r.link_offsets[0]
-            self.reach = links.reach[0][0].tolist()
-            chain_bridges = links.chain_bridges[0]
-            lengths = [a[0] for a in links.lengths]
-            reach = [a[0] for a in links.reach]
-            straight = links.straight[0]
+            lengths, reach, straight = [a[0] for a in links.lengths], [a[0] for a in links.reach], links.straight[0]
         else:
             bridges, offsets = np.asarray(r.skeleton.bridges, np.float64), np.asarray(r.skeleton.offsets, np.float64)
-            chain_bridges = links.chain_bridges[0]
             lengths, reach, straight = links.lengths, links.reach, links.straight
-            self.reach = reach[0].tolist()
+        chain_bridges = links.chain_bridges[0]
+        self.reach = [float(x) for x in reach[0]]   # per chain: the upper + mid bones' reach (the assist's too)
         # slot s: (its role, the slot its parent transform comes from, its constant 4x4), None for padding; an
         # unmapped slot passes its parent's transform through
         self.slots = []

@@ -6,7 +6,15 @@ precision, so the rotations agree to what float32 positions fix (an almost strai
 import numpy as np
 import pytest
 from live_helpers import humanoid_skeleton, random_poses
-from test_refine import EFF, closed_form_case, hips_matrices, pushed_beyond_reach, refiner_for
+from test_refine import (
+    EFF,
+    SPINE,
+    closed_form_case,
+    head_beyond_a_bent_spine,
+    hips_matrices,
+    pushed_beyond_reach,
+    refiner_for,
+)
 
 from neural_ik.live_refine import MathutilsRefiner
 from neural_ik.neural_network import kinematics
@@ -86,21 +94,11 @@ def test_reach_assist_matches_the_numpy_refiner(chain):
 def test_spine_straightening_matches_the_numpy_refiner():
     skel = humanoid_skeleton()
     ref = refiner_for(skel, width=0.6)
-    n = 12
-    local, hips_R, hips_p, pose = random_poses(skel, n, seed=31, spread=0.0)
-    rng = np.random.default_rng(32)
-    spine = [ROLE_INDEX[s] for s in ("Spine", "Spine1", "Spine2")]
-    local[:, spine[1:]] = local[:, spine[1:]] @ axis_angle_to_matrix(np.array([0.25, 0.0, 0.0]) + rng.normal(0, 0.02, (n, 2, 3)))
-    pose = kinematics.forward(skel, local, hips_R, hips_p)
-    neck = ROLE_INDEX["NeckLower"]
-    tp = pose.positions[:, EFF].copy()
-    up = tp[:, 4] - pose.positions[:, neck]
-    up /= np.linalg.norm(up, axis=-1, keepdims=True)
-    tp[:, 4] = pose.positions[:, neck] + (ref.links.reach[0][4] + rng.uniform(0.001, 0.003, n))[:, None] * up
+    local, hips_R, hips_p, pose, tp = head_beyond_a_bent_spine(ref, skel)
     q, hips = matrices_to_quaternions(local), hips_matrices(hips_R, hips_p)
     expected, got = one_by_one(skel, ref, q, hips, tp, pose.rotations[:, EFF])
     assert_same_refinement(skel, q, hips, expected, got)
-    assert (np.abs(got[0][:, spine] - q[:, spine]).max(axis=(1, 2)) > 1e-4).all() and not got[2].any()
+    assert (np.abs(got[0][:, SPINE] - q[:, SPINE]).max(axis=(1, 2)) > 1e-4).all() and not got[2].any()
 
 
 def test_least_squares_goes_on_in_the_numpy_refiner():

@@ -286,16 +286,15 @@ def test_reach_assist_lands_without_least_squares(chain, parent):
     np.testing.assert_array_equal(q[:, untouched], before[:, untouched])
 
 
-def test_spine_straightens_for_a_head_target_beyond_spine2s_turn():
-    """A head target straight up along the neck, 1-3 mm beyond its reach: no turn of Spine2 helps; the bent spine
-    (Spine1 and Spine2 bent by 0.25 rad) unbends in closed form, landing without least squares inside the limits."""
-    skel = humanoid_skeleton()
-    ref = refiner_for(skel, width=0.6)
-    n = 12
+SPINE = [ROLE_INDEX[s] for s in ("Spine", "Spine1", "Spine2")]
+
+
+def head_beyond_a_bent_spine(ref, skel, n=12):
+    """Poses with Spine1 and Spine2 bent by 0.25 rad (elbows bent too) and the head's target straight up along the
+    neck, 1-3 mm beyond its reach, where no turn of Spine2 helps: (local, hips_R, hips_p, pose, targets)."""
     local, hips_R, hips_p, pose = random_poses(skel, n, seed=31, spread=0.0)
     rng = np.random.default_rng(32)
-    spine = [ROLE_INDEX[s] for s in ("Spine", "Spine1", "Spine2")]
-    local[:, spine[1:]] = local[:, spine[1:]] @ axis_angle_to_matrix(np.array([0.25, 0.0, 0.0]) + rng.normal(0, 0.02, (n, 2, 3)))
+    local[:, SPINE[1:]] = local[:, SPINE[1:]] @ axis_angle_to_matrix(np.array([0.25, 0.0, 0.0]) + rng.normal(0, 0.02, (n, 2, 3)))
     for elbow in ("LeftForeArm", "RightForeArm"):
         local[:, ROLE_INDEX[elbow]] = local[:, ROLE_INDEX[elbow]] @ axis_angle_to_matrix(np.array([0.0, 0.0, 0.8]))
     pose = kinematics.forward(skel, local, hips_R, hips_p)
@@ -304,6 +303,16 @@ def test_spine_straightens_for_a_head_target_beyond_spine2s_turn():
     up = tp[:, 4] - pose.positions[:, neck]
     up /= np.linalg.norm(up, axis=-1, keepdims=True)
     tp[:, 4] = pose.positions[:, neck] + (ref.links.reach[0][4] + rng.uniform(0.001, 0.003, n))[:, None] * up
+    return local, hips_R, hips_p, pose, tp
+
+
+def test_spine_straightens_for_a_head_target_beyond_spine2s_turn():
+    """A head target straight up along the neck, 1-3 mm beyond its reach: no turn of Spine2 helps; the bent spine
+    unbends in closed form, landing without least squares inside the limits."""
+    skel = humanoid_skeleton()
+    ref = refiner_for(skel, width=0.6)
+    local, hips_R, hips_p, pose, tp = head_beyond_a_bent_spine(ref, skel)
+    spine = SPINE
     q = matrices_to_quaternions(local)
     before = q.copy()
     errors = ref.refine_quaternions(q, hips_matrices(hips_R, hips_p), tp, pose.rotations[:, EFF], iterations=2)

@@ -9,7 +9,7 @@ those steps, one character at a time, in the order Refiner.refine_quaternions ta
 
 1. forward pass over the refiner's chain layout (refine.LEVELS): world transform of every slot;
 2. reach check, and where an assisted chain's target is beyond reach the reach assist (reach_assist.py's own
-   per-character functions, in Python floats), then the forward pass again;
+   per-character functions, in Python floats), then the upper body's forward pass again;
 3. the closed form per chain: the elbow/knee bends about the limb plane's normal so the end reaches |t - a|
    clipped to the limb's reach, the upper bone turns the smallest way onto the target, the end takes the target's
    orientation; local quaternions from the new world rotations.

@@ -4,22 +4,26 @@ neural_network/refine.py is the refinement: vectorised NumPy over characters, us
 batch, and the reference for this module. For one character a NumPy call costs ~0.5 us whatever its size, so its
 closed form (a forward pass of 8 batched products, about 50 calls for the five two-bone solves) costs ~60 us, and
 the reach assist's second forward pass ~14 more. A mathutils operation on a 3-vector, a quaternion or a 4x4 matrix
-costs ~0.05-0.2 us, so the same steps written per bone take ~5 us (forward pass) and ~3 us a chain. This module is
+costs ~0.03-0.2 us, so the same steps written per bone take ~5 us (forward pass) and ~2 us a chain. This module is
 those steps, one character at a time, in the order Refiner.refine_quaternions takes them:
 
-1. forward pass over the refiner's chain layout (refine.LEVELS): world transform of every slot;
-2. reach check, and where an assisted chain's target is beyond reach the reach assist (reach_assist.py's own
-   per-character functions, in Python floats), then the upper body's forward pass again;
-3. the closed form per chain: the elbow/knee bends about the limb plane's normal so the end reaches |t - a|
+1. forward pass over the refiner's chain layout (refine.LEVELS) for the legs and the spine up to the neck's base;
+2. reach check, and where an assisted chain's target is beyond reach the reach assist: the head's group (a Spine2
+   turn, or the spine unbending: almost every tick of unseen motion on the demo rig, whose straight neck leaves the
+   head's target at the edge of its reach) in mathutils, its rare cases and the clavicles' group by reach_assist.py's
+   own per-character functions in Python floats; the spine's slots again after a head turn;
+3. the rest of the upper body's forward pass (again after a clavicle turn);
+4. the closed form per chain: the elbow/knee bends about the limb plane's normal so the end reaches |t - a|
    clipped to the limb's reach, the upper bone turns the smallest way onto the target, the end takes the target's
-   orientation; local quaternions from the new world rotations.
+   orientation; the local quaternions follow from the turns (see _solve_chain).
 
 A character the closed form leaves more than `tolerance` from a target goes on to the NumPy refiner's last stage
 (least squares, then the closed form again: a few percent of ticks on unseen motion). Several characters at once
 (K > 1: the NumPy refiner is batched) and rigs with a chain that is not a clean two-bone chain go to the NumPy
 refiner altogether. Single precision: the effectors land as exactly as the NumPy refiner's (to a micrometre), but
-an almost straight limb's bend, which float32 positions fix only to ~1e-3 rad, may differ by that much. Tests hold
-the two together (tests/test_live_refine.py). Needs Blender (mathutils); no bpy.
+an almost straight limb's bend, which float32 positions fix only to ~1e-3 rad, may differ by that much, and a joint
+turned exactly onto its limit may pass the limit check in one precision and not the other. Tests hold the two
+together (tests/test_live_refine.py). Needs Blender (mathutils); no bpy.
 """
 
 import math
@@ -34,14 +38,72 @@ from .neural_network.refine import LEVELS
 
 class _Chain(NamedTuple):
     """One two-bone chain's constants (refine.CHAINS order)."""
-    slots: tuple               # slots of the upper bone's parent, the upper bone, the mid bone, the end (the effector)
-    bridges: tuple             # upper, mid, end: the rest-pose rotation from the parent's frame (Matrix 3x3)
+    slots: tuple               # slots of the upper bone, the mid bone and the end (the effector)
+    roles: tuple               # the upper and mid bones' roles
+    end_bridge: Quaternion     # the end's rest-pose rotation from the mid bone's frame
     sum_squares: float         # l1^2 + l2^2 (l1, l2: the upper and mid bones' lengths)
     inverse: float             # 1 / (2 l1 l2)
     reach_max: float
     reach_min: float
     straight: float            # |u x v| at or below which the limb counts as straight
     upper_length: float        # l1
+
+
+class _HeadAssist(NamedTuple):
+    """The head group's assist constants (reach_assist's _AssistGroup and _SpineBend) as mathutils values."""
+    parent_slot: int           # Spine2's slot: the head chain's upper bone's parent, which turns first
+    upper_slot: int            # NeckLower's: its head is the neck's base a
+    spine_slots: tuple         # Spine, Spine1, Spine2
+    turn_role: int
+    spine_roles: tuple
+    turn_limit: tuple          # the turning parent's (mean conjugate (Quaternion), surely_inside)
+    spine_limits: tuple        # per spine joint: (mean conjugate (Quaternion), low, high)
+    upper_length: float        # Spine1's and Spine2's bone lengths
+
+
+def _bend(r, e, a, reach):
+    """reach_assist._bend_angle in mathutils: (world unit axis, angle) of the turn of the joint at e (bone from r) that
+    puts a at `reach` from r, or None."""
+    u, v = e - r, a - e
+    l1, l2 = u.length, v.length
+    normal = u.cross(v)
+    n_len = normal.length
+    if not (l1 * l2 > 0.0 and n_len > 1e-9 * l1 * l2):
+        return None
+    cos_inner = (l1 * l1 + l2 * l2 - reach * reach) / (2.0 * l1 * l2)
+    if abs(cos_inner) > 1.0 + 1e-6:
+        return None
+    phi = math.acos(min(max(-cos_inner, -1.0), 1.0)) - math.atan2(n_len, u.dot(v))
+    if abs(phi) > reach_assist.ASSIST_MAX_TURN:
+        return None
+    return normal / n_len, phi
+
+
+def _nearest_in_both(a, t, reach, spine_length):
+    """reach_assist._nearest_in_both in mathutils: the point nearest a within `reach` of t and within `spine_length` of
+    the spine's root (the origin). On the held-out clips it is almost always on the rim where the two spheres meet:
+    the demo's spine and neck are straight, so the head's target is at the edge of what they reach."""
+    miss = a - t
+    inside = t + miss * min(1.0, reach / max(miss.length, 1e-300))
+    if inside.length_squared <= spine_length * spine_length:
+        return inside
+    distance = max(t.length, 1e-300)
+    e = t / distance
+    if distance > reach + spine_length:
+        return e * spine_length
+    along = (distance * distance + spine_length * spine_length - reach * reach) / (2.0 * distance)
+    radius = math.sqrt(max(spine_length * spine_length - along * along, 0.0))
+    side = a - e * a.dot(e)
+    return e * along + side * (radius / max(side.length, 1e-300))
+
+
+def _within_limits(q, mean_conjugate, low, high):
+    """reach_assist._within_limits for a mathutils quaternion (the shortest way from the mean pose)."""
+    delta = mean_conjugate @ q
+    if delta.w < 0.0:
+        delta.negate()
+    x, y, z = delta.to_exponential_map()
+    return low[0] <= x <= high[0] and low[1] <= y <= high[1] and low[2] <= z <= high[2]
 
 
 class MathutilsRefiner:
@@ -91,13 +153,18 @@ class MathutilsRefiner:
                 else:
                     constant = None
                 self.slots.append((role, parent, constant))
-        self.chains = [_Chain(tuple(r.chain_slots[c].tolist()), tuple(Matrix(chain_bridges[c, i].tolist()) for i in range(3)),
-                              float(lengths[2][c]), float(lengths[3][c]), float(reach[0][c]), float(reach[1][c]),
-                              float(straight[c]), float(lengths[0][c])) for c in range(5)]
-        # what the assist turns (the spine, the clavicles) moves lane 0 and levels 4 on: the legs below stay
-        self.upper_body = [s for s, slot in enumerate(self.slots)
-                           if slot is not None and (s % 3 == 0 or s // 3 >= 4)]
-        self.all_slots = [s for s, slot in enumerate(self.slots) if slot is not None]
+        self.chains = [_Chain(tuple(r.chain_slots[c, 1:].tolist()), tuple(r.chain_roles[c, :2].tolist()),
+                              Matrix(chain_bridges[c, 2].tolist()).to_quaternion(), float(lengths[2][c]),
+                              float(lengths[3][c]), float(reach[0][c]), float(reach[1][c]), float(straight[c]),
+                              float(lengths[0][c])) for c in range(5)]
+        # the forward pass in three parts, so that the head's assist (which turns the spine on almost every tick of
+        # unseen motion) comes before the arms and the head are placed, not after: the legs (levels 1-3), the spine up
+        # to the neck's base (lane 0, levels 1-4: what the legs' and the head's reach checks and the head's assist
+        # read), the rest of the upper body (what the clavicles' assist reads and turns)
+        slots = [s for s, slot in enumerate(self.slots) if slot is not None]
+        self.spine_slots = [s for s in slots if s % 3 == 0 and s // 3 <= 4]
+        self.lower_slots = [s for s in slots if s // 3 <= 3 or s in self.spine_slots]
+        self.rest_slots = [s for s in slots if s not in self.lower_slots]
         self.written = [role for c in range(5) for role in r.chain_roles[c].tolist()]
         self.places = {}                        # roles written -> their places in q[0] flattened
         assist = r.reach_assist
@@ -105,89 +172,163 @@ class MathutilsRefiner:
         if assist is not None:
             self.reach_squares = assist.reach_squares[0].tolist() if assist.reach_squares.ndim > 1 \
                 else assist.reach_squares.tolist()
-            self.assisted, self.unassisted = assist.assisted_chains.tolist(), assist.unassisted_chains.tolist()
+            self.unassisted = assist.unassisted_chains.tolist()
+        self.head = None
+        head = assist.groups[0] if assist is not None else None
+        if head is not None and head.chains[0] == 4 and head.enabled[0] and assist.spine is not None:
+            slots, spine = head.slots.tolist(), assist.spine
+            _, mean_conjugate, _, _, surely_inside = head.limits[0]
+            self.head = _HeadAssist(slots[0], slots[1], tuple(slots[2:5]), head.roles[0], spine.roles,
+                                    (Quaternion(mean_conjugate), surely_inside),
+                                    tuple((Quaternion(c), low, high) for c, low, high in spine.limits),
+                                    spine.upper_length)
 
-    def forward(self, quaternions, hips, world=None):
-        """World 4x4 transforms (mathutils) of the chain layout's slots from local quaternions (23 lists) and the hips'
-        transform (Matrix); None at padding. Given the world before the assist turned something, only the upper
-        body's slots are computed again."""
-        if world is None:
-            world, slots = [hips] * 3 + [None] * (len(self.slots) - 3), self.all_slots
-        else:
-            world, slots = list(world), self.upper_body
+    def forward(self, quaternions, world, slots):
+        """The forward pass over `slots` (parents first): world 4x4 transforms (mathutils) of the chain layout's slots
+        into `world` (a list by slot, its first three the hips' transform) from local quaternions (23 lists)."""
         for s in slots:
             role, parent, constant = self.slots[s]
             if constant is None:
                 world[s] = world[parent]
             else:
                 world[s] = world[parent] @ constant @ Quaternion(quaternions[role]).to_matrix().to_4x4()
-        return world
 
     def _beyond(self, world, target_vectors, chain):
         """Whether chain's target is beyond its reach."""
-        upper = world[self.chains[chain].slots[1]].translation
+        upper = world[self.chains[chain].slots[0]].translation
         return (target_vectors[chain] - upper).length_squared > self.reach_squares[chain]
 
-    def _assist(self, quaternions, world, targets, target_vectors, hips):
-        """Reach assist for one character (ReachAssist.apply's steps): turns chains' parents (or unbends the spine)
-        in `quaternions` (lists, changed in place). Returns (world after the turns or None when nothing turned, the
-        roles turned). A group with no chain beyond reach is passed by (its turns would find nothing to do)."""
-        assist, reach = self.assist, self.reach
-        changed, roles = False, []
-        for group in assist.groups:
-            if not any(self._beyond(world, target_vectors, c) for c in group.chains.tolist()):
-                continue
+    def _assist_group(self, group, quaternions, world, targets, target_vectors):
+        """The reach assist of one group (ReachAssist.apply's steps for one character): turns its chains' parents (or,
+        for the head, unbends the spine) in `quaternions` (lists, changed in place). Returns the roles turned, or None
+        when a chain stays beyond reach (least squares' job: the assist stops there, as ReachAssist.apply does)."""
+        new = self._assist_head(quaternions, world, target_vectors[4], self.reach[4]) \
+            if group.chains[0] == 4 and self.head is not None else None
+        if new is not None:
+            new, reached = new
+            missed = not reached
+        else:                                          # the Python-float functions, on frames as row lists
             frames = [[world[s][0][:], world[s][1][:], world[s][2][:]] for s in group.slots.tolist()]
             before = [quaternions[role] for role in group.roles]
-            new, missed = reach_assist._turn_parents(group, frames, before, targets, reach)
-            if group.chains[0] == 4 and assist.spine is not None:
-                new, head_reached = reach_assist._straighten_spine(assist.spine, new, frames, before, targets[4],
-                                                                   reach[4])
-                missed = [c for c in missed if c != 4] if head_reached else [4]
-            if missed:
-                break
-            turned = False
-            for role, quaternion in new.items():
-                if role != "turn":
-                    quaternions[role] = list(quaternion)
-                    roles.append(role)
-                    turned = True
-            if turned:
-                world = self.forward(quaternions, hips, world)
-                changed = True
-        return (world if changed else None), roles
+            new, missed = reach_assist._turn_parents(group, frames, before, targets, self.reach)
+            if group.chains[0] == 4 and self.assist.spine is not None:
+                new, reached = reach_assist._straighten_spine(self.assist.spine, new, frames, before, targets[4],
+                                                              self.reach[4])
+                missed = [c for c in missed if c != 4] if reached else [4]
+        if missed:
+            return None
+        roles = [role for role in new if role != "turn"]
+        for role in roles:
+            quaternions[role] = list(new[role])
+        return roles
 
-    def _solve_chain(self, chain, world, target, target_rotation):
-        """The closed form of one chain: its three new local quaternions (upper, mid, end) and the error it leaves."""
-        slots, bridges, sum_squares, inverse, reach_max, reach_min, straight, l1 = chain
-        parent, upper, mid, end = (world[s] for s in slots)
+    def _assist_head(self, quaternions, world, t, reach):
+        """The head group's reach assist (reach_assist._turn_parents for the head's chain, then _straighten_spine) in
+        mathutils, on its usual paths: Spine2 turns the neck's base within reach of the head's target t, or, when no
+        Spine2 turn can (almost every held-out tick: the demo's neck is straight, so its base must sit within a hair
+        of one sphere), the spine unbends onto the nearest point within reach. Returns (new local quaternions by
+        role, whether the target is within reach now) as _straighten_spine does, or None for the rare cases the
+        Python-float functions take: no plane to turn in, a Spine2 turn that may meet its limits."""
+        h, max_turn = self.head, reach_assist.ASSIST_MAX_TURN
+        W2 = world[h.parent_slot]
+        p, a = W2.translation, world[h.upper_slot].translation
+        P, D = a - p, t - p
+        cross = P.cross(D)
+        sine = cross.length
+        if not sine > 0.0:
+            return None
+        A2, T2 = P.length_squared, D.length_squared
+        goal_reach = reach * (1.0 - reach_assist.ASSIST_SLACK)
+        cos_goal = (T2 + A2 - goal_reach * goal_reach) / (2.0 * math.sqrt(A2 * T2))
+        if cos_goal <= 1.0:
+            turn = math.atan2(sine, P.dot(D)) - math.acos(max(cos_goal, -1.0))
+            if turn <= max_turn:                             # Spine2 turns: the neck's base lands within reach
+                q = Quaternion(quaternions[h.turn_role]) @ Quaternion((cross / sine) @ W2.to_3x3(), turn)
+                mean_conjugate, surely_inside = h.turn_limit
+                if abs((mean_conjugate @ q).w) < surely_inside:
+                    return None
+                return {h.turn_role: q}, True
+        # the spine straightens (_straighten_spine's steps; Spine2's world rotation is W2's)
+        S0, S1, S2 = (world[s] for s in h.spine_slots)
+        p0, p1, p2 = S0.translation, S1.translation, S2.translation
+        if not (a - t).length_squared > reach * reach:
+            return {}, True
+        lower = (p1 - p0).length
+        T = t - p0
+        if not T.length < lower + h.upper_length + reach:          # beyond what the straight spine reaches
+            return {}, False
+        goal = _nearest_in_both(a - p0, T, reach * (1.0 - reach_assist.SPINE_SLACK),
+                                (lower + h.upper_length) * (1.0 - reach_assist.SPINE_SLACK))
+        length = goal.length
+        upper_needed = max((a - p1).length, min(length - lower, h.upper_length))
+        if reach_assist._swing_beyond_limit(p1 - p0, lower, goal, length, upper_needed):
+            return {}, False
+        r0, r1, r2 = h.spine_roles
+        bend = _bend(p1, p2, a, upper_needed)                       # Spine2 unbends, if it must
+        if bend is None:
+            return {}, False
+        n, phi = bend
+        q2 = Quaternion(quaternions[r2]) @ Quaternion(n @ W2.to_3x3(), phi)
+        a = Quaternion(n, phi) @ (a - p2) + p2
+        bend = _bend(p0, p1, a, length)                             # Spine1 bends to |a* - p0|
+        if bend is None:
+            return {}, False
+        n, phi = bend
+        q1 = Quaternion(quaternions[r1]) @ Quaternion(n @ S1.to_3x3(), phi)
+        now = Quaternion(n, phi) @ (a - p1) + p1 - p0               # Spine swings a onto a*
+        axis = now.cross(goal)
+        sine = axis.length
+        angle = math.atan2(sine, now.dot(goal))
+        if not angle <= max_turn:
+            return {}, False
+        q0 = Quaternion(quaternions[r0])
+        if sine > 0.0:
+            q0 = q0 @ Quaternion((axis / sine) @ S0.to_3x3(), angle)
+        (c0, low0, high0), (c1, low1, high1), (c2, low2, high2) = h.spine_limits
+        if not (_within_limits(q0, c0, low0, high0) and _within_limits(q1, c1, low1, high1)
+                and _within_limits(q2, c2, low2, high2)):
+            return {}, False
+        return {r0: q0, r1: q1, r2: q2}, True
+
+    def _solve_chain(self, chain, world, quaternions, target, target_rotation):
+        """The closed form of one chain: its three new local quaternions (upper, mid, end) and the error it leaves.
+        The bend (about the limb plane's unit normal n, by phi) and the upper bone's turn (about the unit axis m, by
+        psi) are world rotations; a joint whose world rotation R = (its parent's world and rest-pose bridge) @ q
+        turns by (n, phi) gets the local q @ (the same turn about R^T n), as in reach_assist, so the upper and mid
+        bones' locals need neither their parents' frames nor their bridges; the end's is conj(its new world) times
+        the target's rotation."""
+        slots, roles, end_bridge, sum_squares, inverse, reach_max, reach_min, straight, l1 = chain
+        upper, mid = world[slots[0]], world[slots[1]]
         a, b = upper.translation, mid.translation
-        u, v, t = b - a, end.translation - b, target - a
+        u, v, t = b - a, world[slots[2]].translation - b, target - a
         d = t.length
-        dc = min(max(d, reach_min), reach_max)
-        cos_outer = min(max((dc * dc - sum_squares) * inverse, -1.0), 1.0)
+        dc = reach_min if d < reach_min else (reach_max if d > reach_max else d)
+        cos_outer = (dc * dc - sum_squares) * inverse
+        cos_outer = -1.0 if cos_outer < -1.0 else (1.0 if cos_outer > 1.0 else cos_outer)
         normal = u.cross(v)
         n_len = normal.length
         phi = math.acos(cos_outer) - math.atan2(n_len, u.dot(v))
-        R_up, R_mid = upper.to_3x3(), mid.to_3x3()
+        R_mid = mid.to_3x3()
         if n_len > straight:
             normal /= n_len
         else:          # a straight limb: bend about the mid bone's x axis made perpendicular to the upper bone
             x = R_mid.col[0]
             normal = x - (x.dot(u) / (l1 * l1)) * u
             normal /= max(normal.length, 1e-30)
-        Q1 = Quaternion(normal, phi).to_matrix()
-        p = u + Q1 @ v
+        bend = Quaternion(normal, phi)
+        p = u + bend @ v
         axis = p.cross(t)
         axis_len = axis.length
-        Q2 = Quaternion(axis / axis_len, math.atan2(axis_len, p.dot(t))).to_matrix() if axis_len > 1e-300 \
-            else Matrix.Identity(3)
-        up_new = Q2 @ R_up
-        mid_new = Q2 @ Q1 @ R_mid
-        b_up, b_mid, b_end = bridges
-        locals_ = ((parent.to_3x3() @ b_up).transposed() @ up_new, (up_new @ b_mid).transposed() @ mid_new,
-                   (mid_new @ b_end).transposed() @ target_rotation)
-        return [m.to_quaternion().normalized() for m in locals_], abs(d - dc)
+        if axis_len > 1e-300:
+            axis /= axis_len
+            psi = math.atan2(axis_len, p.dot(t))
+        else:
+            psi = 0.0
+        turn = Quaternion(axis, psi)
+        upper_local = Quaternion(quaternions[roles[0]]) @ Quaternion(axis @ upper.to_3x3(), psi)
+        mid_local = Quaternion(quaternions[roles[1]]) @ Quaternion(normal @ R_mid, phi)
+        end_local = (turn @ bend @ R_mid.to_quaternion() @ end_bridge).conjugated() @ target_rotation
+        return upper_local, mid_local, end_local, abs(d - dc)
 
     def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4):
         """Refiner.refine_quaternions (same arguments, same result to single precision) for one character; any
@@ -200,32 +341,51 @@ class MathutilsRefiner:
         if self._links is not r.links:
             self._constants()
         quaternions = q[0].tolist()
-        H = Matrix(hips[0].tolist())
-        world = self.forward(quaternions, H)
+        world = [Matrix(hips[0].tolist())] * 3 + [None] * (len(self.slots) - 3)
         targets = target_positions[0].tolist()
         target_vectors = [Vector(t) for t in targets]
-        assisted = []
-        if self.assist is not None:
-            beyond = [self._beyond(world, target_vectors, c) for c in range(5)]
-            if any(beyond[c] for c in self.assisted) and not any(beyond[c] for c in self.unassisted):
-                turned, assisted = self._assist(quaternions, world, targets, target_vectors, H)
-                world = turned if turned is not None else world
+        assisted = []                                  # the roles the reach assist turned
+        self.forward(quaternions, world, self.lower_slots)
+        rest_placed = False
+        # a leg beyond reach: least squares moves the character anyway, the assist would be paid for nothing
+        helping = self.assist is not None and not any(self._beyond(world, target_vectors, c) for c in self.unassisted)
+        for group in (self.assist.groups if helping else ()):
+            if group.chains[0] != 4 and not rest_placed:
+                self.forward(quaternions, world, self.rest_slots)
+                rest_placed = True
+            if not any(self._beyond(world, target_vectors, c) for c in group.chains.tolist()):
+                continue
+            roles = self._assist_group(group, quaternions, world, targets, target_vectors)
+            if roles is None:
+                break
+            if not roles:
+                continue
+            assisted += roles
+            if group.chains[0] == 4:           # the spine turned (the head's group is first: the rest is not placed yet)
+                self.forward(quaternions, world, self.spine_slots)
+            else:
+                self.forward(quaternions, world, self.rest_slots)
+        if not rest_placed:
+            self.forward(quaternions, world, self.rest_slots)
         rotations = target_rotations[0].tolist()
         solved = [x for role in assisted for x in quaternions[role]]           # flat: one np.put writes them all
         errors = []
         for c, chain in enumerate(self.chains):
-            local, error = self._solve_chain(chain, world, target_vectors[c], Matrix(rotations[c]))
-            for quaternion in local:
-                solved.extend(quaternion)
+            upper, mid, end, error = self._solve_chain(chain, world, quaternions, target_vectors[c],
+                                                       Matrix(rotations[c]).to_quaternion())
+            solved.extend(upper)
+            solved.extend(mid)
+            solved.extend(end)
             errors.append(error)
         roles = tuple(assisted)
         places = self.places.get(roles)
         if places is None:
             places = self.places[roles] = np.array([4 * role + i for role in roles + tuple(self.written) for i in range(4)])
         np.put(q, places, solved)
+        worst = max(errors)
         errors = np.array([errors])
         self.last_least_squares = 0
-        if iterations > 0 and errors.max() > tolerance:        # least squares: the NumPy refiner's last stage
+        if iterations > 0 and worst > tolerance:                # least squares: the NumPy refiner's last stage
             errors = r.least_squares_after_closed_form(q, hips, target_positions, target_rotations, errors,
                                                        iterations, tolerance)
             self.last_least_squares = r.last_least_squares

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 from live_helpers import humanoid_skeleton, random_poses
 from test_refine import (
+    BEYOND_SPINE2S_TURN,
     EFF,
     SPINE,
     closed_form_case,
-    head_beyond_a_bent_spine,
+    head_beyond_spine2s_turn,
     hips_matrices,
     pushed_beyond_reach,
     refiner_for,
@@ -75,27 +76,56 @@ def test_closed_form_matches_the_numpy_refiner(twist):
     assert expected[1].max() > 0.1 and (expected[1].max(axis=1) < 1e-9).any()      # unreachable and reachable
 
 
-@pytest.mark.parametrize("chain", [4, 0, 1])
-def test_reach_assist_matches_the_numpy_refiner(chain):
-    """A head or hand target beyond its chain's reach: the same parent turns (or spine straightening), no least
-    squares, the effectors on their targets."""
+@pytest.mark.parametrize("chains", [(4,), (0,), (1,), (4, 0)])
+def test_reach_assist_matches_the_numpy_refiner(chains):
+    """Head or hand targets beyond their chains' reach (the head's and the left hand's together: the spine turns,
+    then the clavicle): the same parent turns, no least squares, the effectors on their targets."""
     skel = humanoid_skeleton(twist=0.2)
     ref = refiner_for(skel, width=0.6)
-    local, hips_R, hips_p, tp, tr = pushed_beyond_reach(ref, skel, 12, chain, seed=30 + chain)
+    seed = 30 + chains[0] + 6 * (len(chains) - 1)
+    local, hips_R, hips_p, tp, tr = pushed_beyond_reach(ref, skel, 12, chains[0], seed=seed)
+    for chain in chains[1:]:
+        tp[:, chain] = pushed_beyond_reach(ref, skel, 12, chain, seed=seed)[3][:, chain]
     q, hips = matrices_to_quaternions(local), hips_matrices(hips_R, hips_p)
     expected, got = one_by_one(skel, ref, q, hips, tp, tr)
     assert_same_refinement(skel, q, hips, expected, got)
     assert not got[2].any() and got[1].max() < 1e-4
     np.testing.assert_allclose(effector_positions(skel, got[0], hips), tp, atol=1e-5)
-    turned = ROLE_INDEX["Spine2"] if chain == 4 else ROLE_INDEX[("LeftShoulder", "RightShoulder")[chain]]
+    turned = [ROLE_INDEX["Spine2"] if c == 4 else ROLE_INDEX[("LeftShoulder", "RightShoulder")[c]] for c in chains]
     assert (np.abs(got[0][:, turned] - q[:, turned]).max(axis=-1) > 1e-4).all()
 
 
-def test_spine_straightening_matches_the_numpy_refiner():
+def test_a_spine2_turn_that_may_meet_its_limits_takes_the_python_float_path(monkeypatch):
+    """Narrow limits: a Spine2 turn that may leave them goes to reach_assist's own functions (which clamp it), the
+    others stay in mathutils; either way the result is the NumPy refiner's. (Much narrower limits put a clamped
+    Spine2 exactly on its limit, where float32 and float64 can decide the spine's straightening either way: both
+    land, one with least squares.)"""
+    outcomes = []
+    head_assist = MathutilsRefiner._assist_head
+
+    def spy(self, *args):
+        outcomes.append(head_assist(self, *args))
+        return outcomes[-1]
+
+    monkeypatch.setattr(MathutilsRefiner, "_assist_head", spy)
+    skel = humanoid_skeleton(twist=0.2)
+    ref = refiner_for(skel, width=0.2)
+    local, hips_R, hips_p, tp, tr = pushed_beyond_reach(ref, skel, 16, 4, seed=35)
+    q, hips = matrices_to_quaternions(local), hips_matrices(hips_R, hips_p)
+    expected, got = one_by_one(skel, ref, q, hips, tp, tr)
+    assert_same_refinement(skel, q, hips, expected, got)
+    python_float = sum(outcome is None for outcome in outcomes)
+    assert 0 < python_float < len(outcomes)
+
+
+@pytest.mark.parametrize("case", BEYOND_SPINE2S_TURN)
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_spine_straightening_matches_the_numpy_refiner(case, sign):
+    """Also with every quaternion given as -q (the same rotation): the limits are checked the shortest way round."""
     skel = humanoid_skeleton()
     ref = refiner_for(skel, width=0.6)
-    local, hips_R, hips_p, pose, tp = head_beyond_a_bent_spine(ref, skel)
-    q, hips = matrices_to_quaternions(local), hips_matrices(hips_R, hips_p)
+    local, hips_R, hips_p, pose, tp = head_beyond_spine2s_turn(ref, skel, **BEYOND_SPINE2S_TURN[case])
+    q, hips = sign * matrices_to_quaternions(local), hips_matrices(hips_R, hips_p)
     expected, got = one_by_one(skel, ref, q, hips, tp, pose.rotations[:, EFF])
     assert_same_refinement(skel, q, hips, expected, got)
     assert (np.abs(got[0][:, SPINE] - q[:, SPINE]).max(axis=(1, 2)) > 1e-4).all() and not got[2].any()

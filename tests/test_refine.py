@@ -289,29 +289,44 @@ def test_reach_assist_lands_without_least_squares(chain, parent):
 SPINE = [ROLE_INDEX[s] for s in ("Spine", "Spine1", "Spine2")]
 
 
-def head_beyond_a_bent_spine(ref, skel, n=12):
-    """Poses with Spine1 and Spine2 bent by 0.25 rad (elbows bent too) and the head's target straight up along the
-    neck, 1-3 mm beyond its reach, where no turn of Spine2 helps: (local, hips_R, hips_p, pose, targets)."""
+# Head targets beyond the neck's reach that no turn of Spine2 brings within it: the spine must unbend. The nearest point
+# within the neck's reach of the target is either within the straight spine's reach too ("inside"), or beyond it, so
+# the neck's base goes to the rim where the two spheres meet ("rim": the shipped model's usual case on unseen motion,
+# whose demo rig has a straight spine and neck).
+BEYOND_SPINE2S_TURN = {"inside": {"off_line": (0.0, 0.002), "inside": (2e-5, 1e-4)},
+                       "rim": {"off_line": (0.02, 0.05), "inside": (2e-4, 1e-3)}}
+
+
+def head_beyond_spine2s_turn(ref, skel, off_line, inside, n=12):
+    """Poses with Spine1 and Spine2 bent by 0.05 rad (elbows bent too), the head's target `inside` (m, a range) inside
+    what the straight spine and neck reach from Spine's head, `off_line` (rad, a range) off the line from there to
+    the neck's base: (local, hips_R, hips_p, pose, targets)."""
     local, hips_R, hips_p, pose = random_poses(skel, n, seed=31, spread=0.0)
     rng = np.random.default_rng(32)
-    local[:, SPINE[1:]] = local[:, SPINE[1:]] @ axis_angle_to_matrix(np.array([0.25, 0.0, 0.0]) + rng.normal(0, 0.02, (n, 2, 3)))
+    local[:, SPINE[1:]] = local[:, SPINE[1:]] @ axis_angle_to_matrix(np.array([0.05, 0.0, 0.0]) + rng.normal(0, 0.02, (n, 2, 3)))
     for elbow in ("LeftForeArm", "RightForeArm"):
         local[:, ROLE_INDEX[elbow]] = local[:, ROLE_INDEX[elbow]] @ axis_angle_to_matrix(np.array([0.0, 0.0, 0.8]))
     pose = kinematics.forward(skel, local, hips_R, hips_p)
-    neck = ROLE_INDEX["NeckLower"]
+    lengths = np.linalg.norm(skel.offsets, axis=-1)
+    straight = lengths[SPINE[1]] + lengths[SPINE[2]] + lengths[ROLE_INDEX["NeckLower"]] + ref.links.reach[0][4]
+    p0 = pose.positions[:, SPINE[0]]
+    line = pose.positions[:, ROLE_INDEX["NeckLower"]] - p0
+    line /= np.linalg.norm(line, axis=-1, keepdims=True)
+    turn = np.cross(line, rng.normal(size=(n, 3)))
+    turn *= rng.uniform(*off_line, (n, 1)) / np.linalg.norm(turn, axis=-1, keepdims=True)
+    direction = (axis_angle_to_matrix(turn) @ line[..., None])[..., 0]
     tp = pose.positions[:, EFF].copy()
-    up = tp[:, 4] - pose.positions[:, neck]
-    up /= np.linalg.norm(up, axis=-1, keepdims=True)
-    tp[:, 4] = pose.positions[:, neck] + (ref.links.reach[0][4] + rng.uniform(0.001, 0.003, n))[:, None] * up
+    tp[:, 4] = p0 + (straight - rng.uniform(*inside, n))[:, None] * direction
     return local, hips_R, hips_p, pose, tp
 
 
-def test_spine_straightens_for_a_head_target_beyond_spine2s_turn():
-    """A head target straight up along the neck, 1-3 mm beyond its reach: no turn of Spine2 helps; the bent spine
-    unbends in closed form, landing without least squares inside the limits."""
+@pytest.mark.parametrize("case", BEYOND_SPINE2S_TURN)
+def test_spine_straightens_for_a_head_target_beyond_spine2s_turn(case):
+    """A head target beyond its reach where no turn of Spine2 helps: the bent spine unbends in closed form (Spine,
+    Spine1 and Spine2 all turn), landing without least squares inside the limits."""
     skel = humanoid_skeleton()
     ref = refiner_for(skel, width=0.6)
-    local, hips_R, hips_p, pose, tp = head_beyond_a_bent_spine(ref, skel)
+    local, hips_R, hips_p, pose, tp = head_beyond_spine2s_turn(ref, skel, **BEYOND_SPINE2S_TURN[case])
     spine = SPINE
     q = matrices_to_quaternions(local)
     before = q.copy()
@@ -320,7 +335,7 @@ def test_spine_straightens_for_a_head_target_beyond_spine2s_turn():
     out = quaternions_to_matrices(q)
     check = kinematics.forward(skel, out, hips_R, hips_p)
     assert np.linalg.norm(check.positions[:, EFF] - tp, axis=-1).max() < 1e-4
-    assert np.abs(q[:, spine] - before[:, spine]).max() > 1e-3
+    assert (np.abs(q[:, spine] - before[:, spine]).max(axis=(0, 2)) > 1e-4).all()
     delta = matrix_to_axis_angle(np.swapaxes(ref.mean_pose[spine], -1, -2) @ out[:, spine])
     assert np.all(delta >= ref.limit_low[spine] - 1e-9) and np.all(delta <= ref.limit_high[spine] + 1e-9)
 

@@ -160,11 +160,18 @@ class MathutilsRefiner:
         # the forward pass in three parts, so that the head's assist (which turns the spine on almost every tick of
         # unseen motion) comes before the arms and the head are placed, not after: the legs (levels 1-3), the spine up
         # to the neck's base (lane 0, levels 1-4: what the legs' and the head's reach checks and the head's assist
-        # read), the rest of the upper body (what the clavicles' assist reads and turns)
+        # read), the rest of the upper body (what the clavicles' assist reads and turns). Each part is a list of steps
+        # (slot, parent slot, constant, role); an effector's role is None: only its position is read (by its chain's
+        # solve), which its own rotation does not change, so that is left out.
         slots = [s for s, slot in enumerate(self.slots) if slot is not None]
-        self.spine_slots = [s for s in slots if s % 3 == 0 and s // 3 <= 4]
-        self.lower_slots = [s for s in slots if s // 3 <= 3 or s in self.spine_slots]
-        self.rest_slots = [s for s in slots if s not in self.lower_slots]
+        spine = [s for s in slots if s % 3 == 0 and s // 3 <= 4]
+        lower = [s for s in slots if s // 3 <= 3 or s in spine]
+        ends = set(r.chain_slots[:, 3].tolist())
+
+        def steps(part):
+            return [(s, self.slots[s][1], self.slots[s][2], None if s in ends else self.slots[s][0]) for s in part]
+        self.spine_steps, self.lower_steps = steps(spine), steps(lower)
+        self.rest_steps = steps([s for s in slots if s not in lower])
         self.written = [role for c in range(5) for role in r.chain_roles[c].tolist()]
         self.places = {}                        # roles written -> their places in q[0] flattened
         assist = r.reach_assist
@@ -183,13 +190,15 @@ class MathutilsRefiner:
                                     tuple((Quaternion(c), low, high) for c, low, high in spine.limits),
                                     spine.upper_length)
 
-    def forward(self, quaternions, world, slots):
-        """The forward pass over `slots` (parents first): world 4x4 transforms (mathutils) of the chain layout's slots
-        into `world` (a list by slot, its first three the hips' transform) from local quaternions (23 lists)."""
-        for s in slots:
-            role, parent, constant = self.slots[s]
-            if constant is None:
+    def forward(self, quaternions, world, steps):
+        """The forward pass over `steps` (one part of it, parents first; see _constants): world 4x4 transforms
+        (mathutils) of the chain layout's slots into `world` (a list by slot, its first three the hips' transform)
+        from local quaternions (23 lists)."""
+        for s, parent, constant, role in steps:
+            if constant is None:                       # an unmapped slot passes its parent's transform through
                 world[s] = world[parent]
+            elif role is None:                         # an effector: its position
+                world[s] = world[parent] @ constant
             else:
                 world[s] = world[parent] @ constant @ Quaternion(quaternions[role]).to_matrix().to_4x4()
 
@@ -345,13 +354,13 @@ class MathutilsRefiner:
         targets = target_positions[0].tolist()
         target_vectors = [Vector(t) for t in targets]
         assisted = []                                  # the roles the reach assist turned
-        self.forward(quaternions, world, self.lower_slots)
+        self.forward(quaternions, world, self.lower_steps)
         rest_placed = False
         # a leg beyond reach: least squares moves the character anyway, the assist would be paid for nothing
         helping = self.assist is not None and not any(self._beyond(world, target_vectors, c) for c in self.unassisted)
         for group in (self.assist.groups if helping else ()):
             if group.chains[0] != 4 and not rest_placed:
-                self.forward(quaternions, world, self.rest_slots)
+                self.forward(quaternions, world, self.rest_steps)
                 rest_placed = True
             if not any(self._beyond(world, target_vectors, c) for c in group.chains.tolist()):
                 continue
@@ -362,11 +371,11 @@ class MathutilsRefiner:
                 continue
             assisted += roles
             if group.chains[0] == 4:           # the spine turned (the head's group is first: the rest is not placed yet)
-                self.forward(quaternions, world, self.spine_slots)
+                self.forward(quaternions, world, self.spine_steps)
             else:
-                self.forward(quaternions, world, self.rest_slots)
+                self.forward(quaternions, world, self.rest_steps)
         if not rest_placed:
-            self.forward(quaternions, world, self.rest_slots)
+            self.forward(quaternions, world, self.rest_steps)
         rotations = target_rotations[0].tolist()
         solved = [x for role in assisted for x in quaternions[role]]           # flat: one np.put writes them all
         errors = []

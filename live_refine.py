@@ -301,7 +301,7 @@ class MathutilsRefiner:
 
     def _solve_chain(self, chain, world, quaternions, target, target_rotation):
         """The closed form of one chain: its three new local quaternions (upper, mid, end) and the error it leaves.
-        The bend (about the limb plane's unit normal n, by phi) and the upper bone's turn (about the unit axis m, by
+        The bend (about the limb plane's unit normal, by phi) and the upper bone's turn (about the unit axis, by
         psi) are world rotations; a joint whose world rotation R = (its parent's world and rest-pose bridge) @ q
         turns by (n, phi) gets the local q @ (the same turn about R^T n), as in reach_assist, so the upper and mid
         bones' locals need neither their parents' frames nor their bridges; the end's is conj(its new world) times

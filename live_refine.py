@@ -180,6 +180,9 @@ class MathutilsRefiner:
             self.reach_squares = assist.reach_squares[0].tolist() if assist.reach_squares.ndim > 1 \
                 else assist.reach_squares.tolist()
             self.unassisted = assist.unassisted_chains.tolist()
+            # chains the assist cannot help whose reach the first part of the forward pass does not place (an arm
+            # whose clavicle is not mapped): the rest of the upper body is placed before the reach checks
+            self.unassisted_above = [c for c in self.unassisted if self.chains[c].slots[0] not in lower]
         self.head = None
         head = assist.groups[0] if assist is not None else None
         if head is not None and head.chains[0] == 4 and head.enabled[0] and assist.spine is not None:
@@ -356,7 +359,11 @@ class MathutilsRefiner:
         assisted = []                                  # the roles the reach assist turned
         self.forward(quaternions, world, self.lower_steps)
         rest_placed = False
-        # a leg beyond reach: least squares moves the character anyway, the assist would be paid for nothing
+        if self.assist is not None and self.unassisted_above:
+            self.forward(quaternions, world, self.rest_steps)
+            rest_placed = True
+        # a chain the assist cannot help beyond reach (a leg): least squares moves the character anyway, the assist
+        # would be paid for nothing
         helping = self.assist is not None and not any(self._beyond(world, target_vectors, c) for c in self.unassisted)
         for group in (self.assist.groups if helping else ()):
             if group.chains[0] != 4 and not rest_placed:
@@ -370,8 +377,9 @@ class MathutilsRefiner:
             if not roles:
                 continue
             assisted += roles
-            if group.chains[0] == 4:           # the spine turned (the head's group is first: the rest is not placed yet)
+            if group.chains[0] == 4:           # the spine turned: its slots now, the rest before it is next read
                 self.forward(quaternions, world, self.spine_steps)
+                rest_placed = False
             else:
                 self.forward(quaternions, world, self.rest_steps)
         if not rest_placed:

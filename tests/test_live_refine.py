@@ -131,6 +131,24 @@ def test_spine_straightening_matches_the_numpy_refiner(case, sign):
     assert (np.abs(got[0][:, SPINE] - q[:, SPINE]).max(axis=(1, 2)) > 1e-4).all() and not got[2].any()
 
 
+@pytest.mark.parametrize("drop", [("LeftShoulder",), ("Spine2",)])
+@pytest.mark.parametrize("chain", [4, 0])
+def test_a_rig_without_a_clavicle_or_spine2_matches_the_numpy_refiner(drop, chain):
+    """An unmapped left clavicle (its arm out of the assist's reach: read before the assist) or Spine2 (no head
+    assist): the same least-squares decisions, errors and effectors to 10 micrometres (least squares starts from
+    the single-precision closed form)."""
+    skel = humanoid_skeleton(drop=drop, twist=0.2)
+    ref = refiner_for(skel, width=0.6)
+    assert MathutilsRefiner(ref).covers()
+    local, hips_R, hips_p, tp, tr = pushed_beyond_reach(ref, skel, 8, chain, seed=60 + chain)
+    q, hips = matrices_to_quaternions(local), hips_matrices(hips_R, hips_p)
+    expected, got = one_by_one(skel, ref, q, hips, tp, tr)
+    np.testing.assert_array_equal(got[2], expected[2])
+    np.testing.assert_allclose(got[1], expected[1], atol=1e-5)
+    np.testing.assert_allclose(effector_positions(skel, got[0], hips), effector_positions(skel, expected[0], hips),
+                               atol=1e-5)
+
+
 def test_least_squares_goes_on_in_the_numpy_refiner():
     """Targets the closed form cannot reach from the network's pose: the NumPy refiner's least squares takes over
     (the same characters, errors to 10 micrometres: it starts from the single-precision closed form)."""

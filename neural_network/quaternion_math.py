@@ -115,17 +115,6 @@ def multiply_quaternions(a, b):
     return outer.reshape(outer.shape[:-2] + (16,)) @ HAMILTON_PRODUCT
 
 
-def quaternions_to_axis_angles(q):
-    """(..., 4) unit quaternions -> (..., 3) axis-angles with angle in [0, pi] (q and -q give the same)."""
-    v = q[..., 1:]
-    s = np.sqrt(np.einsum("...i,...i->...", v, v))
-    scale = np.arctan2(s, np.abs(q[..., 0]))
-    scale *= 2.0
-    scale /= np.maximum(s, 1e-300)            # 2 atan2(s, |w|) / s -> 2 / |w| as s -> 0: exact for tiny angles
-    np.copysign(scale, q[..., 0], out=scale)
-    return v * scale[..., None]
-
-
 # -- one rotation at a time, in plain Python floats -----------------------------------------------------------------
 # For a handful of rotations of one character, a Python float operation (~30 ns) beats a NumPy call (~500 ns): the
 # reach assist works per character with these (tuples of floats; matrices as rows).
@@ -139,7 +128,8 @@ def quaternion_product(a, b):
 
 
 def quaternion_axis_angle(q):
-    """(w, x, y, z) unit quaternion -> axis-angle (x, y, z) with angle in [0, pi], like quaternions_to_axis_angles."""
+    """(w, x, y, z) unit quaternion -> axis-angle (x, y, z) with angle in [0, pi], as rotations.quaternion_to_axis_angle
+    does for arrays."""
     w, x, y, z = q
     s = math.sqrt(x * x + y * y + z * z)
     scale = math.copysign(2.0 * math.atan2(s, abs(w)) / max(s, 1e-300), w)

@@ -54,13 +54,12 @@ from .quaternion_math import (
     SQUARES_BIAS,
     matrices_to_quaternions,
     multiply_quaternions,
-    quaternions_to_axis_angles,
     quaternions_to_matrices,
     rotations_about,
 )
 from .reach_assist import ReachAssist
 from .roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLES
-from .rotations import axis_angle_to_matrix, matrix_to_axis_angle
+from .rotations import axis_angle_to_matrix, matrix_to_axis_angle, quaternion_to_axis_angle
 
 LIMBS = (("LeftArm", "LeftForeArm", "LeftHand"), ("RightArm", "RightForeArm", "RightHand"),
          ("LeftThigh", "LeftShin", "LeftFoot"), ("RightThigh", "RightShin", "RightFoot"))
@@ -608,7 +607,7 @@ class Refiner:
         delta = multiply_quaternions(self.mean_conjugates, qj)
         if (np.abs(delta[..., 0]) >= self.surely_inside).all():   # every turn smaller than its joint's nearest limit
             return qj
-        delta = quaternions_to_axis_angles(delta)
+        delta = quaternion_to_axis_angle(delta)
         clipped = np.minimum(np.maximum(delta, self.joint_low), self.joint_high)
         outside = (clipped != delta).any(axis=-1)
         if not outside.any():

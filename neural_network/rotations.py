@@ -92,14 +92,13 @@ def quaternion_to_matrix(q):
 
 
 def quaternion_to_axis_angle(q):
-    """(..., 4) -> (..., 3) with the angle in [0, pi], using atan2 so small angles keep full precision."""
+    """(..., 4) -> (..., 3) with the angle in [0, pi] (q and -q give the same): v * sign(w) 2 atan2(|v|, |w|) / |v|,
+    which tends to v * 2 / |w| as |v| -> 0, so small angles keep full precision."""
     q = np.asarray(q, dtype=np.float64)
-    q = np.where(q[..., :1] < 0, -q, q)
-    xyz = q[..., 1:]
-    s = np.linalg.norm(xyz, axis=-1)
-    angle = 2.0 * np.arctan2(s, q[..., 0])
-    scale = np.where(s < _SMALL, 2.0 / np.maximum(q[..., 0], _SMALL), angle / np.maximum(s, _SMALL))
-    return xyz * scale[..., None]
+    v, w = q[..., 1:], q[..., 0]
+    s = np.sqrt(np.einsum("...i,...i->...", v, v))
+    scale = np.copysign(2.0 * np.arctan2(s, np.abs(w)) / np.maximum(s, 1e-300), w)
+    return v * scale[..., None]
 
 
 def axis_angle_to_quaternion(v):

@@ -9,12 +9,11 @@ from neural_ik.neural_network import kinematics
 from neural_ik.neural_network.quaternion_math import (
     matrices_to_quaternions,
     multiply_quaternions,
-    quaternions_to_axis_angles,
     quaternions_to_matrices,
 )
 from neural_ik.neural_network.refine import Refiner
 from neural_ik.neural_network.roles import EFFECTOR_ROLES, ROLE_INDEX
-from neural_ik.neural_network.rotations import axis_angle_to_matrix, matrix_to_axis_angle
+from neural_ik.neural_network.rotations import axis_angle_to_matrix, matrix_to_axis_angle, quaternion_to_axis_angle
 
 EFF = list(EFFECTOR_ROLES)
 
@@ -236,9 +235,9 @@ def test_quaternion_helpers_match_rotation_matrices():
     a, b = (v / np.linalg.norm(v, axis=-1, keepdims=True) for v in rng.normal(size=(2, 200, 4)))
     np.testing.assert_allclose(quaternions_to_matrices(multiply_quaternions(a, b)),
                                quaternions_to_matrices(a) @ quaternions_to_matrices(b), atol=1e-12)
-    np.testing.assert_allclose(axis_angle_to_matrix(quaternions_to_axis_angles(a)), quaternions_to_matrices(a), atol=1e-12)
+    np.testing.assert_allclose(axis_angle_to_matrix(quaternion_to_axis_angle(a)), quaternions_to_matrices(a), atol=1e-12)
     small = np.concatenate([np.ones((5, 1)), 1e-12 * rng.normal(size=(5, 3))], axis=1)
-    np.testing.assert_allclose(quaternions_to_axis_angles(small), 2e0 * small[:, 1:], rtol=1e-9)
+    np.testing.assert_allclose(quaternion_to_axis_angle(small), 2e0 * small[:, 1:], rtol=1e-9)
 
 
 # ---- the reach assist: a chain's parent turns so the closed form reaches, without least squares ---------------------
@@ -278,7 +277,7 @@ def test_reach_assist_lands_without_least_squares(chain, parent):
     assert np.linalg.norm(check.positions[:, EFF] - tp, axis=-1).max() < 1e-4
     turned = ROLE_INDEX[parent]
     assert np.abs(multiply_quaternions(before[:, turned] * [1, -1, -1, -1], q[:, turned])[:, 1:]).max() > 1e-3
-    delta = quaternions_to_axis_angles(multiply_quaternions(matrices_to_quaternions(ref.mean_pose[turned].T), q[:, turned]))
+    delta = quaternion_to_axis_angle(multiply_quaternions(matrices_to_quaternions(ref.mean_pose[turned].T), q[:, turned]))
     assert np.all(delta >= ref.limit_low[turned] - 1e-9) and np.all(delta <= ref.limit_high[turned] + 1e-9)
     untouched = [ROLE_INDEX[n] for n in ("Spine", "Spine1")]          # only the parent turns
     if chain != 4:

@@ -71,8 +71,11 @@ def matrices_to_quaternions(R, out=None):
     return squares_to_quaternions(s, out)
 
 
-def exp_quaternions(v, out):
-    """(..., 3) axis-angle -> unit quaternions written into out (..., 4); v is the half angle times the axis."""
+def exp_quaternions(v, out=None):
+    """(..., 3) axis-angle -> unit quaternions written into out (..., 4; a new array when None); v is the half angle
+    times the axis."""
+    if out is None:
+        out = np.empty(v.shape[:-1] + (4,))
     half = np.sqrt(np.einsum("...i,...i->...", v, v))
     np.cos(half, out=out[..., 0])
     scale = np.sin(half)

@@ -52,6 +52,7 @@ from .quaternion_math import (
     QUATERNION_TO_MATRIX,
     SKEW,
     SQUARES_BIAS,
+    exp_quaternions,
     matrices_to_quaternions,
     multiply_quaternions,
     quaternions_to_matrices,
@@ -127,19 +128,6 @@ def _cross(a, b):
 def _norms(v):
     """(..., 3) -> (...) lengths, without np.linalg.norm's overhead."""
     return np.sqrt(np.einsum("...i,...i->...", v, v))
-
-
-def _rotation_quaternions(w, angles=None):
-    """(..., 3) axis-angles (and their angles |w|, if known) -> (..., 4) unit quaternions (cos |w|/2, w sin(|w|/2) / |w|)."""
-    if angles is None:
-        angles = np.sqrt(np.einsum("...i,...i->...", w, w))
-    out = np.empty(w.shape[:-1] + (4,))
-    half = angles * 0.5
-    np.cos(half, out=out[..., 0])
-    scale = np.sin(half)
-    scale /= np.maximum(angles, 1e-300)        # sin(h) / 2h -> 1/2 for tiny angles, and w = 0 gives 0 * 0
-    np.multiply(w, scale[..., None], out=out[..., 1:])
-    return out
 
 
 def _view(array, shape):
@@ -593,11 +581,10 @@ class Refiner:
         y = np.linalg.solve(H, err.reshape(k, 15, 1))
         w = (np.swapaxes(scaled, -1, -2) @ y).reshape(k, m, 3)
         w *= self.joint_root_weights
-        norms = np.sqrt(np.einsum("kmi,kmi->km", w, w))
+        norms = _norms(w)
         if norms.max() > MAX_STEP:      # scale each character's step down so that no joint turns more than MAX_STEP
             w *= np.minimum(1.0, MAX_STEP / np.maximum(norms.max(axis=1), 1e-12))[:, None, None]
-            norms = np.sqrt(np.einsum("kmi,kmi->km", w, w))
-        moved = multiply_quaternions(q[:, self.joints], _rotation_quaternions(w, norms))
+        moved = multiply_quaternions(q[:, self.joints], exp_quaternions(0.5 * w))
         q[:, self.joints] = self._limit_quaternions(moved)
         return np.abs(err).max()
 
@@ -612,7 +599,7 @@ class Refiner:
         outside = (clipped != delta).any(axis=-1)
         if not outside.any():
             return qj
-        fixed = multiply_quaternions(self.mean_quaternions, _rotation_quaternions(clipped))
+        fixed = multiply_quaternions(self.mean_quaternions, exp_quaternions(0.5 * clipped))
         qj[outside] = fixed[outside]
         return qj
 

@@ -23,7 +23,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "scripts"))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "tests"))           # live_helpers.place_targets, as the live tests place them
 
 from addon_loader import load_addon  # noqa: E402
 
@@ -65,12 +66,11 @@ def shipped_model_ticks(bpy, objs, rig, passes=3):
     frame before its tick. objs: the characters solved in one tick (character c is 7 c frames further on)."""
     import json
 
-    from mathutils import Matrix
+    from live_helpers import place_targets
 
     from neural_ik import rig_io
-    from neural_ik.live import LiveTick, targets_of
+    from neural_ik.live import LiveTick
     from neural_ik.neural_network.onnx_export import load_model_file
-    from neural_ik.neural_network.roles import EFFECTOR_ROLES
 
     weights = os.path.join(REPO, "weights")
     model, data = load_model_file(os.path.join(weights, "demo.npz"), rig.skeleton)
@@ -78,11 +78,8 @@ def shipped_model_ticks(bpy, objs, rig, passes=3):
         names = json.load(f)["validation_actions"]
     samples = [rig_io.read_action(rig, objs[0], bpy.data.actions[n]) for n in names]
     scene = bpy.context.scene
-    roles = [0] + list(EFFECTOR_ROLES)
-    placed = []           # per character: its targets and its world matrix
     for obj in objs:
         obj.neural_ik.refine_iterations = 2
-        placed.append((targets_of(obj), np.array(obj.matrix_world)))
     tick = LiveTick([(obj, model, data) for obj in objs])
     tick.start()
     refiner = tick.live_groups[0].solver.refiner
@@ -91,13 +88,8 @@ def shipped_model_ticks(bpy, objs, rig, passes=3):
         for sample in samples:
             frames = len(sample.frames)
             for i in range(frames):
-                for c, (targets, world) in enumerate(placed):
-                    f = (i + 7 * c) % frames
-                    for target, role in zip(targets, roles):
-                        m = np.eye(4)
-                        m[:3, :3] = rig.basis.T @ sample.rotations[f, role]
-                        m[:3, 3] = rig.basis.T @ sample.positions[f, role] / rig.scale
-                        target.matrix_world = Matrix((world @ m).tolist())
+                for c, obj in enumerate(objs):
+                    place_targets(obj, rig, sample, (i + 7 * c) % frames)
                 began = time.perf_counter()
                 tick.tick(scene)
                 times.append(time.perf_counter() - began)

@@ -135,7 +135,6 @@ class MathutilsRefiner:
             bridges, offsets = np.asarray(r.skeleton.bridges, np.float64), np.asarray(r.skeleton.offsets, np.float64)
             lengths, reach, straight = links.lengths, links.reach, links.straight
         chain_bridges = links.chain_bridges[0]
-        self.reach = [float(x) for x in reach[0]]   # per chain: the upper + mid bones' reach (the assist's too)
         # slot s: (its role, the slot its parent transform comes from, its constant 4x4), None for padding; an
         # unmapped slot passes its parent's transform through
         self.slots = []
@@ -157,6 +156,7 @@ class MathutilsRefiner:
                               Matrix(chain_bridges[c, 2].tolist()).to_quaternion(), float(lengths[2][c]),
                               float(lengths[3][c]), float(reach[0][c]), float(reach[1][c]), float(straight[c]),
                               float(lengths[0][c])) for c in range(5)]
+        self.reach = [chain.reach_max for chain in self.chains]     # the list reach_assist's functions take
         # the forward pass in three parts, so that the head's assist (which turns the spine on almost every tick of
         # unseen motion) comes before the arms and the head are placed, not after: the legs (levels 1-3), the spine up
         # to the neck's base (lane 0, levels 1-4: what the legs' and the head's reach checks and the head's assist

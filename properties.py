@@ -15,7 +15,7 @@ from bpy.props import (
 )
 
 from . import state
-from .neural_network.roles import ROLES, TASKS
+from .neural_network.skeleton.roles import ROLES, TASKS
 
 TASK_ITEMS = [(t.upper(), t.capitalize(), f"Motion task: {t}") for t in TASKS]
 

@@ -38,7 +38,7 @@ def naive_read(obj, rig, actions_and_frames):
     import bpy
     import numpy as np
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     anim = obj.animation_data or obj.animation_data_create()
     bones = [obj.pose.bones[rig.bone_names[b]] if b >= 0 else None for b in rig.role_bones]
@@ -86,9 +86,9 @@ def bench_rig(label, obj, mapping, repeats):
     import bpy
     import numpy as np
 
-    from neural_ik import rig_io
-    from neural_ik.neural_network.dataset import standing_height
-    from neural_ik.neural_network.rotations import angle_between
+    from neural_ik.blender import rig_io
+    from neural_ik.neural_network.data.dataset import standing_height
+    from neural_ik.neural_network.geometry.rotations import angle_between
     from neural_ik.operators.data import extract_dataset, usable_actions
 
     rig = rig_io.read_rig(obj, mapping)

@@ -48,7 +48,7 @@ def measure(fn, repeats):
 
 
 def random_network(skeleton, spec, hidden=(128, 96), seed=0):
-    from neural_ik.neural_network.model import Model
+    from neural_ik.neural_network.model.model import Model
 
     rng = np.random.default_rng(seed)
     sizes = [50, *hidden, 69]
@@ -68,9 +68,9 @@ def shipped_model_ticks(bpy, objs, rig, passes=3):
 
     from live_helpers import place_targets
 
-    from neural_ik import rig_io
-    from neural_ik.live import LiveTick
-    from neural_ik.neural_network.onnx_export import load_model_file
+    from neural_ik.blender import rig_io
+    from neural_ik.blender.live import LiveTick
+    from neural_ik.neural_network.runtime.onnx_export import load_model_file
 
     weights = os.path.join(REPO, "weights")
     model, data = load_model_file(os.path.join(weights, "demo.npz"), rig.skeleton)
@@ -130,11 +130,11 @@ def main(argv=None):
     import bpy
     import onnxruntime as ort
 
-    from neural_ik import rig_io
-    from neural_ik.live import LiveTick
-    from neural_ik.neural_network.features import references_from_data
-    from neural_ik.neural_network.onnx_export import build_onnx, load_model_file
-    from neural_ik.neural_network.solver import NumpyEngine, OrtEngine
+    from neural_ik.blender import rig_io
+    from neural_ik.blender.live import LiveTick
+    from neural_ik.neural_network.data.features import references_from_data
+    from neural_ik.neural_network.runtime.onnx_export import build_onnx, load_model_file
+    from neural_ik.neural_network.runtime.solver import NumpyEngine, OrtEngine
     from neural_ik.properties import get_bone_map
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)

@@ -43,7 +43,7 @@ class TorchReference:
         self.levels = [(torch.as_tensor(idx), [int(p) for p in par], [int(j) for j in idx])
                        for idx, par in ctx.fk_skeleton.levels()]
         self.mask = ctx.skeleton.role_mask
-        from neural_ik.neural_network.roles import FOOT_ROLES, ROLE_PARENTS
+        from neural_ik.neural_network.skeleton.roles import FOOT_ROLES, ROLE_PARENTS
         self.role_parents = ROLE_PARENTS
         self.feet = list(FOOT_ROLES)
         f32 = torch.float32
@@ -147,8 +147,8 @@ def main():
     from addon_loader import load_package
 
     load_package()
-    from neural_ik.neural_network import losses, network, trainer
-    from neural_ik.neural_network.dataset import Dataset
+    from neural_ik.neural_network.data.dataset import Dataset
+    from neural_ik.neural_network.model import losses, network, trainer
 
     torch.set_num_threads(args.threads)
     if args.dataset:

@@ -13,11 +13,10 @@ import bpy
 import numpy as np
 from bpy.props import BoolProperty, FloatProperty, StringProperty
 
-from .. import rig_io
-from ..neural_network.dataset import DatasetBuilder, task_index
-from ..neural_network.files import FileRefused
-from ..neural_network.roles import ROLES
-from ..neural_network.rotations import (
+from ..blender import rig_io
+from ..neural_network.data.dataset import DatasetBuilder, task_index
+from ..neural_network.data.files import FileRefused
+from ..neural_network.geometry.rotations import (
     axis_angle_to_matrix,
     blender_axis_angle,
     euler_to_matrix,
@@ -25,6 +24,7 @@ from ..neural_network.rotations import (
     matrix_to_quaternion,
     quaternion_to_matrix,
 )
+from ..neural_network.skeleton.roles import ROLES
 from ..properties import get_bone_map, set_bone_map
 from .common import chosen_armature, poll_armature, poll_not_editing
 
@@ -38,7 +38,7 @@ class DataError(ValueError):
 
 def _bone_map_module():
     try:
-        from ..neural_network import bone_map
+        from ..neural_network.skeleton import bone_map
     except ImportError:
         return None
     return bone_map if hasattr(bone_map, "auto_map") else None

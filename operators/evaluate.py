@@ -18,10 +18,10 @@ import bpy
 import numpy as np
 from bpy.props import BoolProperty, IntProperty, StringProperty
 
-from .. import blender_ik, rig_io
-from ..neural_network import eval_report, metrics
-from ..neural_network.roles import ROLES, task_from_name
-from ..neural_network.rotations import chordal_mean
+from ..blender import blender_ik, rig_io
+from ..neural_network.geometry.rotations import chordal_mean
+from ..neural_network.report import eval_report, metrics
+from ..neural_network.skeleton.roles import ROLES, task_from_name
 from .common import poll_no_training, poll_not_editing
 
 # Bone maps of the two real-mocap rigs, used when the armature carries no bone map of its own.
@@ -158,7 +158,7 @@ def action_frames(action):
 
 def mean_pose_from_model(path, bone_map):
     """{bone: 3x3}: the model's mean local pose per role (the training clips' mean)."""
-    from ..neural_network.onnx_export import load_model_file
+    from ..neural_network.runtime.onnx_export import load_model_file
 
     model, _data = load_model_file(path)       # checkpoint or ONNX, fully checked (FileRefused says why not)
     mean = np.asarray(model.mean_pose, np.float64)
@@ -187,7 +187,7 @@ def limits_from(mean_pose, bone_map, model_path=None, local_rotations=None, marg
     range of the given training rotations plus a margin."""
     mean = np.stack([mean_pose.get(bone_map.get(role, ""), np.eye(3)) for role in ROLES])
     if model_path:
-        from ..neural_network.onnx_export import load_model_file
+        from ..neural_network.runtime.onnx_export import load_model_file
 
         model, _data = load_model_file(model_path)
         return mean, np.asarray(model.limit_low, np.float64), np.asarray(model.limit_high, np.float64)
@@ -281,7 +281,7 @@ def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path
 
 def task_of(action):
     override = getattr(action, "neural_ik_task", "AUTO")
-    from ..neural_network.roles import TASKS
+    from ..neural_network.skeleton.roles import TASKS
 
     return TASKS.index(override.lower()) if override and override != "AUTO" else task_from_name(action.name)
 

@@ -13,13 +13,14 @@ import numpy as np
 from bpy.app.handlers import persistent
 from bpy.props import IntProperty, StringProperty
 
-from .. import rig_io, state
-from ..live import TARGET_LABELS, TARGET_SLOTS, LiveCharacter, LiveStopped, LiveTick, missing_targets
-from ..neural_network.features import detect_contacts
-from ..neural_network.files import FileRefused
-from ..neural_network.onnx_export import check_rig, export_onnx, load_model_file
-from ..neural_network.roles import EFFECTOR_ROLES, FOOT_ROLES, ROLE_INDEX, TASKS, task_from_name
-from ..neural_network.solver import Solver, describe
+from .. import state
+from ..blender import rig_io
+from ..blender.live import TARGET_LABELS, TARGET_SLOTS, LiveCharacter, LiveStopped, LiveTick, missing_targets
+from ..neural_network.data.features import detect_contacts
+from ..neural_network.data.files import FileRefused
+from ..neural_network.runtime.onnx_export import check_rig, export_onnx, load_model_file
+from ..neural_network.runtime.solver import Solver, describe
+from ..neural_network.skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, ROLE_INDEX, TASKS, task_from_name
 from ..properties import get_bone_map
 from .common import poll_armature
 

@@ -9,7 +9,7 @@ import os
 import bpy
 from bpy.props import EnumProperty, IntProperty
 
-from ..neural_network import bone_map
+from ..neural_network.skeleton import bone_map
 from ..properties import set_bone_map
 
 # The model shipped with the extension, trained on the demo rig's actions (read-only: never written at run time).
@@ -80,7 +80,7 @@ class NEURAL_IK_OT_create_demo_rig(bpy.types.Operator):
         return True
 
     def execute(self, context):
-        from ..demo_rig import build_demo
+        from ..blender.demo_rig import build_demo
 
         obj, actions = build_demo(context, seed=self.seed)
         shipped = ""

@@ -16,10 +16,10 @@ from bpy.app.handlers import persistent
 from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
 
 from .. import state
-from ..neural_network import trainer
-from ..neural_network.dataset import Dataset
-from ..neural_network.files import FileRefused
-from ..neural_network.losses import LossWeights
+from ..neural_network.data.dataset import Dataset
+from ..neural_network.data.files import FileRefused
+from ..neural_network.model import trainer
+from ..neural_network.model.losses import LossWeights
 from ..properties import get_bone_map
 from .common import chosen_armature, poll_no_training
 

@@ -11,8 +11,8 @@ import os
 import bpy
 import numpy as np
 
-from ..neural_network.files import decode_meta
-from ..neural_network.roles import TASKS
+from ..neural_network.data.files import decode_meta
+from ..neural_network.skeleton.roles import TASKS
 
 classes = ()
 

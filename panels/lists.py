@@ -6,7 +6,7 @@ hangs under the 3D viewport's Object and Pose menus.
 
 import bpy
 
-from ..neural_network.roles import ESSENTIAL_ROLES
+from ..neural_network.skeleton.roles import ESSENTIAL_ROLES
 from .common import operator_available
 
 

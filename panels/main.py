@@ -10,17 +10,9 @@ import os
 import bpy
 
 from .. import state
-from ..neural_network.roles import ROLES
+from ..neural_network.skeleton.roles import ROLES
 from ..properties import get_bone_map
-from .common import (
-    absolute,
-    dataset_summary,
-    format_number,
-    format_seconds,
-    metric_lines,
-    operator,
-    read_meta,
-)
+from .common import absolute, dataset_summary, format_number, format_seconds, metric_lines, operator, read_meta
 from .lists import NEURAL_IK_MT_bone_map_presets, NEURAL_IK_UL_bone_map, role_status
 
 
@@ -82,7 +74,7 @@ def bone_map_problems(armature):
         return ["No bones are mapped yet: press Auto Map or choose a preset."]
     bones = [(bone.name, bone.parent.name if bone.parent else None) for bone in armature.data.bones]
     try:
-        from ..neural_network import bone_map
+        from ..neural_network.skeleton import bone_map
     except ImportError:
         bone_map = None
     validate = getattr(bone_map, "validate", None)

@@ -214,7 +214,7 @@ def _extract_command(parser):
         open_blend(args.blend)
         active_armature(args.armature or None)
         run_operator(bpy.ops.neural_ik.extract, filepath=os.path.abspath(args.out))
-        from neural_ik.neural_network.dataset import Dataset
+        from neural_ik.neural_network.data.dataset import Dataset
 
         print(f"wrote {Dataset.load(os.path.abspath(args.out)).summary_text()} to {args.out}")
     return run
@@ -318,7 +318,7 @@ def _demo_command(parser):
         step(f"extract {len(bpy.data.actions)} actions of {rig.name!r}")
         run_operator(bpy.ops.neural_ik.extract, filepath=paths["dataset.npz"])
         from neural_ik import state
-        from neural_ik.neural_network.dataset import Dataset
+        from neural_ik.neural_network.data.dataset import Dataset
 
         print("    " + Dataset.load(paths["dataset.npz"]).summary_text())
         step(f"train (at most {args.epochs} epochs, {args.time_limit:.0f} s)")

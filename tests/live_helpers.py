@@ -6,12 +6,12 @@ least squares to poses of the skeleton, which is a weak but honest network whose
 
 import numpy as np
 
-from neural_ik.neural_network import kinematics
-from neural_ik.neural_network.features import FeatureSpec, build_inputs, references_from_data
-from neural_ik.neural_network.model import Model
-from neural_ik.neural_network.roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLE_PARENTS, ROLES
-from neural_ik.neural_network.rotations import axis_angle_to_matrix, matrix_to_axis_angle
-from neural_ik.neural_network.skeleton import Skeleton
+from neural_ik.neural_network.data.features import FeatureSpec, build_inputs, references_from_data
+from neural_ik.neural_network.geometry import kinematics
+from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix, matrix_to_axis_angle
+from neural_ik.neural_network.model.model import Model
+from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLE_PARENTS, ROLES
+from neural_ik.neural_network.skeleton.skeleton import Skeleton
 
 OFFSETS = {
     "Spine": (0, 0, 0.10), "Spine1": (0, 0, 0.12), "Spine2": (0, 0, 0.12), "NeckLower": (0, 0, 0.18),
@@ -130,8 +130,8 @@ def demo_armature(every_action=True):
     if "create_demo_rig" in dir(bpy.ops.neural_ik):
         bpy.ops.neural_ik.create_demo_rig()
         return bpy.context.active_object
-    from neural_ik import rig_io
-    from neural_ik.neural_network import demo_motion
+    from neural_ik.blender import rig_io
+    from neural_ik.neural_network.data import demo_motion
     from neural_ik.properties import set_bone_map
 
     data = bpy.data.armatures.new("DemoRig")
@@ -171,8 +171,8 @@ def assign_action(obj, action):
 
 def linear_model_for(skeleton, samples):
     """A linear Model fitted by ridge regression to rig_io ActionSamples (what a quickly trained network does)."""
-    from neural_ik.neural_network.features import detect_contacts
-    from neural_ik.neural_network.roles import FOOT_ROLES, task_from_name
+    from neural_ik.neural_network.data.features import detect_contacts
+    from neural_ik.neural_network.skeleton.roles import FOOT_ROLES, task_from_name
 
     positions = np.concatenate([s.positions for s in samples])
     rotations = np.concatenate([s.rotations for s in samples])
@@ -186,7 +186,7 @@ def linear_model_for(skeleton, samples):
         parts.append(build_inputs(spec, np.nan_to_num(s.positions), s.rotations, s.hips_rotation, np.zeros((n, 2)),
                                   contacts, contacts, np.arange(n) / n, np.full(n, task_from_name(s.name))))
     x = np.concatenate(parts).astype(np.float64)
-    from neural_ik.neural_network.rotations import chordal_mean
+    from neural_ik.neural_network.geometry.rotations import chordal_mean
 
     mean = chordal_mean(local, axis=0)
     deltas = matrix_to_axis_angle(np.swapaxes(mean, -1, -2)[None] @ local)
@@ -203,7 +203,7 @@ def place_targets(obj, rig, sample, i):
     """Put the six target empties on frame i of a character-space ActionSample (world = armature matrix @ ...)."""
     from mathutils import Matrix
 
-    from neural_ik.live import targets_of as target_objects
+    from neural_ik.blender.live import targets_of as target_objects
 
     roles = [0] + list(EFFECTOR_ROLES)
     world = np.array(obj.matrix_world)

@@ -7,10 +7,10 @@ motion around its own base pose, with the hips travelling and turning, so consec
 
 import numpy as np
 
-from neural_ik.neural_network import kinematics, rotations
-from neural_ik.neural_network.dataset import DatasetBuilder
-from neural_ik.neural_network.roles import NUM_ROLES, ROLE_INDEX, ROLE_PARENTS, ROLES
-from neural_ik.neural_network.skeleton import Skeleton
+from neural_ik.neural_network.data.dataset import DatasetBuilder
+from neural_ik.neural_network.geometry import kinematics, rotations
+from neural_ik.neural_network.skeleton.roles import NUM_ROLES, ROLE_INDEX, ROLE_PARENTS, ROLES
+from neural_ik.neural_network.skeleton.skeleton import Skeleton
 
 _OFFSETS = {   # head of each role in its parent's frame at rest (metres; x left, y forward, z up)
     "Spine": (0, 0, 0.10), "Spine1": (0, 0, 0.12), "Spine2": (0, 0, 0.12), "NeckLower": (0, 0, 0.22),

@@ -41,7 +41,7 @@ def _digest(*parts):
 
 
 def _action_digest(action):
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     parts = [tuple(action.frame_range), action.use_fake_user, action.use_frame_range]
     for slot in getattr(action, "slots", [None]):     # Blender 4.2: no slots, the action holds the curves
@@ -153,7 +153,7 @@ class _FullDiskOs:
 
 @pytest.fixture
 def full_disk(monkeypatch):
-    from neural_ik.neural_network import files
+    from neural_ik.neural_network.data import files
 
     def install():
         monkeypatch.setattr(files, "os", _FullDiskOs())
@@ -162,7 +162,7 @@ def full_disk(monkeypatch):
 
 def test_full_disk_stand_in_fails_like_a_full_disk(tmp_path, full_disk):
     """The stand-in is not vacuous: a write through files.py fails with ENOSPC and keeps the previous file."""
-    from neural_ik.neural_network import files
+    from neural_ik.neural_network.data import files
 
     target = tmp_path / "kept.json"
     files.save_json(target, {"old": 1})
@@ -211,10 +211,10 @@ def files(addon, tmp_path_factory):
     from live_helpers import demo_armature, humanoid_skeleton, linear_model_for, random_model
     from synthetic import synthetic_dataset
 
-    from neural_ik import rig_io
-    from neural_ik.neural_network import checkpoint
-    from neural_ik.neural_network import files as nik_files
-    from neural_ik.neural_network.onnx_export import export_onnx
+    from neural_ik.blender import rig_io
+    from neural_ik.neural_network.data import files as nik_files
+    from neural_ik.neural_network.model import checkpoint
+    from neural_ik.neural_network.runtime.onnx_export import export_onnx
     from neural_ik.properties import get_bone_map
 
     folder = tmp_path_factory.mktemp("inputs")
@@ -313,7 +313,7 @@ def scene_lone_bone(files):
     obj.pose.bones[0].location = (0.0, 1.0, 0.0)
     obj.pose.bones[0].keyframe_insert("location", frame=10)
     obj.animation_data.action.use_fake_user = True
-    from neural_ik.live import TARGET_SLOTS
+    from neural_ik.blender.live import TARGET_SLOTS
 
     for slot in TARGET_SLOTS:             # targets, so Run IK gets as far as the bone map
         empty = bpy.data.objects.new(slot, None)
@@ -341,7 +341,7 @@ def _only_action(files, name, damage):
     """The demo rig with a single action `name` (a copy of its idle motion), damaged by damage(fcurves)."""
     import bpy
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     obj = scene_demo(files)
     keep = bpy.data.actions["idle_stand_01"]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from live_helpers import assign_action, demo_armature, humanoid_skeleton, linear_model_for, random_model
 
-from neural_ik.neural_network.roles import EFFECTOR_ROLES
+from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES
 
 EFF = list(EFFECTOR_ROLES)
 
@@ -14,7 +14,7 @@ EFF = list(EFFECTOR_ROLES)
 def demo(empty_scene):
     import bpy
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
     from neural_ik.operators import live as live_ops
     from neural_ik.properties import get_bone_map
 
@@ -31,7 +31,7 @@ def demo(empty_scene):
 
 def _fingerprints(bpy):
     """Every action's curves and keys, to show a bake changes nothing but the action it adds."""
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     out = {}
     for action in bpy.data.actions:
@@ -47,7 +47,7 @@ def _fingerprints(bpy):
 def test_bake_reproduces_a_held_out_action(demo):
     import bpy
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     obj, rig, model, held = demo
     source = bpy.data.actions[held[0]]
@@ -87,7 +87,7 @@ def test_bake_from_target_empties(demo):
     assert action.name == f"{obj.name}.nik"
     assert bpy.context.scene.frame_current == frame
     bpy.context.scene.frame_set(2)
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     heads = rig_io.armature_pose_heads(obj, rig)
     target = obj.neural_ik.target_left_foot.matrix_world.translation
@@ -98,7 +98,7 @@ def test_bake_from_target_empties(demo):
 def test_export_and_load_model_operators(demo, tmp_path):
     import bpy
 
-    from neural_ik.neural_network import checkpoint
+    from neural_ik.neural_network.model import checkpoint
 
     obj, rig, model, held = demo
     path = tmp_path / "demo.onnx"

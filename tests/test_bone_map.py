@@ -8,8 +8,9 @@ from conftest import BANDAI, CMU, need_mocap
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from neural_ik.neural_network import bone_map, demo_motion
-from neural_ik.neural_network.roles import ESSENTIAL_ROLES, ROLES
+from neural_ik.neural_network.data import demo_motion
+from neural_ik.neural_network.skeleton import bone_map
+from neural_ik.neural_network.skeleton.roles import ESSENTIAL_ROLES, ROLES
 
 DEMO_BONES = [(b.name, b.parent or None) for b in demo_motion.BONES]
 DEMO_HEADS = {b.name: b.head for b in demo_motion.BONES}

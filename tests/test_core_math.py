@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from neural_ik.neural_network import kinematics, rotations
-from neural_ik.neural_network.roles import NUM_ROLES, ROLE_INDEX, ROLES
-from neural_ik.neural_network.skeleton import Skeleton
+from neural_ik.neural_network.geometry import kinematics, rotations
+from neural_ik.neural_network.skeleton.roles import NUM_ROLES, ROLE_INDEX, ROLES
+from neural_ik.neural_network.skeleton.skeleton import Skeleton
 
 
 def random_skeleton(rng, missing=("Spine2", "NeckUpper")):

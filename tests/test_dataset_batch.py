@@ -5,10 +5,10 @@ detect_contacts, training_inputs vs build_inputs, and DatasetBuilder.add_batch v
 import numpy as np
 from synthetic import humanoid_skeleton
 
-from neural_ik.neural_network import armature_fk, kinematics, rotations
-from neural_ik.neural_network.dataset import ActionBatch, DatasetBuilder, segment_contacts, training_inputs
-from neural_ik.neural_network.features import FeatureSpec, build_inputs, detect_contacts
-from neural_ik.neural_network.roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES
+from neural_ik.neural_network.data.dataset import ActionBatch, DatasetBuilder, segment_contacts, training_inputs
+from neural_ik.neural_network.data.features import FeatureSpec, build_inputs, detect_contacts
+from neural_ik.neural_network.geometry import armature_fk, kinematics, rotations
+from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES
 
 
 def _random_rest(rng, parents):

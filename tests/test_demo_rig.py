@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from neural_ik.neural_network import demo_motion
-from neural_ik.neural_network.roles import ROLES, TASKS, task_from_name
+from neural_ik.neural_network.data import demo_motion
+from neural_ik.neural_network.skeleton.roles import ROLES, TASKS, task_from_name
 
 
 def _make_rig(seed=0):
@@ -18,7 +18,7 @@ def _all_keys(obj):
     """{(action, data_path, index): keyframe co array} for every demo action (names without Blender's .001)."""
     import bpy
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     keys = {}
     for action in bpy.data.actions:
@@ -32,7 +32,7 @@ def _all_keys(obj):
 def _use_action(obj, name):
     import bpy
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     action = bpy.data.actions[name]
     rig_io.assign_action(obj, action)
@@ -157,7 +157,7 @@ def test_reach_hand_lands_on_its_target_in_blender(empty_scene):
 
 def test_knees_bend_with_the_crouch(empty_scene):
     motion = next(m for m in demo_motion.generate_actions(0) if m.name.startswith("crouch_deep"))
-    from neural_ik.neural_network.rotations import quaternion_to_axis_angle
+    from neural_ik.neural_network.geometry.rotations import quaternion_to_axis_angle
 
     knee = quaternion_to_axis_angle(motion.rotations[:, demo_motion.BONE_INDEX["LeftShin"]])
     hips_height = motion.hips_location[:, 1]          # the hips bone's local Y is up at rest

@@ -34,7 +34,7 @@ def make_rig(name="Walker"):
     import bpy
     from mathutils import Euler
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     data = bpy.data.armatures.new(name)
     obj = bpy.data.objects.new(name, data)
@@ -123,7 +123,7 @@ def test_reader_matches_blender_pose_matrices(rig):
 def run_methods(rig, methods, mean_pose=None):
     import bpy
 
-    from neural_ik.neural_network import metrics
+    from neural_ik.neural_network.report import metrics
 
     ev = evaluate_module()
     obj, action = rig
@@ -141,7 +141,7 @@ def test_reference_against_itself_is_zero(rig):
     """A second armature playing the same action, read from Blender's evaluated pose, scores exactly 0."""
     import bpy
 
-    from neural_ik.neural_network import metrics
+    from neural_ik.neural_network.report import metrics
 
     ev = evaluate_module()
     obj, action = rig
@@ -191,8 +191,8 @@ def test_blender_ik_with_poles_lands_limbs_and_cleans_up(rig):
 def test_pole_angle_satisfies_blenders_pole_rule():
     """For the angle returned, x*cos(a) + z*sin(a) of the root bone, perpendicular to root->target, points at the
     pole, for random limbs and random root bone rolls; angles stay within +-180 degrees."""
-    from neural_ik import blender_ik
-    from neural_ik.neural_network.rotations import axis_angle_to_matrix
+    from neural_ik.blender import blender_ik
+    from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix
 
     rng = np.random.default_rng(3)
     n = 200
@@ -269,8 +269,8 @@ def test_network_rows_go_through_bake_and_refinement_lands_effectors(empty_scene
     import bpy
     from live_helpers import demo_armature, linear_model_for
 
-    from neural_ik import rig_io
-    from neural_ik.neural_network.checkpoint import save_model
+    from neural_ik.blender import rig_io
+    from neural_ik.neural_network.model.checkpoint import save_model
     from neural_ik.properties import get_bone_map
 
     obj = demo_armature()

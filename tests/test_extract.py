@@ -29,9 +29,9 @@ def _bandai_armature(tmp_path, files=BANDAI_FILES[:2]):
 def test_extract_operator_writes_a_dataset_that_loads_back_equal(empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.neural_network.dataset import Dataset
-    from neural_ik.neural_network.features import NUM_INPUTS
-    from neural_ik.neural_network.roles import TASKS
+    from neural_ik.neural_network.data.dataset import Dataset
+    from neural_ik.neural_network.data.features import NUM_INPUTS
+    from neural_ik.neural_network.skeleton.roles import TASKS
 
     obj = _bandai_armature(tmp_path)
     before = state_hash(obj)
@@ -67,7 +67,7 @@ def test_extract_operator_writes_a_dataset_that_loads_back_equal(empty_scene, tm
 def test_task_override_property_wins_over_the_name(empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.neural_network.roles import TASKS
+    from neural_ik.neural_network.skeleton.roles import TASKS
     from neural_ik.operators.data import extract_dataset
 
     obj = _bandai_armature(tmp_path)
@@ -82,8 +82,8 @@ def test_task_override_property_wins_over_the_name(empty_scene, tmp_path):
 def test_load_refuses_truncated_wrong_kind_and_wrong_version(empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.neural_network.dataset import Dataset
-    from neural_ik.neural_network.files import FileRefused, save_npz
+    from neural_ik.neural_network.data.dataset import Dataset
+    from neural_ik.neural_network.data.files import FileRefused, save_npz
     from neural_ik.operators.data import extract_dataset
 
     obj = _bandai_armature(tmp_path, BANDAI_FILES[:1])
@@ -143,7 +143,7 @@ def test_extract_bad_input_gives_plain_messages_and_no_file(empty_scene, tmp_pat
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
     # an action that animates none of the mapped bones is skipped with a note; the rest is extracted
     other = bpy.data.objects.new("other", None)
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     stray, _slot, curves = rig_io.new_action(other, "stray-walk")   # an OBJECT slot for "other" (4.2: the action)
     stray.use_fake_user = True

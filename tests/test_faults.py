@@ -27,10 +27,12 @@ import importlib.util, sys
 import numpy as np
 spec = importlib.util.spec_from_file_location("neural_network", {init!r}, submodule_search_locations=[{folder!r}])
 package = importlib.util.module_from_spec(spec); sys.modules["neural_network"] = package; spec.loader.exec_module(package)
-from neural_network import checkpoint, dataset, onnx_export
-from neural_network.features import FeatureSpec
-from neural_network.model import Model
-from neural_network.skeleton import Skeleton
+from neural_network.data import dataset
+from neural_network.data.features import FeatureSpec
+from neural_network.model import checkpoint
+from neural_network.model.model import Model
+from neural_network.runtime import onnx_export
+from neural_network.skeleton.skeleton import Skeleton
 
 kind, path, hidden = sys.argv[1], sys.argv[2], int(sys.argv[3])
 eye = lambda n: np.broadcast_to(np.eye(3), (n, 3, 3)).copy()
@@ -61,9 +63,9 @@ def _previous_file(kind, path):
     from live_helpers import humanoid_skeleton, random_model
     from synthetic import synthetic_dataset
 
-    from neural_ik.neural_network import checkpoint
-    from neural_ik.neural_network.dataset import Dataset
-    from neural_ik.neural_network.onnx_export import export_onnx, load_model_file
+    from neural_ik.neural_network.data.dataset import Dataset
+    from neural_ik.neural_network.model import checkpoint
+    from neural_ik.neural_network.runtime.onnx_export import export_onnx, load_model_file
 
     if kind == "dataset":
         synthetic_dataset(frames_per_action=5, actions=2).save(path)
@@ -126,7 +128,7 @@ def demo_model(addon):
     import bpy
     from live_helpers import demo_armature, linear_model_for
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
     from neural_ik.properties import get_bone_map
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
@@ -233,7 +235,7 @@ def test_unregistering_the_add_on_while_training(empty_scene, addon, tmp_path, c
     from synthetic import synthetic_dataset
 
     from neural_ik import state
-    from neural_ik.neural_network import checkpoint, trainer
+    from neural_ik.neural_network.model import checkpoint, trainer
     from neural_ik.operators import train as train_ops
 
     path = tmp_path / "data.npz"

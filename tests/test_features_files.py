@@ -5,8 +5,9 @@ import os
 import numpy as np
 import pytest
 
-from neural_ik.neural_network import features, files, rotations
-from neural_ik.neural_network.roles import NUM_ROLES, ROLE_INDEX
+from neural_ik.neural_network.data import features, files
+from neural_ik.neural_network.geometry import rotations
+from neural_ik.neural_network.skeleton.roles import NUM_ROLES, ROLE_INDEX
 
 
 def random_character(rng, n=16):

@@ -54,8 +54,8 @@ def good_files(addon):
     from live_helpers import humanoid_skeleton, random_model
     from synthetic import synthetic_dataset
 
-    from neural_ik.neural_network import checkpoint
-    from neural_ik.neural_network.onnx_export import export_onnx
+    from neural_ik.neural_network.model import checkpoint
+    from neural_ik.neural_network.runtime.onnx_export import export_onnx
 
     folder = tempfile.mkdtemp(prefix="nik_fuzz_")
     model = random_model(humanoid_skeleton(), hidden=(8,))
@@ -69,9 +69,9 @@ def good_files(addon):
 
 
 def _load(kind, path):
-    from neural_ik.neural_network import checkpoint
-    from neural_ik.neural_network.dataset import Dataset
-    from neural_ik.neural_network.onnx_export import load_model_file
+    from neural_ik.neural_network.data.dataset import Dataset
+    from neural_ik.neural_network.model import checkpoint
+    from neural_ik.neural_network.runtime.onnx_export import load_model_file
 
     if kind == "dataset":
         return Dataset.load(path)
@@ -82,8 +82,8 @@ def _load(kind, path):
 
 def _check_complete(kind, loaded, original):
     """A loaded object must be whole: every array with its documented shape, finite where it must be."""
-    from neural_ik.neural_network.dataset import ROW_ARRAYS
-    from neural_ik.neural_network.onnx_export import check_model
+    from neural_ik.neural_network.data.dataset import ROW_ARRAYS
+    from neural_ik.neural_network.runtime.onnx_export import check_model
 
     if kind == "dataset":
         n = len(loaded)
@@ -95,7 +95,7 @@ def _check_complete(kind, loaded, original):
 
 @pytest.mark.parametrize("kind", ["dataset", "checkpoint", "onnx"])
 def test_damaged_files_load_whole_or_are_refused(good_files, kind):
-    from neural_ik.neural_network.files import FileRefused
+    from neural_ik.neural_network.data.files import FileRefused
 
     folder, raw, model = good_files
     outcomes = {"refused": 0, "loaded": 0}
@@ -136,8 +136,9 @@ def test_any_metadata_value_loads_whole_or_is_refused(good_files, kind):
 
     import onnx
 
-    from neural_ik.neural_network import checkpoint, files
-    from neural_ik.neural_network.files import FileRefused
+    from neural_ik.neural_network.data import files
+    from neural_ik.neural_network.data.files import FileRefused
+    from neural_ik.neural_network.model import checkpoint
 
     folder, raw, model = good_files
     if kind == "checkpoint":
@@ -181,9 +182,9 @@ def live_tick(addon):
     import bpy
     from live_helpers import demo_armature, linear_model_for
 
-    from neural_ik import rig_io
-    from neural_ik.live import LiveTick
-    from neural_ik.neural_network.onnx_export import build_onnx
+    from neural_ik.blender import rig_io
+    from neural_ik.blender.live import LiveTick
+    from neural_ik.neural_network.runtime.onnx_export import build_onnx
     from neural_ik.properties import get_bone_map
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
@@ -205,7 +206,7 @@ def test_tick_never_raises_and_never_writes_non_finite_rotations(live_tick, data
     import bpy
     from mathutils import Matrix
 
-    from neural_ik.live import targets_of
+    from neural_ik.blender.live import targets_of
 
     obj, tick = live_tick
     targets = targets_of(obj)
@@ -232,7 +233,7 @@ def test_sizes_are_checked_before_arrays_are_read(tmp_path, monkeypatch):
     """A small compressed file that unpacks to more than a Neural IK file can hold is refused unread."""
     import json
 
-    from neural_ik.neural_network import files
+    from neural_ik.neural_network.data import files
 
     path = tmp_path / "bomb.npz"
     np.savez_compressed(path, meta=np.array(json.dumps({"kind": "neural_ik.model"})), big=np.zeros(4_000_000, np.uint8))

@@ -86,7 +86,7 @@ def _actions():
 
     result = {}
     for action in bpy.data.actions:
-        from neural_ik import rig_io
+        from neural_ik.blender import rig_io
 
         curves = rig_io.action_fcurves(action, rig_io.action_slot_for_any(action))
         values = []

@@ -10,10 +10,10 @@ import pytest
 from conftest import CMU, need_mocap
 from live_helpers import assign_action, fitted_model, humanoid_skeleton, inputs_of, linear_model_for, random_poses, targets_of
 
-from neural_ik.neural_network import kinematics
-from neural_ik.neural_network.roles import EFFECTOR_ROLES, ROLE_INDEX
-from neural_ik.neural_network.rotations import axis_angle_to_matrix
-from neural_ik.neural_network.solver import Solver
+from neural_ik.neural_network.geometry import kinematics
+from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix
+from neural_ik.neural_network.runtime.solver import Solver
+from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX
 
 EFF = list(EFFECTOR_ROLES)
 THIGHS = [ROLE_INDEX["LeftThigh"], ROLE_INDEX["RightThigh"]]
@@ -106,7 +106,7 @@ def cmu_rig(empty_scene):
     import addon_utils
     import bpy
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
     from neural_ik.operators import live as live_ops
     from neural_ik.properties import get_bone_map
 
@@ -130,7 +130,7 @@ def _evaluated(obj, rig, frames):
     """Blender's evaluated pose per frame: mapped heads (character space) and the pelvis' pose matrix."""
     import bpy
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     heads, pelvis = [], []
     for f in frames:
@@ -174,9 +174,9 @@ def test_live_tick_on_a_cmu_rig_with_a_turned_pelvis(cmu_rig):
     import bpy
     from mathutils import Matrix
 
-    from neural_ik import rig_io
-    from neural_ik.live import LiveTick
-    from neural_ik.live import targets_of as target_objects
+    from neural_ik.blender import rig_io
+    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.live import targets_of as target_objects
 
     obj, rig, model, source, _sample = cmu_rig
     scene = bpy.context.scene
@@ -224,7 +224,7 @@ def test_bake_from_empties_keeps_the_pelvis_as_it_stands(cmu_rig):
     it is, the baked action holds it there, and the evaluated feet land on their targets."""
     import bpy
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     obj, rig, model, source, _sample = cmu_rig
     assign_action(obj, source)

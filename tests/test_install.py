@@ -141,7 +141,7 @@ def probe(work_dir):
 
     def one_tick():
         live_ops = sys.modules[MODULE + ".operators.live"]
-        live = sys.modules[MODULE + ".live"]
+        live = sys.modules[MODULE + ".blender.live"]
         obj = armature["obj"]
         bpy.context.view_layer.objects.active = obj
         # What Run IK does on its first timer event (timers never fire in the bpy module): build the tick from the
@@ -266,7 +266,7 @@ if __name__ != "__main__":
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
                 manifest = archive.read("blender_manifest.toml").decode()
-            assert "__init__.py" in names and "neural_network/model.py" in names and "panels/main.py" in names
+            assert "__init__.py" in names and "neural_network/model/model.py" in names and "panels/main.py" in names
             for dev in ("tests/", "benchmarks/", "scripts/", "docs/", ".venv/", ".git/", ".ci/", "build/"):
                 assert not any(n.startswith(dev) for n in names), f"{platform} zip contains {dev}"
             wheels = [n for n in names if n.endswith(".whl")]

@@ -13,7 +13,7 @@ from live_helpers import (
     runner_reporting_to,
 )
 
-from neural_ik.neural_network.roles import EFFECTOR_ROLES
+from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def demo_data():
     """Demo rig samples read once: (train samples, held-out samples)."""
     import bpy
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
     from neural_ik.properties import get_bone_map
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
@@ -39,7 +39,7 @@ def live_rig(empty_scene, demo_data):
     """A fresh demo rig with targets, a model cached for it, and the first held-out action assigned."""
     import bpy
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
     from neural_ik.operators import live as live_ops
     from neural_ik.properties import get_bone_map
 
@@ -60,8 +60,8 @@ def test_tick_lands_effectors_on_held_out_poses(live_rig):
     evaluated pose in >= 99% of frames, and refinement does not make MPJPE against the reference worse (> 0.5 cm)."""
     import bpy
 
-    from neural_ik import rig_io
-    from neural_ik.live import LiveTick
+    from neural_ik.blender import rig_io
+    from neural_ik.blender.live import LiveTick
 
     obj, rig, model, held = live_rig
     tick = LiveTick([(obj, model, None)])
@@ -96,7 +96,7 @@ def test_tick_lands_effectors_on_held_out_poses(live_rig):
 def test_stopped_session_restores_pose_and_action(live_rig):
     import bpy
 
-    from neural_ik.live import LiveTick
+    from neural_ik.blender.live import LiveTick
 
     obj, rig, model, held = live_rig
     action = obj.animation_data.action
@@ -176,7 +176,7 @@ def test_target_reader_follows_objects_added_removed_and_renamed(live_rig):
     target deleted from the end of the list stops the session (a read that missed it would keep its last matrix)."""
     import bpy
 
-    from neural_ik.live import LiveStopped, LiveTick, TargetReader
+    from neural_ik.blender.live import LiveStopped, LiveTick, TargetReader
 
     obj, rig, model, held = live_rig
     tick = LiveTick([(obj, model, None)])
@@ -220,7 +220,7 @@ def test_tick_holds_off_the_cyclic_collector_and_restores_it(live_rig):
 
     import bpy
 
-    from neural_ik.live import LiveStopped, LiveTick
+    from neural_ik.blender.live import LiveStopped, LiveTick
 
     obj, rig, model, held = live_rig
     obj.neural_ik.refine_iterations = 2
@@ -267,7 +267,7 @@ def test_tick_holds_off_the_cyclic_collector_and_restores_it(live_rig):
 def test_non_finite_target_holds_the_last_pose(live_rig):
     import bpy
 
-    from neural_ik.live import LiveTick
+    from neural_ik.blender.live import LiveTick
 
     obj, rig, model, held = live_rig
     tick = LiveTick([(obj, model, None)])
@@ -333,7 +333,7 @@ def test_settings_edits_reach_the_next_tick_and_unnotified_changes_a_later_one(l
     armature without drivers within UNDRIVEN_ROUNDS ticks (the slices are real: neither is read at once)."""
     import bpy
 
-    from neural_ik.live import LiveTick
+    from neural_ik.blender.live import LiveTick
 
     obj, _rig, model, _held = live_rig
     scene = bpy.context.scene
@@ -387,8 +387,8 @@ def test_euler_and_axis_angle_bones_get_the_solved_rotations_without_jumping_a_t
     import bpy
     from mathutils import Euler
 
-    from neural_ik.live import LiveTick
-    from neural_ik.neural_network.quaternion_math import quaternions_to_matrices
+    from neural_ik.blender.live import LiveTick
+    from neural_ik.neural_network.geometry.quaternion_math import quaternions_to_matrices
 
     obj, rig, model, held = live_rig
     orders = ["ZXY", "XYZ", "YZX", "ZYX", "XZY", "YXZ"]

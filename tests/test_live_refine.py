@@ -17,12 +17,12 @@ from test_refine import (
     refiner_for,
 )
 
-from neural_ik.live_refine import MathutilsRefiner
-from neural_ik.neural_network import kinematics
-from neural_ik.neural_network.quaternion_math import matrices_to_quaternions, quaternions_to_matrices
-from neural_ik.neural_network.refine import CHAINS
-from neural_ik.neural_network.roles import ROLE_INDEX
-from neural_ik.neural_network.rotations import axis_angle_to_matrix
+from neural_ik.blender.live_refine import MathutilsRefiner
+from neural_ik.neural_network.geometry import kinematics
+from neural_ik.neural_network.geometry.quaternion_math import matrices_to_quaternions, quaternions_to_matrices
+from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix
+from neural_ik.neural_network.ik.refine import CHAINS
+from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
 
 
 def effector_positions(skel, q, hips):

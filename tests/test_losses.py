@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 from synthetic import humanoid_skeleton, synthetic_dataset
 
-from neural_ik.neural_network import kinematics, losses, rotations
-from neural_ik.neural_network.roles import NUM_ROLES
-from neural_ik.neural_network.trainer import TrainConfig, Trainer
+from neural_ik.neural_network.geometry import kinematics, rotations
+from neural_ik.neural_network.model import losses
+from neural_ik.neural_network.model.trainer import TrainConfig, Trainer
+from neural_ik.neural_network.skeleton.roles import NUM_ROLES
 
 TERMS = ("fk", "orientation", "pose", "contact", "limit", "slip", "smooth")
 

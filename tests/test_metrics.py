@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from neural_ik.neural_network import metrics
-from neural_ik.neural_network.roles import FOOT_ROLES, INNER_ROLES, NUM_ROLES, ROLE_INDEX, ROLES
-from neural_ik.neural_network.rotations import axis_angle_to_matrix
+from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix
+from neural_ik.neural_network.report import metrics
+from neural_ik.neural_network.skeleton.roles import FOOT_ROLES, INNER_ROLES, NUM_ROLES, ROLE_INDEX, ROLES
 
 FPS = 30.0
 HEIGHT = 1.7

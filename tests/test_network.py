@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from neural_ik.neural_network import network
-from neural_ik.neural_network.features import NUM_INPUTS
-from neural_ik.neural_network.model import Model
+from neural_ik.neural_network.data.features import NUM_INPUTS
+from neural_ik.neural_network.model import network
+from neural_ik.neural_network.model.model import Model
 
 
 def numeric_grad(f, x, eps=1e-6):

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from live_helpers import humanoid_skeleton, inputs_of, random_model, random_poses
 
-from neural_ik.neural_network import checkpoint, onnx_export
-from neural_ik.neural_network.files import FileRefused
+from neural_ik.neural_network.data.files import FileRefused
+from neural_ik.neural_network.model import checkpoint
+from neural_ik.neural_network.runtime import onnx_export
 
 
 @pytest.fixture(scope="module")

@@ -82,7 +82,7 @@ def make_humanoid(name="Humanoid"):
     """A real armature with one bone per role (bone names = role names), built with Blender's edit bones."""
     import bpy
 
-    from neural_ik.neural_network.roles import ROLE_PARENTS, ROLES
+    from neural_ik.neural_network.skeleton.roles import ROLE_PARENTS, ROLES
 
     data = bpy.data.armatures.new(name)
     obj = bpy.data.objects.new(name, data)
@@ -117,7 +117,7 @@ def training_state(monkeypatch):
 
 
 def write_loss_plot(path, history):
-    from neural_ik.neural_network import plot_png
+    from neural_ik.neural_network.report import plot_png
 
     epochs = [h["epoch"] for h in history]
     plot_png.loss_curve_png(path, epochs, {"train": [h["train_loss"] for h in history],
@@ -126,7 +126,7 @@ def write_loss_plot(path, history):
 
 def write_dataset(path, actions):
     """A dataset file as the extractor writes it (arrays sized from the actions' samples)."""
-    from neural_ik.neural_network.files import save_npz
+    from neural_ik.neural_network.data.files import save_npz
 
     rows = sum(a["samples"] for a in actions)
     meta = {"kind": "neural_ik.dataset", "layout_version": 1, "fps": 30.0, "units": "m", "actions": actions,
@@ -143,7 +143,7 @@ def test_no_armature(empty_scene, training_state, capfd):
 
 
 def test_unmapped_rig(empty_scene, training_state, capfd):
-    from neural_ik.neural_network.roles import ESSENTIAL_ROLES
+    from neural_ik.neural_network.skeleton.roles import ESSENTIAL_ROLES
     from neural_ik.panels.main import bone_map_problems
     from neural_ik.properties import set_bone_map
 
@@ -160,7 +160,7 @@ def test_unmapped_rig(empty_scene, training_state, capfd):
 
 
 def test_mapped_rig_without_dataset(empty_scene, training_state, capfd, tmp_path):
-    from neural_ik.neural_network.roles import ROLES
+    from neural_ik.neural_network.skeleton.roles import ROLES
     from neural_ik.panels.lists import role_status
     from neural_ik.panels.main import bone_map_problems
     from neural_ik.properties import set_bone_map
@@ -205,7 +205,7 @@ def test_dataset_summary_read_from_file(empty_scene, training_state, capfd, tmp_
 
 
 def test_training_running(empty_scene, training_state, capfd, tmp_path):
-    from neural_ik.neural_network.roles import ROLES
+    from neural_ik.neural_network.skeleton.roles import ROLES
     from neural_ik.properties import set_bone_map
 
     obj = make_humanoid()
@@ -243,8 +243,8 @@ def test_model_ready(empty_scene, training_state, capfd, tmp_path):
     import bpy
     from live_helpers import demo_armature, random_model
 
-    from neural_ik import rig_io
-    from neural_ik.neural_network.checkpoint import save_model
+    from neural_ik.blender import rig_io
+    from neural_ik.neural_network.model.checkpoint import save_model
     from neural_ik.operators import live as live_ops
     from neural_ik.panels.common import metric_lines, read_meta
     from neural_ik.properties import get_bone_map
@@ -277,8 +277,8 @@ def test_live_running(empty_scene, training_state, capfd):
     from live_helpers import demo_armature, random_model
 
     import neural_ik.state as state
-    from neural_ik import rig_io
-    from neural_ik.live import LiveTick
+    from neural_ik.blender import rig_io
+    from neural_ik.blender.live import LiveTick
     from neural_ik.operators import live as live_ops
     from neural_ik.panels.main import tick_times_ms
     from neural_ik.properties import get_bone_map

@@ -5,15 +5,19 @@ import numpy as np
 import pytest
 from live_helpers import humanoid_skeleton, limits, mean_pose, mpjpe, random_poses
 
-from neural_ik.neural_network import kinematics
-from neural_ik.neural_network.quaternion_math import (
+from neural_ik.neural_network.geometry import kinematics
+from neural_ik.neural_network.geometry.quaternion_math import (
     matrices_to_quaternions,
     multiply_quaternions,
     quaternions_to_matrices,
 )
-from neural_ik.neural_network.refine import Refiner
-from neural_ik.neural_network.roles import EFFECTOR_ROLES, ROLE_INDEX
-from neural_ik.neural_network.rotations import axis_angle_to_matrix, matrix_to_axis_angle, quaternion_to_axis_angle
+from neural_ik.neural_network.geometry.rotations import (
+    axis_angle_to_matrix,
+    matrix_to_axis_angle,
+    quaternion_to_axis_angle,
+)
+from neural_ik.neural_network.ik.refine import Refiner
+from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX
 
 EFF = list(EFFECTOR_ROLES)
 
@@ -374,7 +378,7 @@ def test_spine_swing_bound_skips_only_what_the_full_straightening_would_refuse(m
     """The early bound on Spine's swing (from distances, before the bends) turns characters away only when the full
     closed-form straightening would refuse them too: the result equals the one without the bound, bit for bit, over
     head targets from just beyond reach to far beyond it, some of which the straightening lands and some it refuses."""
-    from neural_ik.neural_network import reach_assist
+    from neural_ik.neural_network.ik import reach_assist
 
     skel = humanoid_skeleton()
     ref = refiner_for(skel, width=0.6)

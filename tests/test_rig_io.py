@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import BANDAI, CMU, need_mocap
 
-from neural_ik.neural_network.roles import ROLES
+from neural_ik.neural_network.skeleton.roles import ROLES
 
 BANDAI_MAP = {"Hips": "Hips", "Spine": "Spine", "Spine1": "Chest", "NeckLower": "Neck", "Head": "Head"}
 CMU_MAP = {"Hips": "CC_Base_Hip", "Spine": "CC_Base_Waist", "Spine1": "CC_Base_Spine01", "Spine2": "CC_Base_Spine02",
@@ -71,7 +71,7 @@ def use_map(obj, mapping):
 
 def assign(obj, action):
     """Assign an action (and its object slot) to obj: what a user does to see it (tests only)."""
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     if obj.animation_data is None:
         obj.animation_data_create()
@@ -86,7 +86,7 @@ def state_hash(obj):
     scene frame, the assigned action and slot, the current pose channels."""
     import bpy
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     h = hashlib.sha256()
     for action in sorted(bpy.data.actions, key=lambda a: a.name):
@@ -118,10 +118,10 @@ def check_against_blender(obj, dataset, frames_per_action, max_actions=4):
     worst orientation error in radians, worst FK error / height, checked frames)."""
     import bpy
 
-    from neural_ik import rig_io
-    from neural_ik.neural_network import kinematics
-    from neural_ik.neural_network.dataset import standing_height
-    from neural_ik.neural_network.rotations import angle_between, axis_angle_to_matrix
+    from neural_ik.blender import rig_io
+    from neural_ik.neural_network.data.dataset import standing_height
+    from neural_ik.neural_network.geometry import kinematics
+    from neural_ik.neural_network.geometry.rotations import angle_between, axis_angle_to_matrix
 
     rig = rig_io.read_rig(obj, dataset.meta["bone_map"])
     mask = rig.role_mask
@@ -200,7 +200,7 @@ def test_cmu_positions_fk_and_untouched_state(empty_scene, tmp_path):
     assert checked >= 50
     assert pos < TOLERANCE and fk < TOLERANCE and rot < 1e-4
     # the per-frame links are needed: the rest skeleton alone would be far off on this rig
-    from neural_ik.neural_network import kinematics
+    from neural_ik.neural_network.geometry import kinematics
     static = kinematics.forward_axis_angle(dataset.skeleton, dataset.rotations.astype(np.float64),
                                            dataset.hips_rotation.astype(np.float64),
                                            dataset.hips_position.astype(np.float64))
@@ -231,7 +231,7 @@ def test_retarget_keeps_world_rotations_of_every_file(empty_scene, tmp_path):
     the importer chose different rest orientations for its zero-length end bones (trap 2)."""
     import bpy
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     folder = gather(tmp_path, need_mocap(BANDAI), BANDAI_FILES[:2] + ("dataset-1_bow_active_001.bvh",))
     target, imported, _ = import_folder(bpy.context, folder)
@@ -261,8 +261,8 @@ def test_retarget_keeps_world_rotations_of_every_file(empty_scene, tmp_path):
 def test_write_pose_and_action_read_back(empty_scene, tmp_path):
     import bpy
 
-    from neural_ik import rig_io
-    from neural_ik.neural_network.rotations import angle_between, axis_angle_to_matrix
+    from neural_ik.blender import rig_io
+    from neural_ik.neural_network.geometry.rotations import angle_between, axis_angle_to_matrix
 
     folder = gather(tmp_path, need_mocap(BANDAI), BANDAI_FILES[:1])
     obj, _, _ = import_folder(bpy.context, folder)
@@ -300,7 +300,7 @@ def test_write_pose_and_action_read_back(empty_scene, tmp_path):
 def test_read_rig_refuses_bad_maps(empty_scene, tmp_path):
     import bpy
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
 
     folder = gather(tmp_path, need_mocap(BANDAI), BANDAI_FILES[:1])
     obj, _, _ = import_folder(bpy.context, folder)
@@ -319,7 +319,7 @@ def test_sparse_keys_modifiers_and_muted_curves_read_as_blender_evaluates(empty_
     are skipped exactly as Blender evaluates them (the fast path only reads keys that sit on every frame)."""
     import bpy
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
     from neural_ik.operators.data import bone_map_of
 
     bpy.ops.neural_ik.create_demo_rig()

@@ -6,7 +6,8 @@ import os
 import numpy as np
 from conftest import REPO
 
-from neural_ik.neural_network import checkpoint, onnx_export
+from neural_ik.neural_network.model import checkpoint
+from neural_ik.neural_network.runtime import onnx_export
 
 WEIGHTS = os.path.join(REPO, "weights")
 
@@ -14,7 +15,7 @@ WEIGHTS = os.path.join(REPO, "weights")
 def test_the_demo_rig_comes_with_the_shipped_model_and_it_solves(empty_scene):
     import bpy
 
-    from neural_ik import rig_io
+    from neural_ik.blender import rig_io
     from neural_ik.properties import get_bone_map
 
     bpy.ops.neural_ik.create_demo_rig(seed=3)

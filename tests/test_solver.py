@@ -6,9 +6,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from live_helpers import fitted_model, humanoid_skeleton, inputs_of, random_model, random_poses, targets_of
 
-from neural_ik.neural_network import solver as solver_module
-from neural_ik.neural_network.runtime_graph import PYTHON_CHECK_CHARACTERS
-from neural_ik.neural_network.solver import HELD_BAD_TARGETS, MISSED, OK, Solver
+from neural_ik.neural_network.runtime import solver as solver_module
+from neural_ik.neural_network.runtime.runtime_graph import PYTHON_CHECK_CHARACTERS
+from neural_ik.neural_network.runtime.solver import HELD_BAD_TARGETS, MISSED, OK, Solver
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +118,7 @@ def test_describe_says_what_happened():
 
 
 def test_fast_quaternion_equals_the_careful_one():
-    from neural_ik.neural_network.rotations import axis_angle_to_matrix, matrix_to_quaternion
+    from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix, matrix_to_quaternion
 
     rng = np.random.default_rng(3)
     v = rng.normal(size=(2000, 3))
@@ -132,8 +132,8 @@ def test_fast_quaternion_equals_the_careful_one():
 def test_runtime_graph_equals_the_numpy_path(model, poses):
     """The run-time ONNX graph (raw world matrices -> quaternions) builds the training inputs and the NumPy path's
     quaternions, from matrices given in another world frame (to_character) like a live tick reads them."""
-    from neural_ik.neural_network.rotations import axis_angle_to_matrix
-    from neural_ik.neural_network.runtime_graph import RuntimeEngine
+    from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix
+    from neural_ik.neural_network.runtime.runtime_graph import RuntimeEngine
 
     targets, pose, hips_R = poses
     k = len(targets)
@@ -148,7 +148,7 @@ def test_runtime_graph_equals_the_numpy_path(model, poses):
     rt.set_to_character(to_character)
     rt.settings[:] = (0.0, 0.0, 1.0, 1.0, 0.0, 0.0)
     rt.z_limits[:] = -np.inf                     # contact flags 0, as given to the reference
-    from neural_ik.neural_network.quaternion_math import MATRIX_TO_SQUARES, SQUARES_BIAS
+    from neural_ik.neural_network.geometry.quaternion_math import MATRIX_TO_SQUARES, SQUARES_BIAS
 
     turn, shift = axis_angle_to_matrix(np.array([2.0, 0.5, -1.0])), np.random.default_rng(5).normal(size=(3, 4))
     hips_map = np.zeros((1, 16, 10))             # as live.LiveCharacter.hips_map builds one: a turn, then an affine map
@@ -165,7 +165,7 @@ def test_runtime_graph_equals_the_numpy_path(model, poses):
     np.testing.assert_allclose(rt.targets, targets, atol=2e-6)
     mapped = targets[:, 0].reshape(k, 16) @ hips_map[0]
     np.testing.assert_allclose(rt.hips_location, mapped[:, 7:], rtol=1e-5, atol=1e-5)
-    from neural_ik.neural_network.quaternion_math import squares_to_quaternions
+    from neural_ik.neural_network.geometry.quaternion_math import squares_to_quaternions
     np.testing.assert_allclose(rt.hips_q, squares_to_quaternions(mapped[:, :7]), atol=1e-5)
 
 
@@ -197,7 +197,7 @@ def test_runtime_graph_hands_bad_targets_to_the_careful_path(model, poses, chara
 def test_runtime_pose_buffers_equal_the_numpy_path(model, poses):
     """With a pose layout the graph also writes each rig's whole rotation_quaternion buffer: the solved roles at their
     bones, the hips' quaternion at the hips, and the unmapped bones' own rotations (pose_base) everywhere else."""
-    from neural_ik.neural_network.runtime_graph import RuntimeEngine
+    from neural_ik.neural_network.runtime.runtime_graph import RuntimeEngine
 
     targets = poses[0][:3]
     k, count = len(targets), 30

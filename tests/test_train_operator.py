@@ -8,8 +8,8 @@ import pytest
 from synthetic import synthetic_dataset
 
 from neural_ik import state
-from neural_ik.neural_network import checkpoint, trainer
-from neural_ik.neural_network.roles import ROLES
+from neural_ik.neural_network.model import checkpoint, trainer
+from neural_ik.neural_network.skeleton.roles import ROLES
 from neural_ik.properties import set_bone_map
 
 

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from synthetic import humanoid_skeleton, synthetic_dataset
 
-from neural_ik.neural_network import checkpoint, files, losses, trainer
-from neural_ik.neural_network.files import FileRefused
+from neural_ik.neural_network.data import files
+from neural_ik.neural_network.data.files import FileRefused
+from neural_ik.neural_network.model import checkpoint, losses, trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -27,7 +28,7 @@ def fk_loss_on_training_rows(tr, weights):
     batch = tr.train.batch(np.concatenate([rows, rows]))
     batch["pair_valid"] = np.zeros(len(rows), np.float32)
     x = tr.train_inputs[np.concatenate([rows, rows])]
-    from neural_ik.neural_network import network
+    from neural_ik.neural_network.model import network
     out, _ = network.forward(weights, x)
     return losses.evaluate(tr.loss_context, losses.LossWeights(), out, batch, need_grad=False).parts["fk"]
 
@@ -158,7 +159,9 @@ import importlib.util, sys
 spec = importlib.util.spec_from_file_location("neural_network", {os.path.join(REPO, "neural_network", "__init__.py")!r},
                                               submodule_search_locations=[{os.path.join(REPO, "neural_network")!r}])
 package = importlib.util.module_from_spec(spec); sys.modules["neural_network"] = package; spec.loader.exec_module(package)
-from neural_network import checkpoint, dataset, losses, network, plot_png, trainer
+from neural_network.data import dataset
+from neural_network.model import checkpoint, losses, network, trainer
+from neural_network.report import plot_png
 import numpy as np
 rng = np.random.default_rng(0)
 plot_png.loss_curve_png({str(tmp_path / "curve.png")!r}, [1, 2, 3], {{"loss": [3.0, 2.0, 1.0]}})
@@ -188,9 +191,9 @@ def test_one_long_clip_never_becomes_the_validation_set():
 
 def with_moving_links(data, seed=5):
     """The dataset with per-frame links that move (as CMU's pelvis does), positions recomputed by FK through them."""
-    from neural_ik.neural_network import kinematics, rotations
-    from neural_ik.neural_network.dataset import training_inputs
-    from neural_ik.neural_network.roles import EFFECTOR_ROLES
+    from neural_ik.neural_network.data.dataset import training_inputs
+    from neural_ik.neural_network.geometry import kinematics, rotations
+    from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES
     rng = np.random.default_rng(seed)
     skel = data.skeleton
     n = len(data)
@@ -211,13 +214,14 @@ def with_moving_links(data, seed=5):
 
 def mirrored_positions(data):
     """S x with left and right roles swapped: where FK of the mirrored pose must put every joint."""
-    from neural_ik.neural_network import augment
+    from neural_ik.neural_network.data import augment
     return (data.positions.astype(np.float64) @ augment.REFLECT)[:, augment.MIRROR_ROLES]
 
 
 @pytest.mark.parametrize("moving", [False, True])
 def test_mirroring_twice_is_the_identity(data, moving):
-    from neural_ik.neural_network import augment, rotations
+    from neural_ik.neural_network.data import augment
+    from neural_ik.neural_network.geometry import rotations
     source = with_moving_links(data) if moving else data
     mirror = augment.mirror_check(source)
     assert mirror.ok, mirror.reason
@@ -240,7 +244,8 @@ def test_mirroring_twice_is_the_identity(data, moving):
 def test_fk_of_a_mirrored_pose_is_the_mirrored_positions(data, moving):
     """The mirrored dataset's positions are FK of its rotations (what the loss compares), and they equal the mirror
     image of the original positions on this symmetric rig; effector orientations are mirrored too."""
-    from neural_ik.neural_network import augment, kinematics, rotations
+    from neural_ik.neural_network.data import augment
+    from neural_ik.neural_network.geometry import kinematics, rotations
     source = with_moving_links(data) if moving else data
     mirror = augment.mirror_check(source)
     flipped = augment.mirror_dataset(source, mirror)
@@ -261,7 +266,7 @@ def test_fk_of_a_mirrored_pose_is_the_mirrored_positions(data, moving):
 
 
 def test_an_asymmetric_rig_is_not_mirrored(tmp_path):
-    from neural_ik.neural_network import augment
+    from neural_ik.neural_network.data import augment
     skel = humanoid_skeleton()
     skel.offsets[14] *= 1.3          # the right hand sits 30% further down the forearm than the left
     lopsided = synthetic_dataset(frames_per_action=30, actions=4, seed=2, skeleton=skel)

@@ -44,8 +44,8 @@ relative rotation near a half turn - and the solver then redoes the tick on the 
 
 import numpy as np
 
-from .features import NUM_INPUTS
-from .roles import NUM_ROLES
+from ..data.features import NUM_INPUTS
+from ..skeleton.roles import NUM_ROLES
 
 GRAPH_INPUTS = ("world", "to_character_t", "settings", "z_limits", "step_limits", "previous_feet")
 CHECK_TOLERANCE = 1e-2       # summed |4 sin^2 + 4 cos^2 - 4| of the six relative rotations
@@ -296,8 +296,8 @@ def _quaternions(g, model, d, hips_q, pose_layout, k):
     left-multiplication matrices; the hips' quaternion passes through as the last 4 columns). With a pose layout, one
     ScatterND puts q_ext's quaternions at their bones in `pose_base` (K, bones + 24, 4) (the unmapped bones' rotations,
     plus 24 spare places that take the roles no quaternion bone has): the rigs' rotation_quaternion buffers (`pose`)."""
-    from .quaternion_math import left_matrices
-    from .rotations import matrix_to_quaternion
+    from ..geometry.quaternion_math import left_matrices
+    from ..geometry.rotations import matrix_to_quaternion
 
     sum3r = np.zeros((3 * NUM_ROLES, ROLE_COLUMNS))
     sum3r[:, :NUM_ROLES] = np.kron(np.eye(NUM_ROLES), np.ones((3, 1)))

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from . import kinematics
-from .roles import EFFECTOR_ROLES, FOOT_ROLES, INNER_ROLES, NUM_ROLES, ROLES
+from ..geometry import kinematics
+from ..skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, INNER_ROLES, NUM_ROLES, ROLES
 
 
 class ExpMap:

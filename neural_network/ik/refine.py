@@ -46,8 +46,8 @@ try:                                    # the clip ufunc itself: one call where 
 except ImportError:                     # NumPy < 2
     from numpy.core.umath import clip as _clip
 
-from . import kinematics
-from .quaternion_math import (
+from ..geometry import kinematics
+from ..geometry.quaternion_math import (
     MATRIX_TO_SQUARES,
     QUATERNION_TO_MATRIX,
     SKEW,
@@ -58,9 +58,9 @@ from .quaternion_math import (
     quaternions_to_matrices,
     rotations_about,
 )
+from ..geometry.rotations import axis_angle_to_matrix, matrix_to_axis_angle, quaternion_to_axis_angle
+from ..skeleton.roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLES
 from .reach_assist import ReachAssist
-from .roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLES
-from .rotations import axis_angle_to_matrix, matrix_to_axis_angle, quaternion_to_axis_angle
 
 LIMBS = (("LeftArm", "LeftForeArm", "LeftHand"), ("RightArm", "RightForeArm", "RightHand"),
          ("LeftThigh", "LeftShin", "LeftFoot"), ("RightThigh", "RightShin", "RightFoot"))

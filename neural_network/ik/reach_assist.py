@@ -22,14 +22,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .quaternion_math import (
+from ..geometry.quaternion_math import (
     axis_angle_quaternion,
     quaternion_axis_angle,
     quaternion_matrix,
     quaternion_product,
     rotation_about,
 )
-from .roles import ROLE_INDEX
+from ..skeleton.roles import ROLE_INDEX
 
 # The largest turn (radians) of a chain's parent joint that brings its target into reach; a target that needs more is
 # left to least squares. The turn aims this fraction inside the reach so the limb keeps a hint of bend.

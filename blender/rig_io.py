@@ -18,7 +18,8 @@ from operator import attrgetter, itemgetter
 import bpy
 import numpy as np
 
-from .neural_network.armature_fk import (
+from ..neural_network.data.dataset import ActionBatch
+from ..neural_network.geometry.armature_fk import (
     BoneChain,
     axis_angle_quaternions,
     compute_dtype,
@@ -28,10 +29,9 @@ from .neural_network.armature_fk import (
     quaternion_axis_angles,
     quaternion_matrices,
 )
-from .neural_network.dataset import ActionBatch
-from .neural_network.roles import EFFECTOR_ROLES, ESSENTIAL_ROLES, NUM_ROLES, ROLES
-from .neural_network.rotations import blender_axis_angle, matrix_to_axis_angle, matrix_to_quaternion
-from .neural_network.skeleton import Skeleton, nearest_mapped_parents
+from ..neural_network.geometry.rotations import blender_axis_angle, matrix_to_axis_angle, matrix_to_quaternion
+from ..neural_network.skeleton.roles import EFFECTOR_ROLES, ESSENTIAL_ROLES, NUM_ROLES, ROLES
+from ..neural_network.skeleton.skeleton import Skeleton, nearest_mapped_parents
 
 ROTATION_PROPERTY = {"QUATERNION": "rotation_quaternion", "AXIS_ANGLE": "rotation_axis_angle"}
 _BONE_PATH = re.compile(r'^pose\.bones\["((?:[^"\\]|\\.)*)"\]\.(location|rotation_quaternion|rotation_euler|'

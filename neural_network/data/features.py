@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .roles import EFFECTOR_ROLES, FOOT_ROLES, ROLE_INDEX, TASKS
-from .rotations import chordal_mean, matrix_to_axis_angle
+from ..geometry.rotations import chordal_mean, matrix_to_axis_angle
+from ..skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, ROLE_INDEX, TASKS
 
 LAYOUT_VERSION = 1
 NUM_INPUTS = 50

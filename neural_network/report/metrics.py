@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .features import detect_contacts
-from .roles import EFFECTOR_ROLES, EFFECTORS, FOOT_ROLES, INNER_ROLES, ROLE_INDEX, ROLES, TASKS
-from .rotations import angle_between, matrix_to_axis_angle
+from ..data.features import detect_contacts
+from ..geometry.rotations import angle_between, matrix_to_axis_angle
+from ..skeleton.roles import EFFECTOR_ROLES, EFFECTORS, FOOT_ROLES, INNER_ROLES, ROLE_INDEX, ROLES, TASKS
 
 CM = 100.0
 _TOES = (ROLE_INDEX["LeftToeBase"], ROLE_INDEX["RightToeBase"])

@@ -21,19 +21,20 @@ from operator import attrgetter
 import bpy
 import numpy as np
 
-from . import rig_io, state
-from .live_refine import MathutilsRefiner
-from .neural_network.quaternion_math import MATRIX_TO_SQUARES, SQUARES_BIAS, squares_to_quaternions
-from .neural_network.roles import NUM_ROLES, TASKS
-from .neural_network.rotations import (
+from .. import state
+from ..neural_network.geometry.quaternion_math import MATRIX_TO_SQUARES, SQUARES_BIAS, squares_to_quaternions
+from ..neural_network.geometry.rotations import (
     EULER_AXES,
     blender_axis_angle,
     quaternion_to_axis_angle,
     quaternions_to_compatible_euler,
 )
-from .neural_network.runtime_graph import pose_columns
-from .neural_network.solver import OK, Solver, describe
-from .properties import get_bone_map
+from ..neural_network.runtime.runtime_graph import pose_columns
+from ..neural_network.runtime.solver import OK, Solver, describe
+from ..neural_network.skeleton.roles import NUM_ROLES, TASKS
+from ..properties import get_bone_map
+from . import rig_io
+from .live_refine import MathutilsRefiner
 
 TARGET_SLOTS = ("target_root", "target_left_hand", "target_right_hand", "target_left_foot", "target_right_foot",
                 "target_head")
@@ -518,7 +519,7 @@ class LiveTick:
 
     def __init__(self, entries, engine="auto", history=600):
         """entries: [(armature object, Model, onnx bytes or None)]; each armature must be mapped and have targets."""
-        from .neural_network.onnx_export import check_rig
+        from ..neural_network.runtime.onnx_export import check_rig
 
         by_model = {}
         for obj, model, onnx_bytes in entries:

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..geometry.rotations import matrix_to_axis_angle, orthonormalize
+from ..skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES, ROLE_INDEX, ROLES, TASKS, task_from_name
+from ..skeleton.skeleton import Skeleton
 from .features import LAYOUT_VERSION, NUM_INPUTS, FeatureSpec, root_frame
 from .files import FileRefused, load_npz, save_npz
-from .roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES, ROLE_INDEX, ROLES, TASKS, task_from_name
-from .rotations import matrix_to_axis_angle, orthonormalize
-from .skeleton import Skeleton
 
 KIND = "neural_ik.dataset"
 DATASET_LAYOUT_VERSION = 1

@@ -18,11 +18,11 @@ import os
 
 import numpy as np
 
-from .features import INPUT_NAMES, LAYOUT_VERSION, NUM_INPUTS, FeatureSpec
-from .files import FileRefused, atomic_write_bytes, check_readable_file, save_json
-from .model import Model
-from .roles import NUM_ROLES, ROLES
-from .skeleton import Skeleton
+from ..data.features import INPUT_NAMES, LAYOUT_VERSION, NUM_INPUTS, FeatureSpec
+from ..data.files import FileRefused, atomic_write_bytes, check_readable_file, save_json
+from ..model.model import Model
+from ..skeleton.roles import NUM_ROLES, ROLES
+from ..skeleton.skeleton import Skeleton
 
 OPSET = 17
 FORMAT_VERSION = 1
@@ -269,7 +269,7 @@ def load_model_file(path, skeleton=None):
     with open(path, "rb") as handle:
         magic = handle.read(4)
     if magic.startswith(b"PK"):   # a zip: the .npz checkpoint
-        from . import checkpoint
+        from ..model import checkpoint
 
         model, data = checkpoint.load_model(path), None
     else:

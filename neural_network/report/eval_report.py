@@ -1,6 +1,6 @@
 """Evaluation results as text: the side-by-side table and the JSON written beside it."""
 
-from .files import save_json
+from ..data.files import save_json
 
 COLUMNS = (
     ("effector cm", lambda r: r["effector_cm"]["mean"]),

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import kinematics
+from ..geometry import kinematics
+from ..geometry.rotations import axis_angle_to_matrix, chordal_mean, matrix_to_axis_angle
+from ..skeleton.roles import EFFECTOR_ROLES, NUM_ROLES, ROLES
 from .dataset import Dataset, standing_height, training_inputs
 from .features import root_frame
-from .roles import EFFECTOR_ROLES, NUM_ROLES, ROLES
-from .rotations import axis_angle_to_matrix, chordal_mean, matrix_to_axis_angle
 
 REFLECT = np.diag([-1.0, 1.0, 1.0])     # S: the mirror plane of the motion, x = 0 in character space
 MAX_ASYMMETRY = 0.01                    # largest partner-offset difference allowed, as a fraction of the rig's height

@@ -32,8 +32,8 @@ from typing import NamedTuple
 import numpy as np
 from mathutils import Matrix, Quaternion, Vector
 
-from .neural_network import reach_assist
-from .neural_network.refine import LEVELS
+from ..neural_network.ik import reach_assist
+from ..neural_network.ik.refine import LEVELS
 
 
 class _Chain(NamedTuple):

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .features import FeatureSpec
-from .roles import NUM_ROLES
-from .rotations import axis_angle_to_matrix
-from .skeleton import Skeleton
+from ..data.features import FeatureSpec
+from ..geometry.rotations import axis_angle_to_matrix
+from ..skeleton.roles import NUM_ROLES
+from ..skeleton.skeleton import Skeleton
 
 
 @dataclass

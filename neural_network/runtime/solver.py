@@ -21,11 +21,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from .features import NUM_INPUTS
-from .quaternion_math import SKEW, exp_quaternions, left_matrices, matrices_to_quaternions, quaternions_to_matrices
-from .refine import Refiner
-from .roles import FOOT_ROLES, NUM_ROLES, TASKS
-from .rotations import matrix_to_quaternion
+from ..data.features import NUM_INPUTS
+from ..geometry.quaternion_math import (
+    SKEW,
+    exp_quaternions,
+    left_matrices,
+    matrices_to_quaternions,
+    quaternions_to_matrices,
+)
+from ..geometry.rotations import matrix_to_quaternion
+from ..ik.refine import Refiner
+from ..skeleton.roles import FOOT_ROLES, NUM_ROLES, TASKS
 
 NUM_TARGETS = 6               # root, then the five effectors
 OK = 0
@@ -218,7 +224,7 @@ class InputBuilder:
 
     def _careful_rotations(self, x, weights, v):
         """Near a half turn the antisymmetric part loses the axis: convert the whole relative matrices instead."""
-        from .rotations import matrix_to_axis_angle
+        from ..geometry.rotations import matrix_to_axis_angle
 
         k = len(x)
         targets = x[:, :96].reshape(k, 6, 4, 4)
@@ -232,7 +238,7 @@ class InputBuilder:
 def thigh_axis(offsets):
     """(..., 3) left thigh head minus right thigh head in the hips' frame, from offsets (..., 23, 3): what the root
     frame's heading is made from."""
-    from .roles import ROLE_INDEX
+    from ..skeleton.roles import ROLE_INDEX
 
     return offsets[..., ROLE_INDEX["LeftThigh"], :] - offsets[..., ROLE_INDEX["RightThigh"], :]
 

@@ -10,7 +10,7 @@ import zlib
 
 import numpy as np
 
-from .files import atomic_write_bytes
+from ..data.files import atomic_write_bytes
 
 _GLYPHS = {   # 3x5 bitmaps, rows top to bottom, "1" = ink
     "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .roles import TASKS, task_from_name
-from .rotations import axis_angle_to_matrix, matrix_to_quaternion
+from ..geometry.rotations import axis_angle_to_matrix, matrix_to_quaternion
+from ..skeleton.roles import TASKS, task_from_name
 
 FPS = 30
 GRAVITY = 9.81

@@ -9,12 +9,12 @@ weights would otherwise produce garbage poses without complaint.
 
 import numpy as np
 
-from .features import LAYOUT_VERSION as INPUT_LAYOUT_VERSION
-from .features import NUM_INPUTS, FeatureSpec
-from .files import FileRefused, load_npz, save_npz
+from ..data.features import LAYOUT_VERSION as INPUT_LAYOUT_VERSION
+from ..data.features import NUM_INPUTS, FeatureSpec
+from ..data.files import FileRefused, load_npz, save_npz
+from ..skeleton.roles import NUM_ROLES
+from ..skeleton.skeleton import Skeleton
 from .model import Model
-from .roles import NUM_ROLES
-from .skeleton import Skeleton
 
 KIND = "neural_ik.model"
 LAYOUT_VERSION = 1

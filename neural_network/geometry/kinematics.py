@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .roles import NUM_ROLES, ROLE_PARENTS
+from ..skeleton.roles import NUM_ROLES, ROLE_PARENTS
 from .rotations import axis_angle_to_matrix, axis_angle_vjp
 
 

@@ -21,14 +21,16 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from . import augment, checkpoint, kinematics, losses, network
-from .dataset import standing_height
-from .features import NUM_INPUTS
-from .files import FileRefused, load_npz, save_json, save_npz
+from ..data import augment
+from ..data.dataset import standing_height
+from ..data.features import NUM_INPUTS
+from ..data.files import FileRefused, load_npz, save_json, save_npz
+from ..geometry import kinematics
+from ..geometry.rotations import angle_between, axis_angle_to_matrix, chordal_mean, matrix_to_axis_angle
+from ..report.plot_png import loss_curve_png
+from ..skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, INNER_ROLES, NUM_ROLES
+from . import checkpoint, losses, network
 from .model import Model
-from .plot_png import loss_curve_png
-from .roles import EFFECTOR_ROLES, FOOT_ROLES, INNER_ROLES, NUM_ROLES
-from .rotations import angle_between, axis_angle_to_matrix, chordal_mean, matrix_to_axis_angle
 
 MODEL_FILE = "model.npz"
 STATE_FILE = "training_state.npz"

@@ -1,0 +1,1 @@
+"""Rotations, quaternions and forward kinematics (with its vector-Jacobian product)."""

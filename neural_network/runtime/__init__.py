@@ -1,0 +1,1 @@
+"""Run time: ONNX export and loading, the run-time graph and the solver."""

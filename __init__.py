@@ -1,6 +1,6 @@
 """Neural IK: full-body inverse kinematics learned from the rig's own animations.
 
-Blender-specific code lives in operators/, panels/, properties.py and rig_io.py; the math lives in
+Blender-specific code lives in operators/, panels/, properties.py, state.py and blender/; the math lives in
 neural_network/ (pure NumPy) and never imports bpy.
 """
 

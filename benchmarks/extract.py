@@ -9,7 +9,7 @@ What each figure includes:
   file: read the rig and the bone map, parse every action's curves, read the keys, NumPy FK, contacts, phase, task,
   input references and the 50 inputs, every float32/int32 array the dataset stores.
 - project extract + write: the same plus `Dataset.save` of the .npz into a temporary folder (the whole operator).
-- project read only: `rig_io.read_actions` (curves + FK to ActionSamples), for orientation.
+- project read only: `pose_read.read_actions` (curves + FK to ActionSamples), for orientation.
 
 The paths are measured on the same actions and frames, alternately (naive, project, project, naive, ...) so machine
 load hits both alike; each figure is the median over the repeats, and the ratio is the median naive time over the
@@ -38,7 +38,7 @@ def naive_read(obj, rig, actions_and_frames):
     import bpy
     import numpy as np
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import action_layouts
 
     anim = obj.animation_data or obj.animation_data_create()
     bones = [obj.pose.bones[rig.bone_names[b]] if b >= 0 else None for b in rig.role_bones]
@@ -46,7 +46,7 @@ def naive_read(obj, rig, actions_and_frames):
     out = []
     for action, frames in actions_and_frames:
         anim.action = action
-        slot = rig_io.action_slot_for_any(action)
+        slot = action_layouts.action_slot_for_any(action)
         if slot is not None:
             anim.action_slot = slot
         mats = np.tile(np.eye(4), (len(frames), len(bones), 1, 1))
@@ -86,12 +86,12 @@ def bench_rig(label, obj, mapping, repeats):
     import bpy
     import numpy as np
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read, rig_model
     from neural_ik.neural_network.data.dataset import standing_height
     from neural_ik.neural_network.geometry.rotations import angle_between
     from neural_ik.operators.data import extract_dataset, usable_actions
 
-    rig = rig_io.read_rig(obj, mapping)
+    rig = rig_model.read_rig(obj, mapping)
     actions = [a for a, _ in usable_actions(obj, rig)[0]]
     height = standing_height(rig.skeleton)
     mask = rig.role_mask
@@ -105,7 +105,7 @@ def bench_rig(label, obj, mapping, repeats):
         project().save(os.path.join(folder, "bench.npz"))
 
     def read_only():
-        return list(rig_io.read_actions(rig, obj, actions))
+        return list(pose_read.read_actions(rig, obj, actions))
 
     dataset = project()          # warm-up, and the rows the naive loop reproduces
     samples = read_only()

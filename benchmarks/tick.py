@@ -68,7 +68,7 @@ def shipped_model_ticks(bpy, objs, rig, passes=3):
 
     from live_helpers import place_targets
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read
     from neural_ik.blender.live import LiveTick
     from neural_ik.neural_network.runtime.onnx_export import load_model_file
 
@@ -76,7 +76,7 @@ def shipped_model_ticks(bpy, objs, rig, passes=3):
     model, data = load_model_file(os.path.join(weights, "demo.npz"), rig.skeleton)
     with open(os.path.join(weights, "demo_metrics.json"), encoding="utf-8") as f:
         names = json.load(f)["validation_actions"]
-    samples = [rig_io.read_action(rig, objs[0], bpy.data.actions[n]) for n in names]
+    samples = [pose_read.read_action(rig, objs[0], bpy.data.actions[n]) for n in names]
     scene = bpy.context.scene
     for obj in objs:
         obj.neural_ik.refine_iterations = 2
@@ -130,7 +130,7 @@ def main(argv=None):
     import bpy
     import onnxruntime as ort
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read, rig_model
     from neural_ik.blender.live import LiveTick
     from neural_ik.neural_network.data.features import references_from_data
     from neural_ik.neural_network.runtime.onnx_export import build_onnx, load_model_file
@@ -140,11 +140,11 @@ def main(argv=None):
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
     bpy.ops.neural_ik.create_demo_rig()
     obj = bpy.context.active_object
-    rig = rig_io.read_rig(obj, get_bone_map(obj))
+    rig = rig_model.read_rig(obj, get_bone_map(obj))
     if args.model:
         model, data = load_model_file(args.model, rig.skeleton)
     else:
-        sample = rig_io.read_action(rig, obj, bpy.data.actions[0])
+        sample = pose_read.read_action(rig, obj, bpy.data.actions[0])
         spec = references_from_data(np.nan_to_num(sample.positions), sample.rotations, sample.hips_rotation)
         model, data = random_network(rig.skeleton, spec), None
     data = data or build_onnx(model).SerializeToString()

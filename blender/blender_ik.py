@@ -20,7 +20,7 @@ import math
 import bpy
 import numpy as np
 
-from . import rig_io
+from . import action_layouts
 
 TAG = "NIK Baseline"
 LIMBS = (   # (root role, IK bone role, target role)
@@ -146,8 +146,8 @@ class BaselineRig:
         act = self.action.copy()
         act.name = f"{self.action.name} {TAG}"
         self.copy_action = act
-        rig_io.assign_action(self.copy, act)
-        bag = rig_io.curve_container(self.copy)
+        action_layouts.assign_action(self.copy, act)
+        bag = action_layouts.curve_container(self.copy)
         solved = self._solved_bones()
         if bag is not None:
             for fc in list(bag.fcurves):
@@ -205,13 +205,13 @@ class BaselineRig:
         empty = bpy.data.objects.new(f"{TAG} pole {mid}", None)
         self.scene.collection.objects.link(empty)
         self.empties.append(empty)
-        pole_action, _slot, bag = rig_io.new_action(empty, f"{TAG} pole {mid}")
-        rig_io.assign_action(empty, pole_action)
+        pole_action, _slot, bag = action_layouts.new_action(empty, f"{TAG} pole {mid}")
+        action_layouts.assign_action(empty, pole_action)
         for axis in range(3):
             _key_curve(bag, "location", axis, frames, poles[:, axis])
         con.pole_target = empty
         con.pole_angle = float(angles[0])
-        copy_bag = rig_io.curve_container(self.copy)
+        copy_bag = action_layouts.curve_container(self.copy)
         path = f'pose.bones["{self.bone_map[mid]}"].constraints["{con.name}"].pole_angle'
         _key_curve(copy_bag, path, 0, frames, angles)
 

@@ -33,7 +33,7 @@ from ..neural_network.runtime.runtime_graph import pose_columns
 from ..neural_network.runtime.solver import OK, Solver, describe
 from ..neural_network.skeleton.roles import NUM_ROLES, TASKS
 from ..properties import get_bone_map
-from . import rig_io
+from . import pose_read, rig_model
 from .live_refine import MathutilsRefiner
 
 TARGET_SLOTS = ("target_root", "target_left_hand", "target_right_hand", "target_left_foot", "target_right_foot",
@@ -523,9 +523,9 @@ class LiveTick:
 
         by_model = {}
         for obj, model, onnx_bytes in entries:
-            rig = rig_io.read_rig(obj, get_bone_map(obj))
+            rig = rig_model.read_rig(obj, get_bone_map(obj))
             check_rig(model, rig.skeleton, f"the model of {obj.name}")
-            links = rig_io.current_links(obj, rig)       # in-between bones hold their current pose while live
+            links = pose_read.current_links(obj, rig)       # in-between bones hold their current pose while live
             character = LiveCharacter(obj, rig, model)
             hips_map = character.hips_map()              # copies of one rig share it: a constant of their graph
             key = (id(model), None if links is None else tuple(np.round(a, 9).tobytes() for a in links),

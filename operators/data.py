@@ -13,7 +13,7 @@ import bpy
 import numpy as np
 from bpy.props import BoolProperty, FloatProperty, StringProperty
 
-from ..blender import rig_io
+from ..blender import action_layouts, pose_read, pose_write, rig_model
 from ..neural_network.data.dataset import DatasetBuilder, task_index
 from ..neural_network.data.files import FileRefused
 from ..neural_network.geometry.rotations import (
@@ -139,7 +139,7 @@ def _retarget_action(action, source_rest, target_rest, parents, modes):
     turn by Q too and absorb the difference of the rest offsets, so a bone keyed with location (BVH position
     channels) keeps the file's own joint positions: l_t = Q^T l_s + rest_t^T (offset_s - offset_t).
     """
-    channels = rig_io.bone_channels(rig_io.action_fcurves(action, rig_io.action_slot_for_any(action)))
+    channels = action_layouts.bone_channels(action_layouts.action_fcurves(action, action_layouts.action_slot_for_any(action)))
     bones = {bone for bone, _, _ in channels}
     for bone in bones:
         src, dst = source_rest[bone], target_rest[bone]
@@ -152,7 +152,7 @@ def _retarget_action(action, source_rest, target_rest, parents, modes):
             continue
         mode = modes[bone]
         width = 4 if mode in ("QUATERNION", "AXIS_ANGLE") else 3
-        prop = rig_io.rotation_property(mode)
+        prop = rig_model.rotation_property(mode)
         _rewrite_keys([channels.get((bone, prop, i)) for i in range(width)], _turned_rotations, mode, Q)
         _rewrite_keys([channels.get((bone, "location", i)) for i in range(3)], _moved_locations, Q, head_shift)
 
@@ -185,10 +185,10 @@ def _turned_rotations(values, mode, Q):
         mats = euler_to_matrix(values, mode)
     mats = Q.T @ mats @ Q
     if mode == "QUATERNION":
-        return rig_io.continuous_quaternions(matrix_to_quaternion(mats))
+        return pose_write.continuous_quaternions(matrix_to_quaternion(mats))
     if mode == "AXIS_ANGLE":
         return blender_axis_angle(matrix_to_axis_angle(mats))
-    return rig_io.euler_sequence(mats, mode)
+    return pose_write.euler_sequence(mats, mode)
 
 
 def _moved_locations(values, Q, shift):
@@ -393,11 +393,11 @@ def usable_actions(obj, rig):
     usable, notes = [], []
     layouts = {}       # actions with the same curves (one rig's, one BVH folder's) are parsed once
     for action in sorted(bpy.data.actions, key=lambda a: a.name):
-        channels = rig_io.action_channels(obj, action, layouts)
-        if not rig_io.animated_bones(obj, action, channels) & mapped:
+        channels = action_layouts.action_channels(obj, action, layouts)
+        if not action_layouts.animated_bones(obj, action, channels) & mapped:
             notes.append(f"skipped action {action.name!r}: it animates none of the mapped bones")
             continue
-        first, last = rig_io.action_frame_range(action)
+        first, last = action_layouts.action_frame_range(action)
         if last < first:
             notes.append(f"skipped action {action.name!r}: it has no whole frame")
             continue
@@ -417,8 +417,8 @@ def extract_dataset(context, obj, mapping=None, actions=None):
     if not any(mapping.values()):
         raise DataError(f"armature {obj.name!r} has no bone map yet: run Auto Map or fill the bone map")
     try:
-        rig = rig_io.read_rig(obj, mapping)
-    except rig_io.RigError as exc:
+        rig = rig_model.read_rig(obj, mapping)
+    except rig_model.RigError as exc:
         raise DataError(str(exc)) from None
     chosen, notes = usable_actions(obj, rig)
     if actions is not None:
@@ -428,11 +428,11 @@ def extract_dataset(context, obj, mapping=None, actions=None):
         raise DataError(f"no action animates the mapped bones of {obj.name!r}" + (f" ({notes[0]})" if notes else ""))
     scene = context.scene
     fps = scene.render.fps / (scene.render.fps_base or 1.0)
-    ranges = [rig_io.action_frame_range(a) for a, _ in chosen]
+    ranges = [action_layouts.action_frame_range(a) for a, _ in chosen]
     total = sum(last - first + 1 for first, last in ranges)
     builder = DatasetBuilder(rig.skeleton, fps, source=os.path.basename(bpy.data.filepath) or obj.name, capacity=total)
     tasks = [task_index(a.name, getattr(a, "neural_ik_task", "AUTO")) for a, _ in chosen]
-    for batch in rig_io.read_dataset_batches(rig, obj, [a for a, _ in chosen], tasks, channels=[c for _, c in chosen],
+    for batch in pose_read.read_dataset_batches(rig, obj, [a for a, _ in chosen], tasks, channels=[c for _, c in chosen],
                                              ranges=ranges):
         finite = batch.finite_actions(rig.role_mask)
         if not finite.all():

@@ -18,7 +18,7 @@ import bpy
 import numpy as np
 from bpy.props import BoolProperty, IntProperty, StringProperty
 
-from ..blender import blender_ik, rig_io
+from ..blender import action_layouts, blender_ik
 from ..neural_network.geometry.rotations import chordal_mean
 from ..neural_network.report import eval_report, metrics
 from ..neural_network.skeleton.roles import ROLES, task_from_name
@@ -172,12 +172,12 @@ def mean_pose_from_clips(clips, bone_map, step=4):
     samples = []
     for obj, action in clips:
         previous = obj.animation_data.action if obj.animation_data else None
-        rig_io.assign_action(obj, action)
+        action_layouts.assign_action(obj, action)
         reader = PoseReader(obj, names)
         play(scene, [reader], action_frames(action)[::step])
         samples.append(reader.motion().local_rotations)
         if previous is not None:
-            rig_io.assign_action(obj, previous)
+            action_layouts.assign_action(obj, previous)
     local = np.concatenate(samples)
     return {bone: chordal_mean(local[:, j]) for j, bone in enumerate(names) if bone}
 
@@ -228,7 +228,7 @@ def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path
     names = role_bone_names(bone_map)
     frames = action_frames(action)
     out = {}
-    rig_io.assign_action(obj, action)
+    action_layouts.assign_action(obj, action)
     reader = PoseReader(obj, names)
     play(scene, [reader], frames)
     out["reference"] = (reader.motion(), 0.0)
@@ -247,12 +247,12 @@ def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path
             solved = solve_network(context, obj, action, frames, 0 if method == "network" else refine)
             baked, seconds = solved
             try:
-                rig_io.assign_action(obj, baked)
+                action_layouts.assign_action(obj, baked)
                 r = PoseReader(obj, names)
                 play(scene, [r], frames)
                 out[method] = (r.motion(), seconds)
             finally:
-                rig_io.assign_action(obj, action)
+                action_layouts.assign_action(obj, action)
                 bpy.data.actions.remove(baked)     # made by this run (Bake may give it a fake user)
         elif method in ("blender_ik", "blender_ik_poles", "start_pose"):
             rig = blender_ik.BaselineRig(scene, obj, bone_map, mean_pose, action, use_poles=method == "blender_ik_poles",
@@ -461,7 +461,7 @@ def run_evaluation(context, options):
                 collector.add(action.name, task_of(action), results, _fps(scene), _mask(bone_map))
         finally:
             if previous is not None:
-                rig_io.assign_action(obj, previous)
+                action_layouts.assign_action(obj, previous)
             elif obj.animation_data is not None:
                 obj.animation_data.action = None
             _restore_settings(context, obj, saved)
@@ -504,7 +504,7 @@ def _actions(obj, bone_map, names):
     for action in bpy.data.actions:
         if action.name.endswith(".nik") or blender_ik.TAG in action.name:
             continue
-        paths = {blender_ik._bone_of_path(fc.data_path) for fc in rig_io.all_action_fcurves(action)}
+        paths = {blender_ik._bone_of_path(fc.data_path) for fc in action_layouts.all_action_fcurves(action)}
         if bones & paths:
             found.append(action)
     if wanted:

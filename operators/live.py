@@ -1,6 +1,6 @@
 """Live IK operators: load_model, export_onnx, create_targets, run (modal), stop, bake.
 
-Thin shells: they gather the armature, its bone map and its model, call live.py / the core / rig_io, and report in
+Thin shells: they gather the armature, its bone map and its model, call blender/ (the live tick, reading and writing rigs) or the core, and report in
 plain words. The modal logic lives in `LiveRunner`, a plain class the Run operator inherits, so a test can drive
 invoke()/modal() with stand-in context and event objects (timers never fire in the bpy module).
 """
@@ -14,7 +14,7 @@ from bpy.app.handlers import persistent
 from bpy.props import IntProperty, StringProperty
 
 from .. import state
-from ..blender import rig_io
+from ..blender import pose_read, pose_write, rig_model
 from ..blender.live import TARGET_LABELS, TARGET_SLOTS, LiveCharacter, LiveStopped, LiveTick, missing_targets
 from ..neural_network.data.features import detect_contacts
 from ..neural_network.data.files import FileRefused
@@ -47,8 +47,8 @@ def armature_of(context):
 
 def rig_of(obj):
     try:
-        return rig_io.read_rig(obj, get_bone_map(obj))
-    except rig_io.RigError as exc:
+        return rig_model.read_rig(obj, get_bone_map(obj))
+    except rig_model.RigError as exc:
         raise LiveError(str(exc)) from None
 
 
@@ -177,7 +177,7 @@ class NIK_OT_create_targets(bpy.types.Operator):
             rig = rig_of(obj)
         except LiveError as exc:
             return _cancel(self, exc)
-        matrices = rig_io.armature_pose_matrices(obj, rig)
+        matrices = pose_read.armature_pose_matrices(obj, rig)
         world = np.array(obj.matrix_world, np.float64)
         roles = [ROLE_INDEX["Hips"]] + list(EFFECTOR_ROLES)
         collection_name = f"{obj.name} IK Targets"
@@ -281,7 +281,7 @@ class LiveRunner:
     def start_session(self, context):
         try:
             tick = LiveTick(live_entries(context))
-        except (LiveError, LiveStopped, rig_io.RigError, FileRefused) as exc:
+        except (LiveError, LiveStopped, rig_model.RigError, FileRefused) as exc:
             self.report({"ERROR"}, str(exc))
             return {"CANCELLED"}
         tick.start()
@@ -387,7 +387,7 @@ class BakeSource:
         self.frames, self.targets, self.contacts, self.task = frames, targets, contacts, task
         self.hips_rotation, self.hips_position = hips_rotation, hips_position
         self.links = links              # (bridges (F, 23, 3, 3), offsets (F, 23, 3)) or None where the rest's hold
-        self.inbetween = inbetween      # {bone: {property: (F, width)}} for rig_io.key_bone_values
+        self.inbetween = inbetween      # {bone: {property: (F, width)}} for pose_write.key_bone_values
 
 
 def bake_source(obj, rig, action, frame_start, frame_end, fps):
@@ -395,8 +395,8 @@ def bake_source(obj, rig, action, frame_start, frame_end, fps):
     frames, targets, hips_rot, hips_pos, contacts, task, sample = _targets_from_action(
         obj, rig, action, frame_start, frame_end, fps)
     links = (sample.bridges, sample.offsets) if sample.moving_links else None
-    bones = rig_io.inbetween_bones(rig)
-    inbetween = rig_io.read_bone_values(rig, obj, action, bones, frames[0], frames[-1]) if bones else {}
+    bones = rig_model.inbetween_bones(rig)
+    inbetween = pose_read.read_bone_values(rig, obj, action, bones, frames[0], frames[-1]) if bones else {}
     return BakeSource(frames, targets, hips_rot, hips_pos, contacts, task, links, inbetween)
 
 
@@ -406,7 +406,7 @@ def bake_targets_from_action(obj, rig, action, frame_start, frame_end, fps):
 
 
 def _targets_from_action(obj, rig, action, frame_start, frame_end, fps):
-    sample = rig_io.read_action(rig, obj, action, frame_start if frame_start > 0 else None,
+    sample = pose_read.read_action(rig, obj, action, frame_start if frame_start > 0 else None,
                                 frame_end if frame_end > 0 else None)
     if len(sample.frames) == 0:
         raise LiveError(f"action {action.name!r} has no frames in {frame_start}-{frame_end}")
@@ -486,9 +486,9 @@ class NIK_OT_bake(bpy.types.Operator):
                 if end < start:
                     raise LiveError(f"the frame range {start}-{end} is empty")
                 frames, targets = bake_targets_from_empties(context, obj, rig, start, end)
-                links = rig_io.current_links(obj, rig)        # in-between bones stay as they are now
-                bones = rig_io.inbetween_bones(rig) if links is not None else []
-                inbetween = rig_io.current_bone_values(rig, obj, bones, len(frames)) if bones else {}
+                links = pose_read.current_links(obj, rig)        # in-between bones stay as they are now
+                bones = rig_model.inbetween_bones(rig) if links is not None else []
+                inbetween = pose_read.current_bone_values(rig, obj, bones, len(frames)) if bones else {}
                 hips_rot = hips_pos = None
                 contacts = None
                 desired = np.array([[settings.contact_left, settings.contact_right]], np.float64)
@@ -501,12 +501,12 @@ class NIK_OT_bake(bpy.types.Operator):
                                   refine_iterations=self.refine_iterations, dt=1.0 / 30, contact=contacts)
             if hips_rot is None:
                 hips_rot, hips_pos = result.hips_rotation, result.hips_position
-        except (LiveError, FileRefused, rig_io.RigError) as exc:
+        except (LiveError, FileRefused, rig_model.RigError) as exc:
             return _cancel(self, exc)
         held = int(np.count_nonzero(result.status & 3))
-        action = rig_io.write_action(obj, rig, name, frames, result.local, hips_rot, hips_pos)
+        action = pose_write.write_action(obj, rig, name, frames, result.local, hips_rot, hips_pos)
         if inbetween:
-            rig_io.key_bone_values(obj, action, frames, inbetween)
+            pose_write.key_bone_values(obj, action, frames, inbetween)
         ad = obj.animation_data_create()
         ad.action = action
         if hasattr(ad, "action_slot") and len(action.slots):

@@ -124,13 +124,13 @@ __all__ = ["humanoid_skeleton", "limits", "mean_pose", "random_model", "fitted_m
 
 def demo_armature(every_action=True):
     """The demo rig with its actions: the add-on's create_demo_rig when it exists, else built here from demo_motion
-    (the same bones and the same procedural actions, keyed with rig_io)."""
+    (the same bones and the same procedural actions, keyed with blender.pose_write)."""
     import bpy
 
     if "create_demo_rig" in dir(bpy.ops.neural_ik):
         bpy.ops.neural_ik.create_demo_rig()
         return bpy.context.active_object
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import action_layouts
     from neural_ik.neural_network.data import demo_motion
     from neural_ik.properties import set_bone_map
 
@@ -149,16 +149,16 @@ def demo_armature(every_action=True):
     set_bone_map(obj, {role: role for role in ROLES if role in demo_motion.BONE_NAMES})
     bpy.context.scene.neural_ik.armature = obj
     for act in demo_motion.generate_actions(0):
-        action, _slot, container = rig_io.new_action(obj, act.name)
+        action, _slot, container = action_layouts.new_action(obj, act.name)
         action.use_fake_user = True
         frames = np.arange(act.frame_start, act.frame_end + 1, dtype=np.float64)
         for b, bone in enumerate(demo_motion.BONE_NAMES):
             path = f'pose.bones["{bone}"].'
             for i in range(4):
-                rig_io._key_curve(container, path + "rotation_quaternion", i, bone, frames, act.rotations[:, b, i])
+                action_layouts._key_curve(container, path + "rotation_quaternion", i, bone, frames, act.rotations[:, b, i])
             if b == 0:
                 for i in range(3):
-                    rig_io._key_curve(container, path + "location", i, bone, frames, act.hips_location[:, i])
+                    action_layouts._key_curve(container, path + "location", i, bone, frames, act.hips_location[:, i])
     return obj
 
 
@@ -170,7 +170,7 @@ def assign_action(obj, action):
 
 
 def linear_model_for(skeleton, samples):
-    """A linear Model fitted by ridge regression to rig_io ActionSamples (what a quickly trained network does)."""
+    """A linear Model fitted by ridge regression to pose_read.ActionSamples (what a quickly trained network does)."""
     from neural_ik.neural_network.data.features import detect_contacts
     from neural_ik.neural_network.skeleton.roles import FOOT_ROLES, task_from_name
 

@@ -41,12 +41,12 @@ def _digest(*parts):
 
 
 def _action_digest(action):
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import action_layouts
 
     parts = [tuple(action.frame_range), action.use_fake_user, action.use_frame_range]
     for slot in getattr(action, "slots", [None]):     # Blender 4.2: no slots, the action holds the curves
         parts.append(slot.identifier if slot is not None else None)
-        for fc in rig_io.action_fcurves(action, slot) or []:
+        for fc in action_layouts.action_fcurves(action, slot) or []:
             parts.append((fc.data_path, fc.array_index, fc.mute, len(fc.modifiers)))
             for prop in ("co", "handle_left", "handle_right"):
                 buf = np.empty(2 * len(fc.keyframe_points), np.float32)
@@ -211,7 +211,7 @@ def files(addon, tmp_path_factory):
     from live_helpers import demo_armature, humanoid_skeleton, linear_model_for, random_model
     from synthetic import synthetic_dataset
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read, rig_model
     from neural_ik.neural_network.data import files as nik_files
     from neural_ik.neural_network.model import checkpoint
     from neural_ik.neural_network.runtime.onnx_export import export_onnx
@@ -224,8 +224,8 @@ def files(addon, tmp_path_factory):
         "data_zero.npz", "data_one_frame.npz", "data_constant.npz", "scene.blend")}
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
     obj = demo_armature()
-    rig = rig_io.read_rig(obj, get_bone_map(obj))
-    samples = [rig_io.read_action(rig, obj, a) for a in sorted(bpy.data.actions, key=lambda a: a.name)[::3]]
+    rig = rig_model.read_rig(obj, get_bone_map(obj))
+    samples = [pose_read.read_action(rig, obj, a) for a in sorted(bpy.data.actions, key=lambda a: a.name)[::3]]
     model = linear_model_for(rig.skeleton, samples)
     checkpoint.save_model(p["model.npz"], model)
     export_onnx(model, p["model.onnx"])
@@ -341,7 +341,7 @@ def _only_action(files, name, damage):
     """The demo rig with a single action `name` (a copy of its idle motion), damaged by damage(fcurves)."""
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import action_layouts
 
     obj = scene_demo(files)
     keep = bpy.data.actions["idle_stand_01"]
@@ -352,7 +352,7 @@ def _only_action(files, name, damage):
     from live_helpers import assign_action
 
     assign_action(obj, keep)
-    curves = rig_io.all_action_fcurves(keep)
+    curves = action_layouts.all_action_fcurves(keep)
     damage(curves)
     for fc in curves:
         fc.update()

@@ -14,14 +14,14 @@ EFF = list(EFFECTOR_ROLES)
 def demo(empty_scene):
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read, rig_model
     from neural_ik.operators import live as live_ops
     from neural_ik.properties import get_bone_map
 
     obj = demo_armature()
-    rig = rig_io.read_rig(obj, get_bone_map(obj))
+    rig = rig_model.read_rig(obj, get_bone_map(obj))
     names = sorted(a.name for a in bpy.data.actions)
-    train = [rig_io.read_action(rig, obj, bpy.data.actions[n]) for i, n in enumerate(names) if i % 4 != 3]
+    train = [pose_read.read_action(rig, obj, bpy.data.actions[n]) for i, n in enumerate(names) if i % 4 != 3]
     model = linear_model_for(rig.skeleton, train)
     live_ops.loaded_models[obj.name] = ("", model, None)
     held = [n for i, n in enumerate(names) if i % 4 == 3]
@@ -31,12 +31,12 @@ def demo(empty_scene):
 
 def _fingerprints(bpy):
     """Every action's curves and keys, to show a bake changes nothing but the action it adds."""
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import action_layouts
 
     out = {}
     for action in bpy.data.actions:
         keys = []
-        for fc in rig_io.all_action_fcurves(action):
+        for fc in action_layouts.all_action_fcurves(action):
             co = np.empty(2 * len(fc.keyframe_points), np.float32)
             fc.keyframe_points.foreach_get("co", co)
             keys.append((fc.data_path, fc.array_index, co.tobytes()))
@@ -47,7 +47,7 @@ def _fingerprints(bpy):
 def test_bake_reproduces_a_held_out_action(demo):
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read
 
     obj, rig, model, held = demo
     source = bpy.data.actions[held[0]]
@@ -59,8 +59,8 @@ def test_bake_reproduces_a_held_out_action(demo):
     after = _fingerprints(bpy)
     assert set(after) - set(before) == {baked.name}
     assert all(after[name] == keys for name, keys in before.items())
-    reference = rig_io.read_action(rig, obj, source)
-    result = rig_io.read_action(rig, obj, baked)
+    reference = pose_read.read_action(rig, obj, source)
+    result = pose_read.read_action(rig, obj, baked)
     np.testing.assert_array_equal(result.frames, reference.frames)
     miss = np.linalg.norm(result.positions[:, EFF] - reference.positions[:, EFF], axis=-1)
     mask = rig.role_mask
@@ -87,9 +87,9 @@ def test_bake_from_target_empties(demo):
     assert action.name == f"{obj.name}.nik"
     assert bpy.context.scene.frame_current == frame
     bpy.context.scene.frame_set(2)
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read
 
-    heads = rig_io.armature_pose_heads(obj, rig)
+    heads = pose_read.armature_pose_heads(obj, rig)
     target = obj.neural_ik.target_left_foot.matrix_world.translation
     world = np.array(obj.matrix_world) @ np.append(rig.basis.T @ heads[EFF[2]] / rig.scale, 1.0)
     assert np.linalg.norm(world[:3] - np.array(target)) < 1e-3

@@ -18,11 +18,11 @@ def _all_keys(obj):
     """{(action, data_path, index): keyframe co array} for every demo action (names without Blender's .001)."""
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import action_layouts
 
     keys = {}
     for action in bpy.data.actions:
-        for fc in rig_io.all_action_fcurves(action):
+        for fc in action_layouts.all_action_fcurves(action):
             co = np.empty(2 * len(fc.keyframe_points), dtype=np.float32)
             fc.keyframe_points.foreach_get("co", co)
             keys[(action.name, fc.data_path, fc.array_index)] = co
@@ -32,10 +32,10 @@ def _all_keys(obj):
 def _use_action(obj, name):
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import action_layouts
 
     action = bpy.data.actions[name]
-    rig_io.assign_action(obj, action)
+    action_layouts.assign_action(obj, action)
     return action
 
 

@@ -34,7 +34,7 @@ def make_rig(name="Walker"):
     import bpy
     from mathutils import Euler
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import action_layouts
 
     data = bpy.data.armatures.new(name)
     obj = bpy.data.objects.new(name, data)
@@ -48,8 +48,8 @@ def make_rig(name="Walker"):
         if parent:
             data.edit_bones[bone].parent = data.edit_bones[parent]
     bpy.ops.object.mode_set(mode="OBJECT")
-    action, _slot, bag = rig_io.new_action(obj, f"{name}_walk")   # a slot's channelbag, or the 4.2 action itself
-    rig_io.assign_action(obj, action)
+    action, _slot, bag = action_layouts.new_action(obj, f"{name}_walk")   # a slot's channelbag, or the 4.2 action itself
+    action_layouts.assign_action(obj, action)
     t = np.arange(1, FRAMES + 1, dtype=np.float64)
     phase = 2 * np.pi * (t - 1) / FRAMES
     swing = {   # bone -> (x, y, z) Euler angles per frame
@@ -269,14 +269,14 @@ def test_network_rows_go_through_bake_and_refinement_lands_effectors(empty_scene
     import bpy
     from live_helpers import demo_armature, linear_model_for
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read, rig_model
     from neural_ik.neural_network.model.checkpoint import save_model
     from neural_ik.properties import get_bone_map
 
     obj = demo_armature()
-    rig = rig_io.read_rig(obj, get_bone_map(obj))
+    rig = rig_model.read_rig(obj, get_bone_map(obj))
     actions = sorted((a for a in bpy.data.actions if not a.name.endswith(".nik")), key=lambda a: a.name)
-    train = [rig_io.read_action(rig, obj, a) for i, a in enumerate(actions) if i % 4 != 3]
+    train = [pose_read.read_action(rig, obj, a) for i, a in enumerate(actions) if i % 4 != 3]
     held = [a.name for i, a in enumerate(actions) if i % 4 == 3][:2]
     model_path = tmp_path / "model.npz"
     save_model(str(model_path), linear_model_for(rig.skeleton, train))

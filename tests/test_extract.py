@@ -143,9 +143,9 @@ def test_extract_bad_input_gives_plain_messages_and_no_file(empty_scene, tmp_pat
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
     # an action that animates none of the mapped bones is skipped with a note; the rest is extracted
     other = bpy.data.objects.new("other", None)
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import action_layouts
 
-    stray, _slot, curves = rig_io.new_action(other, "stray-walk")   # an OBJECT slot for "other" (4.2: the action)
+    stray, _slot, curves = action_layouts.new_action(other, "stray-walk")   # an OBJECT slot for "other" (4.2: the action)
     stray.use_fake_user = True
     bpy.data.objects.remove(other)
     fc = curves.fcurves.new('pose.bones["Nope"].location', index=0)

@@ -128,13 +128,13 @@ def demo_model(addon):
     import bpy
     from live_helpers import demo_armature, linear_model_for
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
     obj = demo_armature()
-    rig = rig_io.read_rig(obj, get_bone_map(obj))
-    samples = [rig_io.read_action(rig, obj, a) for a in sorted(bpy.data.actions, key=lambda a: a.name)[::4]]
+    rig = rig_model.read_rig(obj, get_bone_map(obj))
+    samples = [pose_read.read_action(rig, obj, a) for a in sorted(bpy.data.actions, key=lambda a: a.name)[::4]]
     return linear_model_for(rig.skeleton, samples)
 
 

@@ -86,9 +86,9 @@ def _actions():
 
     result = {}
     for action in bpy.data.actions:
-        from neural_ik.blender import rig_io
+        from neural_ik.blender import action_layouts
 
-        curves = rig_io.action_fcurves(action, rig_io.action_slot_for_any(action))
+        curves = action_layouts.action_fcurves(action, action_layouts.action_slot_for_any(action))
         values = []
         for fc in sorted(curves, key=lambda c: (c.data_path, c.array_index)):
             buf = np.empty(2 * len(fc.keyframe_points), np.float32)

@@ -106,7 +106,7 @@ def cmu_rig(empty_scene):
     import addon_utils
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read, rig_model
     from neural_ik.operators import live as live_ops
     from neural_ik.properties import get_bone_map
 
@@ -115,10 +115,10 @@ def cmu_rig(empty_scene):
     bpy.ops.import_anim.bvh(filepath=path, global_scale=0.01)
     obj = bpy.context.active_object
     bpy.ops.neural_ik.auto_map()
-    rig = rig_io.read_rig(obj, get_bone_map(obj))
+    rig = rig_model.read_rig(obj, get_bone_map(obj))
     source = obj.animation_data.action
-    sample = rig_io.read_action(rig, obj, source)
-    assert sample.moving_links and rig_io.inbetween_bones(rig) == [PELVIS]
+    sample = pose_read.read_action(rig, obj, source)
+    assert sample.moving_links and rig_model.inbetween_bones(rig) == [PELVIS]
     model = linear_model_for(rig.skeleton, [sample])
     live_ops.loaded_models[obj.name] = ("", model, None)
     yield obj, rig, model, source, sample
@@ -130,12 +130,12 @@ def _evaluated(obj, rig, frames):
     """Blender's evaluated pose per frame: mapped heads (character space) and the pelvis' pose matrix."""
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read
 
     heads, pelvis = [], []
     for f in frames:
         bpy.context.scene.frame_set(int(f))
-        heads.append(rig_io.armature_pose_heads(obj, rig))
+        heads.append(pose_read.armature_pose_heads(obj, rig))
         pelvis.append(np.array(obj.pose.bones[PELVIS].matrix))
     return np.array(heads), np.array(pelvis)
 
@@ -174,7 +174,7 @@ def test_live_tick_on_a_cmu_rig_with_a_turned_pelvis(cmu_rig):
     import bpy
     from mathutils import Matrix
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read
     from neural_ik.blender.live import LiveTick
     from neural_ik.blender.live import targets_of as target_objects
 
@@ -188,7 +188,7 @@ def test_live_tick_on_a_cmu_rig_with_a_turned_pelvis(cmu_rig):
         scene.frame_set(frame)
         pelvis.rotation_euler = (pelvis.rotation_euler[0] + 0.25, 0.15, -0.2)
         bpy.context.view_layer.update()
-        goals.append(world @ rig_io.armature_pose_matrices(obj, rig)[[0] + EFF])
+        goals.append(world @ pose_read.armature_pose_matrices(obj, rig)[[0] + EFF])
     scene.frame_set(60)
     pelvis.rotation_euler = (pelvis.rotation_euler[0] + 0.25, 0.15, -0.2)
     turned = tuple(pelvis.rotation_euler)
@@ -224,7 +224,7 @@ def test_bake_from_empties_keeps_the_pelvis_as_it_stands(cmu_rig):
     it is, the baked action holds it there, and the evaluated feet land on their targets."""
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read
 
     obj, rig, model, source, _sample = cmu_rig
     assign_action(obj, source)
@@ -246,4 +246,4 @@ def test_bake_from_empties_keeps_the_pelvis_as_it_stands(cmu_rig):
     heads = [world @ np.append(obj.pose.bones[rig.bone_names[rig.role_bones[r]]].head, 1.0) for r in (EFF[2], EFF[3], EFF[0])]
     miss = np.linalg.norm(np.array(heads)[:, :3] - goal, axis=-1) * rig.scale
     assert miss.max() < 1e-3, miss
-    assert rig_io.current_links(obj, rig) is not None
+    assert pose_read.current_links(obj, rig) is not None

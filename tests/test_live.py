@@ -21,14 +21,14 @@ def demo_data():
     """Demo rig samples read once: (train samples, held-out samples)."""
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
     obj = demo_armature()
-    rig = rig_io.read_rig(obj, get_bone_map(obj))
+    rig = rig_model.read_rig(obj, get_bone_map(obj))
     actions = sorted((a for a in bpy.data.actions if not a.name.endswith(".nik")), key=lambda a: a.name)
-    samples = [rig_io.read_action(rig, obj, a) for a in actions]
+    samples = [pose_read.read_action(rig, obj, a) for a in actions]
     held = [s for i, s in enumerate(samples) if i % 4 == 3]
     train = [s for i, s in enumerate(samples) if i % 4 != 3]
     return rig, linear_model_for(rig.skeleton, train), held
@@ -39,13 +39,13 @@ def live_rig(empty_scene, demo_data):
     """A fresh demo rig with targets, a model cached for it, and the first held-out action assigned."""
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import rig_model
     from neural_ik.operators import live as live_ops
     from neural_ik.properties import get_bone_map
 
     rig0, model, held = demo_data
     obj = demo_armature()
-    rig = rig_io.read_rig(obj, get_bone_map(obj))
+    rig = rig_model.read_rig(obj, get_bone_map(obj))
     assert rig.skeleton.fingerprint() == rig0.skeleton.fingerprint()
     live_ops.loaded_models[obj.name] = ("", model, None)
     bpy.ops.neural_ik.create_targets()
@@ -60,7 +60,7 @@ def test_tick_lands_effectors_on_held_out_poses(live_rig):
     evaluated pose in >= 99% of frames, and refinement does not make MPJPE against the reference worse (> 0.5 cm)."""
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read
     from neural_ik.blender.live import LiveTick
 
     obj, rig, model, held = live_rig
@@ -76,7 +76,7 @@ def test_tick_lands_effectors_on_held_out_poses(live_rig):
             obj.neural_ik.refine_iterations = iterations
             tick.tick(bpy.context.scene)
             bpy.context.view_layer.update()
-            heads[iterations] = rig_io.armature_pose_heads(obj, rig)
+            heads[iterations] = pose_read.armature_pose_heads(obj, rig)
         target = sample.positions[i, list(EFFECTOR_ROLES)]
         miss = np.linalg.norm(heads[4][list(EFFECTOR_ROLES)] - target, axis=-1)
         landed.append(miss.max() < 1e-3)

@@ -243,7 +243,7 @@ def test_model_ready(empty_scene, training_state, capfd, tmp_path):
     import bpy
     from live_helpers import demo_armature, random_model
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import rig_model
     from neural_ik.neural_network.model.checkpoint import save_model
     from neural_ik.operators import live as live_ops
     from neural_ik.panels.common import metric_lines, read_meta
@@ -251,7 +251,7 @@ def test_model_ready(empty_scene, training_state, capfd, tmp_path):
 
     obj = demo_armature()
     empty_scene.neural_ik.armature = obj
-    model = random_model(rig_io.read_rig(obj, get_bone_map(obj)).skeleton)
+    model = random_model(rig_model.read_rig(obj, get_bone_map(obj)).skeleton)
     model.meta["metrics"] = {"effector_cm_mean": 1.25, "effector_cm_p95": 3.5, "inner_mpjpe_cm": 2.0, "frames": 50}
     model_path = str(tmp_path / "model.npz")
     save_model(model_path, model)
@@ -277,7 +277,7 @@ def test_live_running(empty_scene, training_state, capfd):
     from live_helpers import demo_armature, random_model
 
     import neural_ik.state as state
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import rig_model
     from neural_ik.blender.live import LiveTick
     from neural_ik.operators import live as live_ops
     from neural_ik.panels.main import tick_times_ms
@@ -285,7 +285,7 @@ def test_live_running(empty_scene, training_state, capfd):
 
     obj = demo_armature()
     empty_scene.neural_ik.armature = obj
-    model = random_model(rig_io.read_rig(obj, get_bone_map(obj)).skeleton)
+    model = random_model(rig_model.read_rig(obj, get_bone_map(obj)).skeleton)
     live_ops.loaded_models[obj.name] = ("", model, None)
     try:
         bpy.context.view_layer.objects.active = obj

@@ -1,4 +1,5 @@
-"""rig_io against Blender itself, on real motion capture: positions and orientations read without frame_set equal
+"""Reading rigs and actions (blender.rig_model, pose_read, pose_write) against Blender itself, on real motion capture:
+positions and orientations read without frame_set equal
 Blender's evaluated pose_bone.head/matrix; FK on the extracted rotations reproduces them; extraction changes nothing;
 written poses and actions read back exactly.
 
@@ -71,12 +72,12 @@ def use_map(obj, mapping):
 
 def assign(obj, action):
     """Assign an action (and its object slot) to obj: what a user does to see it (tests only)."""
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import action_layouts
 
     if obj.animation_data is None:
         obj.animation_data_create()
     obj.animation_data.action = action
-    slot = rig_io.action_slot_for_any(action)
+    slot = action_layouts.action_slot_for_any(action)
     if slot is not None:
         obj.animation_data.action_slot = slot
 
@@ -86,14 +87,14 @@ def state_hash(obj):
     scene frame, the assigned action and slot, the current pose channels."""
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import action_layouts
 
     h = hashlib.sha256()
     for action in sorted(bpy.data.actions, key=lambda a: a.name):
         h.update(action.name.encode())
         h.update(np.array([action.frame_range[0], action.frame_range[1], action.use_fake_user, action.users]).tobytes())
         for slot in (list(action.slots) if hasattr(action, "slots") else [None]):
-            for fc in rig_io.action_fcurves(action, slot):
+            for fc in action_layouts.action_fcurves(action, slot):
                 h.update(f"{fc.data_path}[{fc.array_index}]".encode())
                 for prop in ("co", "handle_left", "handle_right"):
                     buf = np.empty(2 * len(fc.keyframe_points), np.float32)
@@ -118,12 +119,12 @@ def check_against_blender(obj, dataset, frames_per_action, max_actions=4):
     worst orientation error in radians, worst FK error / height, checked frames)."""
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read, rig_model
     from neural_ik.neural_network.data.dataset import standing_height
     from neural_ik.neural_network.geometry import kinematics
     from neural_ik.neural_network.geometry.rotations import angle_between, axis_angle_to_matrix
 
-    rig = rig_io.read_rig(obj, dataset.meta["bone_map"])
+    rig = rig_model.read_rig(obj, dataset.meta["bone_map"])
     mask = rig.role_mask
     height = standing_height(dataset.skeleton)
     names = dataset.action_names
@@ -134,7 +135,7 @@ def check_against_blender(obj, dataset, frames_per_action, max_actions=4):
         assign(obj, bpy.data.actions[str(name)])
         for row in rows[np.linspace(0, len(rows) - 1, frames_per_action).astype(int)]:
             bpy.context.scene.frame_set(int(dataset.frame[row]))
-            heads = rig_io.armature_pose_heads(obj, rig)
+            heads = pose_read.armature_pose_heads(obj, rig)
             worst_pos = max(worst_pos, float(np.max(np.abs(heads[mask] - dataset.positions[row][mask]))) / height)
             basis = np.array([np.array(obj.pose.bones[rig.bone_names[b]].matrix_basis)[:3, :3]
                               for b in rig.role_bones[mask]])
@@ -231,22 +232,22 @@ def test_retarget_keeps_world_rotations_of_every_file(empty_scene, tmp_path):
     the importer chose different rest orientations for its zero-length end bones (trap 2)."""
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read, rig_model
 
     folder = gather(tmp_path, need_mocap(BANDAI), BANDAI_FILES[:2] + ("dataset-1_bow_active_001.bvh",))
     target, imported, _ = import_folder(bpy.context, folder)
     names = sorted(os.listdir(folder))
-    rig_target = rig_io.read_rig(target, BANDAI_MAP)
+    rig_target = rig_model.read_rig(target, BANDAI_MAP)
     differing = 0
     for name in names[1:]:
         bpy.ops.import_anim.bvh(filepath=str(folder / name), global_scale=0.01)
         own = bpy.context.active_object
-        rig_own = rig_io.read_rig(own, BANDAI_MAP)
+        rig_own = rig_model.read_rig(own, BANDAI_MAP)
         rest_t = {b.name: np.array(b.matrix_local)[:3, :3] for b in target.data.bones}
         rest_o = {b.name: np.array(b.matrix_local)[:3, :3] for b in own.data.bones}
         differing += sum(float(np.max(np.abs(rest_t[k] - rest_o[k]))) > 1e-3 for k in rest_t)
-        mine = rig_io.read_action(rig_target, target, bpy.data.actions[os.path.splitext(name)[0]])
-        theirs = rig_io.read_action(rig_own, own, own.animation_data.action)
+        mine = pose_read.read_action(rig_target, target, bpy.data.actions[os.path.splitext(name)[0]])
+        theirs = pose_read.read_action(rig_own, own, own.animation_data.action)
         # world rotation of the BVH joint = pose orientation @ rest orientation^T: independent of the bone's roll
         mask = rig_target.role_mask
         rest_tm = np.array([rest_t[rig_target.bone_names[b]] for b in rig_target.role_bones[mask]])
@@ -261,12 +262,12 @@ def test_retarget_keeps_world_rotations_of_every_file(empty_scene, tmp_path):
 def test_write_pose_and_action_read_back(empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import pose_read, pose_write, rig_model
     from neural_ik.neural_network.geometry.rotations import angle_between, axis_angle_to_matrix
 
     folder = gather(tmp_path, need_mocap(BANDAI), BANDAI_FILES[:1])
     obj, _, _ = import_folder(bpy.context, folder)
-    rig = rig_io.read_rig(obj, BANDAI_MAP)
+    rig = rig_model.read_rig(obj, BANDAI_MAP)
     mask = rig.role_mask
     rng = np.random.default_rng(3)
     local = axis_angle_to_matrix(rng.normal(scale=0.8, size=(23, 3)))
@@ -275,12 +276,12 @@ def test_write_pose_and_action_read_back(empty_scene, tmp_path):
     obj.animation_data.action = None            # an assigned action would override the written pose
     untouched = {pb.name: tuple(pb.rotation_euler) for pb in obj.pose.bones
                  if pb.name not in {rig.bone_names[b] for b in rig.role_bones[mask]}}
-    rig_io.write_pose(obj, rig, local, hips_rot, hips_pos)
+    pose_write.write_pose(obj, rig, local, hips_rot, hips_pos)
     bpy.context.view_layer.update()
     basis = np.array([np.array(obj.pose.bones[rig.bone_names[b]].matrix_basis)[:3, :3] for b in rig.role_bones[mask]])
     assert np.max(angle_between(basis[1:], local[mask][1:])) < 1e-5
-    assert np.max(angle_between(rig_io.armature_pose_rotations(obj, rig)[0], hips_rot)) < 1e-5
-    assert np.max(np.abs(rig_io.armature_pose_heads(obj, rig)[0] - hips_pos)) < 1e-5
+    assert np.max(angle_between(pose_read.armature_pose_rotations(obj, rig)[0], hips_rot)) < 1e-5
+    assert np.max(np.abs(pose_read.armature_pose_heads(obj, rig)[0] - hips_pos)) < 1e-5
     assert untouched == {name: tuple(obj.pose.bones[name].rotation_euler) for name in untouched}
 
     frames = np.arange(5, 25)
@@ -288,9 +289,9 @@ def test_write_pose_and_action_read_back(empty_scene, tmp_path):
     hips_seq = axis_angle_to_matrix(rng.normal(scale=0.4, size=(len(frames), 3)))
     hips_pos_seq = rng.normal(scale=0.3, size=(len(frames), 3)) + [0, 0, 1]
     existing = bpy.data.actions[0].name
-    action = rig_io.write_action(obj, rig, existing, frames, seq, hips_seq, hips_pos_seq)
+    action = pose_write.write_action(obj, rig, existing, frames, seq, hips_seq, hips_pos_seq)
     assert action.name != existing and bpy.data.actions.get(existing) is not None    # never overwrites
-    sample = rig_io.read_action(rig, obj, action)
+    sample = pose_read.read_action(rig, obj, action)
     assert list(sample.frames) == list(frames)
     assert np.max(angle_between(sample.local_rotations[:, mask][:, 1:], seq[:, mask][:, 1:])) < 1e-5
     assert np.max(angle_between(sample.hips_rotation, hips_seq)) < 1e-5
@@ -300,18 +301,18 @@ def test_write_pose_and_action_read_back(empty_scene, tmp_path):
 def test_read_rig_refuses_bad_maps(empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import rig_model
 
     folder = gather(tmp_path, need_mocap(BANDAI), BANDAI_FILES[:1])
     obj, _, _ = import_folder(bpy.context, folder)
-    with pytest.raises(rig_io.RigError, match="'Nope'.*not in armature"):
-        rig_io.read_rig(obj, dict(BANDAI_MAP, LeftHand="Nope"))
-    with pytest.raises(rig_io.RigError, match="mapped to both"):
-        rig_io.read_rig(obj, dict(BANDAI_MAP, RightHand="Hand_L"))
-    with pytest.raises(rig_io.RigError, match="lacks the essential roles LeftFoot"):
-        rig_io.read_rig(obj, dict(BANDAI_MAP, LeftFoot=""))
-    with pytest.raises(rig_io.RigError, match="is not below"):
-        rig_io.read_rig(obj, dict(BANDAI_MAP, LeftShin="LowerLeg_R", RightShin="LowerLeg_L"))
+    with pytest.raises(rig_model.RigError, match="'Nope'.*not in armature"):
+        rig_model.read_rig(obj, dict(BANDAI_MAP, LeftHand="Nope"))
+    with pytest.raises(rig_model.RigError, match="mapped to both"):
+        rig_model.read_rig(obj, dict(BANDAI_MAP, RightHand="Hand_L"))
+    with pytest.raises(rig_model.RigError, match="lacks the essential roles LeftFoot"):
+        rig_model.read_rig(obj, dict(BANDAI_MAP, LeftFoot=""))
+    with pytest.raises(rig_model.RigError, match="is not below"):
+        rig_model.read_rig(obj, dict(BANDAI_MAP, LeftShin="LowerLeg_R", RightShin="LowerLeg_L"))
 
 
 def test_sparse_keys_modifiers_and_muted_curves_read_as_blender_evaluates(empty_scene):
@@ -319,14 +320,14 @@ def test_sparse_keys_modifiers_and_muted_curves_read_as_blender_evaluates(empty_
     are skipped exactly as Blender evaluates them (the fast path only reads keys that sit on every frame)."""
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import action_layouts, pose_read, rig_model
     from neural_ik.operators.data import bone_map_of
 
     bpy.ops.neural_ik.create_demo_rig()
     obj = bpy.context.active_object
-    rig = rig_io.read_rig(obj, bone_map_of(obj))
+    rig = rig_model.read_rig(obj, bone_map_of(obj))
     action = bpy.data.actions[0].copy()
-    curves = rig_io.action_fcurves(action, rig_io.action_slot_for_any(action))
+    curves = action_layouts.action_fcurves(action, action_layouts.action_slot_for_any(action))
     rotations = [fc for fc in curves if fc.data_path.endswith("rotation_quaternion")]
     for fc in rotations[:12]:                     # three bones keyed every third frame, Bezier in between
         points = fc.keyframe_points
@@ -337,7 +338,7 @@ def test_sparse_keys_modifiers_and_muted_curves_read_as_blender_evaluates(empty_
     rotations[20].modifiers.new("NOISE").strength = 0.3
     rotations[30].mute = True
     before = state_hash(obj)
-    sample = rig_io.read_action(rig, obj, action)
+    sample = pose_read.read_action(rig, obj, action)
     assert state_hash(obj) == before
     assign(obj, action)
     mask = rig.role_mask
@@ -345,6 +346,6 @@ def test_sparse_keys_modifiers_and_muted_curves_read_as_blender_evaluates(empty_
     worst = 0.0
     for row in range(0, len(sample.frames), 7):
         bpy.context.scene.frame_set(int(sample.frames[row]))
-        heads = rig_io.armature_pose_heads(obj, rig)
+        heads = pose_read.armature_pose_heads(obj, rig)
         worst = max(worst, float(np.max(np.abs(heads[mask] - sample.positions[row][mask]))) / height)
     assert worst < TOLERANCE

@@ -15,13 +15,13 @@ WEIGHTS = os.path.join(REPO, "weights")
 def test_the_demo_rig_comes_with_the_shipped_model_and_it_solves(empty_scene):
     import bpy
 
-    from neural_ik.blender import rig_io
+    from neural_ik.blender import rig_model
     from neural_ik.properties import get_bone_map
 
     bpy.ops.neural_ik.create_demo_rig(seed=3)
     obj = bpy.context.scene.neural_ik.armature
     assert os.path.samefile(bpy.path.abspath(obj.neural_ik.model_path), os.path.join(WEIGHTS, "demo.npz"))
-    skeleton = rig_io.read_rig(obj, get_bone_map(obj)).skeleton
+    skeleton = rig_model.read_rig(obj, get_bone_map(obj)).skeleton
     model = checkpoint.load_model(os.path.join(WEIGHTS, "demo.npz"), skeleton.fingerprint())   # refuses another rig
     assert model.layer_sizes == [50, 128, 96, 69]
     before = set(bpy.data.actions)

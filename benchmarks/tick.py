@@ -133,8 +133,8 @@ def main(argv=None):
     from neural_ik.blender import pose_read, rig_model
     from neural_ik.blender.live import LiveTick
     from neural_ik.neural_network.data.features import references_from_data
+    from neural_ik.neural_network.runtime.engines import NumpyEngine, OrtEngine
     from neural_ik.neural_network.runtime.onnx_export import build_onnx, load_model_file
-    from neural_ik.neural_network.runtime.solver import NumpyEngine, OrtEngine
     from neural_ik.properties import get_bone_map
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)

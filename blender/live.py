@@ -30,7 +30,8 @@ from ..neural_network.geometry.rotations import (
     quaternions_to_compatible_euler,
 )
 from ..neural_network.runtime.runtime_graph import pose_columns
-from ..neural_network.runtime.solver import OK, Solver, describe
+from ..neural_network.runtime.solver import Solver
+from ..neural_network.runtime.status import OK, describe
 from ..neural_network.skeleton.roles import NUM_ROLES, TASKS
 from ..properties import get_bone_map
 from . import pose_read, rig_model

@@ -1,8 +1,9 @@
 """Live IK operators: load_model, export_onnx, create_targets, run (modal), stop, bake.
 
-Thin shells: they gather the armature, its bone map and its model, call blender/ (the live tick, reading and writing rigs) or the core, and report in
-plain words. The modal logic lives in `LiveRunner`, a plain class the Run operator inherits, so a test can drive
-invoke()/modal() with stand-in context and event objects (timers never fire in the bpy module).
+Thin shells: they gather the armature, its bone map and its model, call blender/ (the live tick, reading and
+writing rigs) or the core, and report in plain words. The modal logic lives in `LiveRunner`, a plain class the Run
+operator inherits, so a test can drive invoke()/modal()
+with stand-in context and event objects (timers never fire in the bpy module).
 """
 
 import os
@@ -19,7 +20,8 @@ from ..blender.live import TARGET_LABELS, TARGET_SLOTS, LiveCharacter, LiveStopp
 from ..neural_network.data.features import detect_contacts
 from ..neural_network.data.files import FileRefused
 from ..neural_network.runtime.onnx_export import check_rig, export_onnx, load_model_file
-from ..neural_network.runtime.solver import Solver, describe
+from ..neural_network.runtime.solver import Solver
+from ..neural_network.runtime.status import describe
 from ..neural_network.skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, ROLE_INDEX, TASKS, task_from_name
 from ..properties import get_bone_map
 from .common import poll_armature

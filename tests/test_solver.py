@@ -8,7 +8,8 @@ from live_helpers import fitted_model, humanoid_skeleton, inputs_of, random_mode
 
 from neural_ik.neural_network.runtime import solver as solver_module
 from neural_ik.neural_network.runtime.runtime_graph import PYTHON_CHECK_CHARACTERS
-from neural_ik.neural_network.runtime.solver import HELD_BAD_TARGETS, MISSED, OK, Solver
+from neural_ik.neural_network.runtime.solver import Solver
+from neural_ik.neural_network.runtime.status import HELD_BAD_TARGETS, MISSED, OK, describe
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +114,8 @@ def test_fuzz_never_gives_non_finite_rotations(model, poses, data):
 
 
 def test_describe_says_what_happened():
-    assert "holding the last good pose" in solver_module.describe(HELD_BAD_TARGETS)
-    assert solver_module.describe(OK) == "ok"
+    assert "holding the last good pose" in describe(HELD_BAD_TARGETS)
+    assert describe(OK) == "ok"
 
 
 def test_fast_quaternion_equals_the_careful_one():

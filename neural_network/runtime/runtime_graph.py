@@ -3,7 +3,7 @@
 The exported file (onnx_export.py) keeps the game-engine contract, 50 inputs -> 69 clamped deltas. Live ticks use this
 second graph, built in memory from the same Model, because ONNX Runtime runs a small node in about 0.2 us while a
 NumPy call on a tiny array costs 0.5-1 us plus Python: the whole input builder and output conversion of the solver
-(solver.InputBuilder, q = q_mean * exp(delta)) as about 60 graph nodes is several times faster than as NumPy calls.
+(inputs.InputBuilder, q = q_mean * exp(delta)) as about 60 graph nodes is several times faster than as NumPy calls.
 The node count is the cost (session options change nothing measurable), so every stage is written in as few nodes as
 it can be: products with constant 0/1 matrices instead of Gather/Reshape runs, biases folded into Gemms, the hips'
 quaternion from one per-character product. tests/test_solver.py checks the inputs against features.build_inputs and
@@ -46,6 +46,8 @@ import numpy as np
 
 from ..data.features import NUM_INPUTS
 from ..skeleton.roles import NUM_ROLES
+from .engines import ort_session
+from .inputs import ABSURD_DISTANCE, NUM_FEATURES, SETTING_COLUMNS
 
 GRAPH_INPUTS = ("world", "to_character_t", "settings", "z_limits", "step_limits", "previous_feet")
 CHECK_TOLERANCE = 1e-2       # summed |4 sin^2 + 4 cos^2 - 4| of the six relative rotations
@@ -72,8 +74,6 @@ def check_limits(height):
     """The raw check measures must each be <= these (NaN fails): the summed |target coordinates| (within
     ABSURD_DISTANCE rig heights), the rotation deviation, -(2 + 2 cos) of the relative rotations (away from a half
     turn). The graph outputs the first two over their limits, so every column must be <= CHECK_BOUNDS."""
-    from .solver import ABSURD_DISTANCE
-
     return np.array([ABSURD_DISTANCE * height, CHECK_TOLERANCE, -NEAR_HALF_TURN], np.float64)
 
 
@@ -103,7 +103,7 @@ def compact_rows(full):
 
 
 HEADING = (np.diag([1.0, 1.0, 0.0, 0.0]), np.array([[0, 1, 0, 0], [-1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0.0]]),
-           np.diag([0.0, 0.0, 1.0, 1.0]))       # the root frame's turn H = cos * [0] + sin * [1] + [2] (solver.InputBuilder)
+           np.diag([0.0, 0.0, 1.0, 1.0]))       # the root frame's turn H = cos * [0] + sin * [1] + [2] (inputs.InputBuilder)
 
 
 def linear_map(model, builder, hips_map=None):
@@ -115,14 +115,12 @@ def linear_map(model, builder, hips_map=None):
     location (3) through hips_map (16, 10) (live.LiveCharacter.hips_map; None: zeros). The settings and contact flags
     pass straight into the inputs, so they join at the first layer instead.
 
-    From solver.InputBuilder's matrix (rows vec(T) of the six targets then its settings order, columns three heading
+    From inputs.InputBuilder's matrix (rows vec(T) of the six targets then its settings order, columns three heading
     blocks of the 50 inputs and the effectors' trace - 1, features = cos * block0 + sin * block1 + block2, then the
     axis), extended by the hips' relative rotation (for the check) and the -(2 + 2 cos) columns the axis-angle stage
     divides by; rows reordered to the graph's inputs. Features are linear in the turned matrices, and H is block0's
     basis plus block2's at cos = 1, sin = 0, so the features map is block0 + block2: a third of the three-block product
     the heading would otherwise be mixed from."""
-    from .solver import NUM_FEATURES
-
     M = builder.matrix
     nf = NUM_FEATURES
     href = np.asarray(model.feature_spec.hips_reference, np.float64)
@@ -157,13 +155,11 @@ def linear_map(model, builder, hips_map=None):
 
 
 def settings_rows():
-    """(8, 50): [settings (6), contact (2)] -> the inputs they pass into (solver.InputBuilder's setting columns)."""
-    from .solver import _SETTING_COLUMNS
-
+    """(8, 50): [settings (6), contact (2)] -> the inputs they pass into (inputs.InputBuilder's setting columns)."""
     rows = np.zeros((8, NUM_INPUTS))
     order = [0, 1, 4, 5, 6, 7, 2, 3]           # the graph's settings then contact, in the builder's settings order
     for i, j in enumerate(order):
-        rows[i, _SETTING_COLUMNS[j]] = 1.0
+        rows[i, SETTING_COLUMNS[j]] = 1.0
     return rows
 
 
@@ -361,7 +357,7 @@ def _check(g, vec, rot_dev, height):
 
 
 def build_runtime_graph(model, builder, height, characters, debug=False, pose_layout=None, hips_map=None):
-    """onnx.ModelProto of the run-time path for `model` (builder: solver.InputBuilder of the same model) and a fixed
+    """onnx.ModelProto of the run-time path for `model` (builder: inputs.InputBuilder of the same model) and a fixed
     number of characters (the pose scatter's indices are a constant of that shape).
 
     pose_layout (bone count, pose-bone indices, their roles, the hips' pose-bone index or None): adds the input
@@ -467,8 +463,6 @@ class RuntimeEngine:
     def set_hips_map(self, hips_map):
         """(Re)build the session with the hips' map (16, 10) folded into the graph's linear map (None: zeros) and bind
         every buffer (the buffers stay the same arrays)."""
-        from .solver import ort_session
-
         self.session = ort_session(build_runtime_graph(*self.graph_args, hips_map=hips_map).SerializeToString())
         inputs = list(GRAPH_INPUTS[:-1]) + (["pose_base"] if self.pose_base is not None else [])
         self.bindings = []

@@ -32,215 +32,15 @@ from ..geometry.quaternion_math import (
 from ..geometry.rotations import matrix_to_quaternion
 from ..ik.refine import Refiner
 from ..skeleton.roles import FOOT_ROLES, NUM_ROLES, TASKS
-
-NUM_TARGETS = 6               # root, then the five effectors
-OK = 0
-HELD_BAD_TARGETS = 1          # non-finite, degenerate or absurd targets: the last good pose was kept
-HELD_BAD_OUTPUT = 2           # the network or refinement produced non-finite numbers: the last good pose was kept
-MISSED = 4                    # refined, but an effector is more than `tolerance` from its target (out of reach)
-STATUS_TEXT = {OK: "ok", HELD_BAD_TARGETS: "targets are not usable (non-finite, degenerate or absurdly far): "
-               "holding the last good pose", HELD_BAD_OUTPUT: "the solve gave non-finite numbers: holding the last good pose",
-               MISSED: "a target is out of reach"}
-ABSURD_DISTANCE = 100.0       # rig heights from the origin of character space
-
-
-def describe(status):
-    """Plain words for a status bit set."""
-    words = [text for bit, text in STATUS_TEXT.items() if bit and status & bit]
-    return "; ".join(words) if words else "ok"
-
-
-class NumpyEngine:
-    """The Model's network in float64, for machines without onnxruntime (and the reference the ONNX graphs are checked
-    against): float64 so a character's result does not depend on how many share the call (float32 BLAS sums a
-    single row and a block of rows in different orders)."""
-    name = "numpy"
-
-    def __init__(self, model, capacity):
-        self.model = model
-        self.weights = [np.asarray(w, np.float64) for w in model.weights]
-        self.mean = np.asarray(model.input_mean, np.float64)
-        self.scale = 1.0 / np.asarray(model.input_std, np.float64)
-        self.low = np.asarray(model.limit_low, np.float64).reshape(-1)
-        self.high = np.asarray(model.limit_high, np.float64).reshape(-1)
-        self.inputs = np.zeros((capacity, NUM_INPUTS), np.float32)
-        self.outputs = np.zeros((capacity, NUM_ROLES * 3))
-
-    def run(self, rows):
-        h = (self.inputs[:rows] - self.mean) * self.scale
-        w = self.weights
-        for i in range(0, len(w), 2):
-            h = h @ w[i] + w[i + 1]
-            if i + 2 < len(w):
-                h = np.tanh(h)
-        np.clip(h, self.low, self.high, out=self.outputs[:rows])
-        return self.outputs[:rows]
-
-
-def ort_session(onnx_bytes):
-    """A CPU InferenceSession with one thread (the tick is far too small to split) and full graph optimisation."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
-    return ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
-
-
-class OrtEngine:
-    """ONNX Runtime with IO binding: buffers bound once per row count, written in place, no per-call allocation."""
-    name = "onnxruntime"
-
-    def __init__(self, onnx_bytes, capacity):
-        self.session = ort_session(onnx_bytes)
-        self.inputs = np.zeros((capacity, NUM_INPUTS), np.float32)
-        self.outputs = np.zeros((capacity, NUM_ROLES * 3), np.float32)
-        self.bindings = {}
-
-    def binding(self, rows):
-        io = self.bindings.get(rows)
-        if io is None:
-            io = self.session.io_binding()
-            io.bind_cpu_input("inputs", self.inputs[:rows])
-            io.bind_output("deltas", "cpu", 0, np.float32, (rows, NUM_ROLES * 3), self.outputs[:rows].ctypes.data)
-            self.bindings[rows] = io
-        return io
-
-    def run(self, rows):
-        self.session.run_with_iobinding(self.binding(rows))
-        return self.outputs[:rows]
+from .engines import make_engine
+from .inputs import ABSURD_DISTANCE, NUM_TARGETS, InputBuilder
+from .runtime_graph import RuntimeEngine
+from .status import HELD_BAD_OUTPUT, HELD_BAD_TARGETS, MISSED, OK
 
 
 def fast_matrix_to_quaternion(R):
     """(..., 3, 3) rotations -> (..., 4) (w, x, y, z), w >= 0: the copysign form, a handful of array operations."""
     return matrices_to_quaternions(np.asarray(R, np.float64))
-
-
-def _linear_features(G, reference, hips_reference):
-    """The part of the 50 inputs (plus the five traces minus one) that is linear in G (6, 4, 4), the targets turned
-    into the root frame. Used only to build InputBuilder's constant matrix, by probing with unit inputs."""
-    f = np.zeros(NUM_FEATURES)
-    for e in range(5):
-        t = e + 1
-        f[6 * e:6 * e + 3] = G[t, :3, 3] - G[0, :3, 3]
-        A = reference[e].T @ G[t, :3, :3]
-        f[6 * e + 3:6 * e + 6] = (A[2, 1] - A[1, 2], A[0, 2] - A[2, 0], A[1, 0] - A[0, 1])
-        f[NUM_INPUTS + e] = np.trace(A) - G[0, 3, 3]
-    H = G[0, :3, :3] @ hips_reference.T
-    f[30:33], f[33:36] = H[:, 1], H[:, 2]
-    f[36], f[42] = G[3, 2, 3], G[4, 2, 3]
-    f[39] = f[45] = G[0, 3, 3]          # ground normal +Z (G[0, 3, 3] is the constant 1)
-    return f
-
-
-NUM_FEATURES = NUM_INPUTS + 5                     # the inputs, then trace - 1 of each effector's relative rotation
-NUM_SETTINGS = 8                                  # -ground (2), contact (2), desired contact (2), phase, task code
-_SETTING_COLUMNS = (36, 42, 40, 46, 41, 47, 48, 49)
-
-
-class InputBuilder:
-    """features.build_inputs specialised for run time: the same numbers (tests/test_solver.py checks them against
-    build_inputs) from very few array operations.
-
-    Everything but the root heading and the axis-angle conversion is linear in the normalised target matrices, and the
-    heading enters as a rotation about +Z, R_root^T = cos * Cx + sin * Sx + Ez. So one constant matrix maps
-    [vec(targets) (96), settings (8)] to three blocks of features (one per heading basis) plus the thigh-to-thigh
-    axis; the heading's cosine and sine then mix the blocks in a second small product, and only the five rotations
-    need a few element-wise calls (axis-angle from the antisymmetric part and the trace).
-    """
-
-    def __init__(self, skeleton, spec):
-        lateral = thigh_axis(skeleton.offsets)
-        reference = np.asarray(spec.effector_reference, np.float64)
-        hips_reference = np.asarray(spec.hips_reference, np.float64)
-        cx, sx, ez = np.zeros((4, 4)), np.zeros((4, 4)), np.zeros((4, 4))
-        cx[0, 0] = cx[1, 1] = 1.0
-        sx[0, 1], sx[1, 0] = 1.0, -1.0
-        ez[2, 2] = ez[3, 3] = 1.0
-        width = 96 + NUM_SETTINGS
-        M = np.zeros((width, 3 * NUM_FEATURES + 2))
-        for u in range(96):
-            probe = np.zeros(96)
-            probe[u] = 1.0
-            probe = probe.reshape(6, 4, 4)
-            for b, basis in enumerate((cx, sx, ez)):
-                M[u, b * NUM_FEATURES:(b + 1) * NUM_FEATURES] = _linear_features(basis @ probe, reference, hips_reference)
-            M[u, 3 * NUM_FEATURES:] = (probe[0, :3, :3] @ lateral)[:2]
-        for i, column in enumerate(_SETTING_COLUMNS):   # settings pass straight through the constant block
-            M[96 + i, 2 * NUM_FEATURES + column] = 1.0
-        self.matrix = M
-        self.reference = reference
-        self.laterals = None
-
-    def set_laterals(self, offsets):
-        """Per-character thigh-to-thigh axes in the hips' frame from offsets (K, 23, 3) (in-between bones that move
-        per character, see Solver's links); None: the skeleton's, folded into the constant matrix."""
-        self.laterals = None if offsets is None else thigh_axis(np.asarray(offsets, np.float64))
-
-    def buffers(self, k):
-        """x (K, 104): vec(normalised targets) then settings; y; mixing weights (K, 1, 3) = (cos, sin, 1); features."""
-        x = np.zeros((k, 96 + NUM_SETTINGS))
-        y = np.empty((k, 3 * NUM_FEATURES + 2))
-        weights = np.ones((k, 1, 3))
-        features = np.empty((k, 1, NUM_FEATURES))
-        return x, y, weights, features
-
-    def __call__(self, buffers, out):
-        """Fill out (K, 50) float32 from buffers[0] (targets normalised in place, settings set); returns features."""
-        x, y, weights, features = buffers
-        k = len(x)
-        np.matmul(x, self.matrix, out=y)
-        lateral = y[:, 3 * NUM_FEATURES:]
-        if self.laterals is not None:                    # (hips rotation @ axis)[:2] per character
-            hips = x[:, :16].reshape(k, 4, 4)
-            np.einsum("kab,kb->ka", hips[:, :2, :3], self.laterals, out=lateral)
-        length = np.hypot(lateral[:, 0], lateral[:, 1])
-        if length.min() > 1e-6:
-            np.divide(lateral, length[:, None], out=weights[:, 0, :2])
-        else:                                            # thighs vertically aligned: the hips' own x axis
-            self._fallback_heading(x, lateral, length, weights)
-        np.matmul(weights, y[:, :3 * NUM_FEATURES].reshape(k, 3, NUM_FEATURES), out=features)
-        f = features[:, 0]
-        v = f[:, :30].reshape(k, 5, 6)[:, :, 3:]         # 2 sin(angle) axis, in place of the axis-angle columns
-        trace_m1 = f[:, NUM_INPUTS:]                       # 2 cos(angle)
-        if trace_m1.min() < -1.998:                        # near a half turn: the careful conversion
-            self._careful_rotations(x, weights, v)
-        else:
-            two_sin = np.sqrt(np.einsum("kei,kei->ke", v, v))
-            factor = np.arctan2(two_sin, trace_m1)
-            factor /= np.maximum(two_sin, 1e-300)
-            v *= factor[..., None]
-        np.copyto(out, f[:, :NUM_INPUTS])
-        return f
-
-    def _fallback_heading(self, x, lateral, length, weights):
-        hips_x = x[:, :96].reshape(-1, 6, 4, 4)[:, 0, :2, 0]
-        fb = hips_x / np.maximum(np.hypot(hips_x[:, 0], hips_x[:, 1]), 1e-9)[:, None]
-        use = (length > 1e-6)[:, None]
-        weights[:, 0, :2] = np.where(use, lateral / np.maximum(length, 1e-12)[:, None], fb)
-
-    def _careful_rotations(self, x, weights, v):
-        """Near a half turn the antisymmetric part loses the axis: convert the whole relative matrices instead."""
-        from ..geometry.rotations import matrix_to_axis_angle
-
-        k = len(x)
-        targets = x[:, :96].reshape(k, 6, 4, 4)
-        c, s = weights[:, 0, 0], weights[:, 0, 1]
-        root_t = np.zeros((k, 3, 3))
-        root_t[:, 0, 0], root_t[:, 0, 1], root_t[:, 1, 0], root_t[:, 1, 1], root_t[:, 2, 2] = c, s, -s, c, 1.0
-        A = np.swapaxes(self.reference, -1, -2)[None] @ (root_t[:, None] @ targets[:, 1:, :3, :3])
-        v[...] = matrix_to_axis_angle(A)
-
-
-def thigh_axis(offsets):
-    """(..., 3) left thigh head minus right thigh head in the hips' frame, from offsets (..., 23, 3): what the root
-    frame's heading is made from."""
-    from ..skeleton.roles import ROLE_INDEX
-
-    return offsets[..., ROLE_INDEX["LeftThigh"], :] - offsets[..., ROLE_INDEX["RightThigh"], :]
 
 
 LINK_TOLERANCE = 1e-7        # bridges/offsets entries closer than this count as equal (rest defaults, frame to frame)
@@ -270,23 +70,6 @@ def resolve_links(skeleton, links, k):
             and np.abs(offsets - skeleton.offsets).max() <= LINK_TOLERANCE):
         return skeleton, None
     return replace(skeleton, bridges=bridges, offsets=offsets), None
-
-
-def make_engine(model, onnx_bytes=None, capacity=1, engine="auto"):
-    """ONNX Runtime when available (and asked for), else NumPy."""
-    if engine in ("auto", "onnxruntime"):
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError:
-            if engine == "onnxruntime":
-                raise
-        else:
-            if onnx_bytes is None:
-                from .onnx_export import build_onnx
-
-                onnx_bytes = build_onnx(model).SerializeToString()
-            return OrtEngine(onnx_bytes, capacity)
-    return NumpyEngine(model, capacity)
 
 
 class SolveResult:
@@ -338,8 +121,6 @@ class Solver:
         self.build_inputs = InputBuilder(skeleton, model.feature_spec)
         self.runtime = None
         if self.engine.name == "onnxruntime" and runtime_graph and per_character is None:
-            from .runtime_graph import RuntimeEngine
-
             self.runtime = RuntimeEngine(model, self.build_inputs, model.skeleton.height, k, pose_layout=pose_layout,
                                          hips_map=hips_map)
         self.fallbacks = 0                   # ticks the run-time graph handed back to the careful NumPy path

@@ -97,9 +97,11 @@ def test_reach_assist_matches_the_numpy_refiner(chains):
 
 def test_a_spine2_turn_that_may_meet_its_limits_takes_the_python_float_path(monkeypatch):
     """Narrow limits: a Spine2 turn that may leave them goes to reach_assist's own functions (which clamp it), the
-    others stay in mathutils; either way the result is the NumPy refiner's. (Much narrower limits put a clamped
-    Spine2 exactly on its limit, where float32 and float64 can decide the spine's straightening either way: both
-    land, one with least squares.)"""
+    others stay in mathutils; either way the result is the NumPy refiner's. Seed 57: 7 of its 16 characters take
+    the Python-float path, and none has a clamped Spine2 that the spine's straightening then finds exactly on its
+    limit (about a quarter of the characters of seeds 30-49 do: the turn is clamped onto the limit, the straightening
+    leaves Spine2 within 1e-15 rad of it, and rounding - float32 frames in mathutils, float64 in NumPy - decides its
+    limit check either way: both land, one with least squares)."""
     outcomes = []
     head_assist = MathutilsRefiner._assist_head
 
@@ -110,7 +112,7 @@ def test_a_spine2_turn_that_may_meet_its_limits_takes_the_python_float_path(monk
     monkeypatch.setattr(MathutilsRefiner, "_assist_head", spy)
     skel = humanoid_skeleton(twist=0.2)
     ref = refiner_for(skel, width=0.2)
-    local, hips_R, hips_p, tp, tr = pushed_beyond_reach(ref, skel, 16, 4, seed=35)
+    local, hips_R, hips_p, tp, tr = pushed_beyond_reach(ref, skel, 16, 4, seed=57)
     q, hips = matrices_to_quaternions(local), hips_matrices(hips_R, hips_p)
     expected, got = one_by_one(skel, ref, q, hips, tp, tr)
     assert_same_refinement(skel, q, hips, expected, got)

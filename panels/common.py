@@ -1,5 +1,6 @@
-"""Helpers the sidebar panels share: drawing an operator only when it is registered, filling its properties, and
-reading what a dataset or model file holds without loading its arrays.
+"""Helpers the sidebar panels share: drawing an operator with its properties filled (a name or property that does not
+exist raises: a typo must not draw a quiet button), and reading what a dataset or model file holds without loading
+its arrays.
 
 Panels redraw many times a second, so file facts are cached by (path, modification time, size): the panel shows
 the file as it is on disk, and re-reads it only when it changes.
@@ -19,27 +20,25 @@ classes = ()
 OPERATOR_PREFIX = "NEURAL_IK_OT_"
 
 
-def operator_available(name):
-    """True when bpy.ops.neural_ik.<name> is registered (parts of the add-on may be missing in a partial build)."""
-    return hasattr(bpy.types, OPERATOR_PREFIX + name)
+def operator_idname(name):
+    """'neural_ik.<name>' of a registered operator. One that is not registered is a bug (a typo, a class left out of
+    registration), and Blender would only print about it and draw nothing: this raises instead."""
+    if not hasattr(bpy.types, OPERATOR_PREFIX + name):
+        raise AttributeError(f"bpy.ops.neural_ik.{name} is not registered")
+    return f"neural_ik.{name}"
 
 
 def operator(layout, name, text=None, icon="NONE", **properties):
-    """Draw bpy.ops.neural_ik.<name> with the given properties; a greyed label when it is not registered.
+    """Draw bpy.ops.neural_ik.<name> with the given properties (None leaves a property at its default).
 
-    Properties the operator does not declare are skipped rather than raising, so the panel keeps drawing while
-    the operators evolve. Returns the operator properties (or None).
+    An operator that is not registered, or a property it does not declare, raises (Blender raises AttributeError
+    for the property), so a typo fails the panel's draw instead of drawing a button that does something else.
+    Returns the operator properties.
     """
-    if not operator_available(name):
-        row = layout.row()
-        row.enabled = False
-        row.label(text=f"{text or name.replace('_', ' ').title()} (unavailable)", icon="ERROR")
-        return None
-    props = layout.operator(f"neural_ik.{name}", text=text, icon=icon) if text is not None else \
-        layout.operator(f"neural_ik.{name}", icon=icon)
-    declared = props.bl_rna.properties.keys()
+    idname = operator_idname(name)
+    props = layout.operator(idname, text=text, icon=icon) if text is not None else layout.operator(idname, icon=icon)
     for key, value in properties.items():
-        if key in declared and value is not None:
+        if value is not None:
             setattr(props, key, value)
     return props
 

@@ -7,7 +7,7 @@ hangs under the 3D viewport's Object and Pose menus.
 import bpy
 
 from ..neural_network.skeleton.roles import ESSENTIAL_ROLES
-from .common import operator_available
+from .common import operator_idname
 
 
 def role_status(item, armature):
@@ -48,10 +48,7 @@ class NEURAL_IK_MT_bone_map_presets(bpy.types.Menu):
 
     def draw(self, context):
         layout = self.layout
-        if operator_available("apply_preset"):
-            layout.operator_enum("neural_ik.apply_preset", "preset")
-        else:
-            layout.label(text="No presets available")
+        layout.operator_enum(operator_idname("apply_preset"), "preset")
 
 
 # Every operator, in the order of the work, for F3 search and the Object menu.
@@ -69,15 +66,9 @@ class NEURAL_IK_MT_operators(bpy.types.Menu):
 
     def draw(self, context):
         layout = self.layout
-        drawn = 0
         for name in MENU_OPERATORS:
-            if operator_available(name):
-                layout.operator(f"neural_ik.{name}")
-                drawn += 1
-        if operator_available("apply_preset"):
-            layout.menu(NEURAL_IK_MT_bone_map_presets.bl_idname)
-        if not drawn:
-            layout.label(text="No Neural IK operators registered")
+            layout.operator(operator_idname(name))
+        layout.menu(NEURAL_IK_MT_bone_map_presets.bl_idname)
 
 
 def draw_object_menu(self, context):

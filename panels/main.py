@@ -1,8 +1,8 @@
 """The "Neural IK" tab of the 3D viewport's sidebar: one panel, with a sub-panel per step of the work.
 
 Rig -> Data -> Training -> Live -> Bake and Export. Panels only draw: they read the scene/object settings
-(properties.py) and the runtime state (state.py) and offer the operators; they never change data. An operator that
-is not registered (a partial build) shows as a greyed label instead of breaking the panel.
+(properties.py) and the runtime state (state.py) and offer the operators; they never change data. An operator, or
+an operator property, that does not exist raises (panels.common.operator): a typo fails the draw, loudly.
 """
 
 import os
@@ -10,10 +10,11 @@ import os
 import bpy
 
 from .. import state
+from ..neural_network.skeleton import bone_map
 from ..neural_network.skeleton.roles import ROLES
 from ..properties import get_bone_map
 from .common import absolute, dataset_summary, format_number, format_seconds, metric_lines, operator, read_meta
-from .lists import NEURAL_IK_MT_bone_map_presets, NEURAL_IK_UL_bone_map, role_status
+from .lists import NEURAL_IK_MT_bone_map_presets, NEURAL_IK_UL_bone_map
 
 
 def scene_settings(context):
@@ -64,35 +65,13 @@ def need_armature(layout, context):
 
 
 def bone_map_problems(armature):
-    """Problems of the armature's bone map, in words.
-
-    The core's `bone_map.validate` decides what makes a map unusable; until it exists (or if it refuses the call),
-    the per-role status of the list is summarised instead.
-    """
+    """Problems of the armature's bone map, in words: the core's `bone_map.validate` decides what makes a map
+    unusable."""
     mapping = get_bone_map(armature)
     if not any(mapping.values()):
         return ["No bones are mapped yet: press Auto Map or choose a preset."]
     bones = [(bone.name, bone.parent.name if bone.parent else None) for bone in armature.data.bones]
-    try:
-        from ..neural_network.skeleton import bone_map
-    except ImportError:
-        bone_map = None
-    validate = getattr(bone_map, "validate", None)
-    if validate is not None:
-        try:
-            problems = validate(mapping, bones)
-        except TypeError:
-            problems = None
-        if problems is not None:
-            if isinstance(problems, str):
-                return [problems]
-            return [str(p) for p in problems]
-    problems = []
-    for item in armature.neural_ik.bone_map:
-        icon, words = role_status(item, armature)
-        if icon == "ERROR":
-            problems.append(f"{item.role}: {words}")
-    return problems
+    return [str(p) for p in bone_map.validate(mapping, bones)]
 
 
 # ---- panels --------------------------------------------------------------------------------------------------
@@ -317,7 +296,7 @@ def draw_loss_weights(layout, settings, running):
 
 
 def draw_progress(layout, training):
-    error = getattr(training, "error", "")
+    error = training.error
     if error and not training.running:
         wrapped_label(layout, error, icon="ERROR")
     if not training.running and training.epoch == 0:
@@ -325,16 +304,11 @@ def draw_progress(layout, training):
             wrapped_label(layout, training.message, icon="INFO")
         return
     text = f"Epoch {training.epoch}/{training.epochs}"
-    if hasattr(layout, "progress"):
-        layout.progress(factor=min(max(training.fraction, 0.0), 1.0), type="BAR", text=text)
-    else:
-        layout.label(text=f"{text} ({training.fraction:.0%})")
+    layout.progress(factor=min(max(training.fraction, 0.0), 1.0), type="BAR", text=text)
     col = layout.column(align=True)
     col.label(text=f"Loss: {format_number(training.train_loss)}")
     col.label(text=f"Validation error: {format_number(training.val_error_cm, '{:.2f}')} cm")
-    inner = getattr(training, "val_inner_cm", None)
-    if inner is not None:
-        col.label(text=f"Inner joints: {format_number(inner, '{:.2f}')} cm")
+    col.label(text=f"Inner joints: {format_number(training.val_inner_cm, '{:.2f}')} cm")
     if training.running:
         col.label(text=f"Time left: {format_seconds(training.seconds_left)}")
     if training.message:
@@ -364,22 +338,9 @@ def draw_best(layout, context, training):
 
 
 def tick_times_ms(session):
-    """(mean, p99, ticks) of the live session's solver tick in milliseconds, from whatever it exposes."""
-    for name in ("tick_stats", "timing", "stats"):
-        value = getattr(session, name, None)
-        if callable(value):
-            value = value()
-        if isinstance(value, dict):
-            mean = value.get("mean_ms", value.get("mean"))
-            p99 = value.get("p99_ms", value.get("p99"))
-            return mean, p99, value.get("ticks", value.get("count"))
-    times = getattr(session, "tick_times", None)
-    if times is not None and len(times):
-        import numpy as np
-
-        ms = np.asarray(times, dtype=float) * 1000.0
-        return float(ms.mean()), float(np.percentile(ms, 99)), len(ms)
-    return None, None, None
+    """(mean, p99, ticks) of the live session's solver tick in milliseconds (LiveSession.tick_stats)."""
+    stats = session.tick_stats()
+    return stats["mean_ms"], stats["p99_ms"], stats["ticks"]
 
 
 def draw_tick_times(layout, session):
@@ -387,16 +348,11 @@ def draw_tick_times(layout, session):
     box = layout.box()
     col = box.column(align=True)
     col.label(text=f"Tick: {format_number(mean, '{:.2f}')} ms mean, {format_number(p99, '{:.2f}')} ms p99", icon="TIME")
-    if ticks is not None:
-        col.label(text=f"{ticks} ticks", icon="BLANK1")
-    stats = session.tick_stats() if callable(getattr(session, "tick_stats", None)) else {}
-    status = stats.get("status") if isinstance(stats, dict) else None
-    if isinstance(status, dict):
-        for name, words in status.items():
-            wrapped_label(box, f"{name}: {words}", icon="ERROR")
-    reason = getattr(session, "stop_reason", "")
-    if reason:
-        wrapped_label(box, reason, icon="INFO")
+    col.label(text=f"{ticks} ticks", icon="BLANK1")
+    for name, words in session.tick_stats()["status"].items():
+        wrapped_label(box, f"{name}: {words}", icon="ERROR")
+    if session.stop_reason:
+        wrapped_label(box, session.stop_reason, icon="INFO")
 
 
 _previews = None

@@ -1,17 +1,26 @@
-"""Live IK tick costs on the demo rig, medians and p99 in microseconds, each against its target.
+"""Live IK tick costs on the demo rig, as ratios to two anchors measured in the same run (microseconds beside them).
 
     .venv/bin/python benchmarks/tick.py [--model model.npz|model.onnx] [--repeats 2000]
 
+About 20 s on 2 cores by default; `--repeats 10000` for steadier medians (about five times longer).
+Absolute times move ~2x between machines of the same kind and with the machine's load, so every row is printed as a
+ratio to two anchors measured first in the same process:
+- IK: Blender's own IK constraint solve of the same rig and the same moving targets, set up as the evaluation's
+  baseline (`blender/blender_ik.py` BaselineRig: limb IK + Copy Rotation on a copy of the armature, which starts
+  every frame from the mean pose while the original plays a demo clip as the targets) and timed as the evaluation
+  times it: one `scene.frame_set` per tick with the constraints on, minus the same with them muted;
+- update: `view_layer.update()` of the bare demo rig (Blender's own evaluation after one object is tagged).
+
 Without --model a 50-128-96-69 network with random weights is built on the demo rig (the cost does not depend on
-the weights). Prints: inference alone (ONNX Runtime with IO binding, plain session.run, NumPy), the run-time graph
+the weights). Rows: inference alone (ONNX Runtime with IO binding, plain session.run, NumPy), the run-time graph
 alone (inputs + inference + quaternions in one ONNX Runtime call, what the tick uses), the whole tick without
 Blender's view_layer.update() (read targets + inputs + inference + write), the same on Euler bones (as a BVH import
 gives), the same with 2 refinement iterations
 (targets within reach of the limbs: the closed form; and targets the network leaves out of reach: least squares
 first), the same with the shipped model (weights/demo.npz) on the demo clips it was validated on and never trained on
-(targets moved to each frame before its tick: how often least squares is needed there), view_layer.update() itself,
-and the batched tick for 1, 10 and 50 characters (total, per character, and per character beyond the single tick),
-then 50 characters refined together on the held-out clips (each character on its own frame).
+(targets moved to each frame before its tick: how often least squares is needed there), and the batched tick for 1,
+10 and 50 characters (total, per character, and per character beyond the single tick), then 50 characters refined
+together on the held-out clips (each character on its own frame).
 """
 
 import argparse
@@ -27,13 +36,6 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 sys.path.insert(0, os.path.join(REPO, "tests"))           # live_helpers.place_targets, as the live tests place them
 
 from addon_loader import load_addon  # noqa: E402
-
-TARGETS_US = {"inference": 10.0, "tick": 30.0, "tick_refine2": 100.0, "per_extra_character": 5.0}
-
-
-def verdict(value, key):
-    limit = TARGETS_US.get(key)
-    return f"target <= {limit:.0f}: {value / limit:.2f}x" if limit else ""
 
 
 def measure(fn, repeats):
@@ -100,6 +102,43 @@ def shipped_model_ticks(bpy, objs, rig, passes=3):
     return np.array(times) * 1e6, least_squares / (len(times) * len(objs))
 
 
+def blender_ik_anchor(bpy, obj, bone_map, mean_pose, frames_wanted):
+    """Blender's own IK solve of the same rig and targets, timed as the evaluation times it (operators/evaluate.py,
+    blender_ik.BaselineRig: limb IK + Copy Rotation on a copy of the armature that starts every frame from the mean
+    pose, the reference playing its action as the moving targets): each `scene.frame_set` of the clip timed with the
+    constraints on and with them muted, in passes over the clip (on, off, off, on, ...) so machine load hits both
+    alike. Returns per-frame times in microseconds with the constraints on (N,) and muted (N,), and the anchor: the
+    median over neighbouring (on, muted) passes of the difference of their medians, the IK constraints' own cost."""
+    from neural_ik.blender import action_layouts
+    from neural_ik.blender.blender_ik import BaselineRig
+
+    scene = bpy.context.scene
+    action = (obj.animation_data and obj.animation_data.action) or bpy.data.actions[0]
+    action_layouts.assign_action(obj, action)
+    start, end = (int(round(v)) for v in action.frame_range)
+    frames = list(range(start + 1, end + 1))
+    rig = BaselineRig(scene, obj, bone_map, mean_pose, action).build()
+    passes = []
+    try:
+        for p in range(2 * max(2, -(-frames_wanted // len(frames)))):
+            enabled = (p % 2 == 0) == (p // 2 % 2 == 0)        # on, off, off, on, on, off, ...
+            rig.set_constraints_enabled(enabled)
+            scene.frame_set(start)                          # untimed: the first evaluation after a toggle
+            times = np.empty(len(frames))
+            for i, f in enumerate(frames):
+                began = time.perf_counter()
+                scene.frame_set(f)
+                times[i] = time.perf_counter() - began
+            passes.append((enabled, times * 1e6))
+    finally:
+        rig.remove()
+        obj.animation_data_clear()
+        scene.frame_set(start)
+    on = [t for enabled, t in passes if enabled]
+    off = [t for enabled, t in passes if not enabled]
+    anchor = float(np.median([np.median(a) - np.median(b) for a, b in zip(on, off)]))
+    return np.concatenate(on), np.concatenate(off), anchor
+
 def make_characters(bpy, count):
     """`count` demo rigs (copies of the first) with their own targets, side by side."""
     first = bpy.context.scene.neural_ik.armature
@@ -135,6 +174,7 @@ def main(argv=None):
     from neural_ik.neural_network.data.features import references_from_data
     from neural_ik.neural_network.runtime.engines import NumpyEngine, OrtEngine
     from neural_ik.neural_network.runtime.onnx_export import build_onnx, load_model_file
+    from neural_ik.neural_network.skeleton.roles import ROLES
     from neural_ik.properties import get_bone_map
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
@@ -148,6 +188,14 @@ def main(argv=None):
         spec = references_from_data(np.nan_to_num(sample.positions), sample.rotations, sample.hips_rotation)
         model, data = random_network(rig.skeleton, spec), None
     data = data or build_onnx(model).SerializeToString()
+    # The anchor first, on the bare demo rig: Blender's IK constraint solve of the same rig (start pose: the model's
+    # mean pose; the random network has none, so the shipped model's, as the evaluation takes it from a model)
+    mean_model = model if args.model else load_model_file(os.path.join(REPO, "weights", "demo.npz"), rig.skeleton)[0]
+    bone_map = get_bone_map(obj)
+    mean_pose = {bone_map[role]: np.asarray(mean_model.mean_pose[j], np.float64)
+                 for j, role in enumerate(ROLES) if bone_map.get(role)}
+    anchor_action = obj.animation_data.action.name
+    constrained, muted, anchor = blender_ik_anchor(bpy, obj, bone_map, mean_pose, args.repeats // 2)
     obj.animation_data_clear()
     print(f"model {model.layer_sizes}, {args.repeats} repeats, medians / p99 in microseconds")
 
@@ -155,29 +203,27 @@ def main(argv=None):
     x = np.random.default_rng(0).normal(size=(1, 50)).astype(np.float32)
     ort_engine = OrtEngine(data, 1)
     ort_engine.inputs[:] = x
-    rows.append(("inference: ONNX Runtime, IO binding", *measure(lambda: ort_engine.run(1), args.repeats), "inference"))
+    rows.append(("inference: ONNX Runtime, IO binding", *measure(lambda: ort_engine.run(1), args.repeats)))
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-    rows.append(("inference: ONNX Runtime, session.run", *measure(lambda: session.run(None, {"inputs": x}), args.repeats),
-                 "inference"))
+    rows.append(("inference: ONNX Runtime, session.run", *measure(lambda: session.run(None, {"inputs": x}), args.repeats)))
     np_engine = NumpyEngine(model, 1)
     np_engine.inputs[:] = x
-    rows.append(("inference: NumPy model", *measure(lambda: np_engine.run(1), args.repeats), "inference"))
+    rows.append(("inference: NumPy model", *measure(lambda: np_engine.run(1), args.repeats)))
 
     scene = bpy.context.scene
     objs = make_characters(bpy, 1)
     tick = LiveTick([(objs[0], model, data)])
     tick.start()
     runtime = tick.live_groups[0].solver.runtime
-    rows.append(("run-time graph alone (inputs+inference+quaternions)", *measure(runtime.run, args.repeats), ""))
+    rows.append(("run-time graph alone (inputs+inference+quaternions)", *measure(runtime.run, args.repeats)))
     obj.neural_ik.refine_iterations = 0
-    rows.append(("tick (read targets + inputs + inference + write)", *measure(lambda: tick.tick(scene), args.repeats),
-                 "tick"))
+    rows.append(("tick (read targets + inputs + inference + write)", *measure(lambda: tick.tick(scene), args.repeats)))
     obj.neural_ik.refine_iterations = 2
     refiner = tick.live_groups[0].solver.refiner
     timing = measure(lambda: tick.tick(scene), args.repeats // 4)
-    rows.append((f"tick, 2 refinement its, out of reach ({refiner.last_least_squares} LS)", *timing, "tick_refine2"))
+    rows.append((f"tick, 2 refinement its, out of reach ({refiner.last_least_squares} LS)", *timing))
     obj.neural_ik.refine_iterations = 0
     tick.stop()
     # Within reach: the same network with its effector inputs' weights zeroed (the same cost; its pose then does not
@@ -196,13 +242,13 @@ def main(argv=None):
     obj.neural_ik.refine_iterations = 2
     refiner = tick.live_groups[0].solver.refiner
     timing = measure(lambda: tick.tick(scene), args.repeats // 2)
-    rows.append((f"tick, 2 refinement its, within reach ({refiner.last_least_squares} LS)", *timing, "tick_refine2"))
+    rows.append((f"tick, 2 refinement its, within reach ({refiner.last_least_squares} LS)", *timing))
     obj.neural_ik.refine_iterations = 0
 
     def update():
         obj.update_tag()
         bpy.context.view_layer.update()
-    update_row = ("view_layer.update() (Blender's own evaluation)", *measure(update, args.repeats // 4), "")
+    update_us = measure(update, args.repeats // 4)
     tick.stop()
     # A rig imported from BVH: Blender's importer keeps the file's Euler channel order on every bone
     modes = {pb.name: pb.rotation_mode for pb in obj.pose.bones}
@@ -210,22 +256,35 @@ def main(argv=None):
         pb.rotation_mode = "ZXY"
     tick = LiveTick([(obj, model, data)])
     tick.start()
-    rows.append(("tick, Euler bones (ZXY, as Blender's BVH import)", *measure(lambda: tick.tick(scene), args.repeats),
-                 "tick"))
+    rows.append(("tick, Euler bones (ZXY, as Blender's BVH import)", *measure(lambda: tick.tick(scene), args.repeats)))
     tick.stop()
     for pb in obj.pose.bones:
         pb.rotation_mode = modes[pb.name]
     if not args.model:
         times, share = shipped_model_ticks(bpy, [obj], rig)
         rows.append((f"tick, 2 refinement its, shipped model, held-out clips ({100 * share:.0f}% LS)",
-                     float(np.median(times)), float(np.percentile(times, 99)), "tick_refine2"))
-    rows.append(update_row)
+                     float(np.median(times)), float(np.percentile(times, 99))))
 
-    print(f"{'(n LS: characters that needed the least-squares stage)':<56} {'median':>9} {'p99':>9}")
-    for name, median, p99, key in rows:
-        print(f"{name:<56} {median:9.1f} {p99:9.1f}   {verdict(median, key)}")
+    update = update_us[0]
 
-    print("\ncharacters batched in one run-time graph call per tick (no refinement, no view_layer.update)")
+    def ratios(value):
+        return f"{value / anchor:8.2f}x {value / update:8.2f}x"
+
+    print(f"\nanchors, measured in this run on the demo rig (frame_set: per frame, {len(muted)} frames each of "
+          f"{anchor_action!r} and its moving targets):")
+    print(f"  Blender IK, frame_set with the constraints on     {np.median(constrained):9.1f} (p99 "
+          f"{np.percentile(constrained, 99):7.1f})")
+    print(f"  Blender IK, frame_set with the constraints muted  {np.median(muted):9.1f} (p99 {np.percentile(muted, 99):7.1f})")
+    print(f"  IK: Blender's IK constraint solve (on - muted)    {anchor:9.1f}   (limb IK + Copy Rotation, as the evaluation; "
+          f"median over pairs of passes)")
+    print(f"  update: view_layer.update() (bare demo rig)       {update:9.1f} (p99 {update_us[1]:7.1f})")
+    print(f"\n{'(n LS: characters that needed the least-squares stage)':<58} {'x IK':>9} {'x update':>9} "
+          f"{'median us':>10} {'p99 us':>9}")
+    for name, median, p99 in rows:
+        print(f"{name:<58} {ratios(median)} {median:10.1f} {p99:9.1f}")
+
+    print("\ncharacters batched in one run-time graph call per tick (no refinement, no view_layer.update); "
+          "ratios to the IK anchor (one character's Blender IK solve)")
     objs = make_characters(bpy, 50)
     single = None
     for count in (1, 10, 50):
@@ -236,16 +295,18 @@ def main(argv=None):
         median, p99 = measure(lambda t=tick: t.tick(scene), max(500, args.repeats // count))   # 500: a steady median
         tick.stop()
         single = median if count == 1 else single
-        line = f"{count:>3} characters: total {median:8.1f} (p99 {p99:8.1f}), per character {median / count:7.1f}"
+        line = (f"{count:>3} characters: total {median / anchor:6.2f}x ({median:8.1f} us, p99 {p99:8.1f}), "
+                f"per character {median / count / anchor:5.2f}x ({median / count:6.1f} us)")
         if count > 1:
             extra = (median - single) / (count - 1)
-            line += f", per character beyond the single tick {extra:5.1f}   {verdict(extra, 'per_extra_character')}"
+            line += f", per character beyond the single tick {extra / anchor:5.3f}x ({extra:5.1f} us)"
         print(line)
     if not args.model:
         times, share = shipped_model_ticks(bpy, objs, rig, passes=1)
         median, p99 = float(np.median(times)), float(np.percentile(times, 99))
         print(f"{len(objs):>3} characters, 2 refinement its, shipped model, held-out clips ({100 * share:.0f}% LS): "
-              f"total {median:8.1f} (p99 {p99:8.1f}), per character {median / len(objs):7.1f}")
+              f"total {median:8.1f} us (p99 {p99:8.1f}), per character {median / len(objs) / anchor:5.2f}x "
+              f"({median / len(objs):6.1f} us)")
 
 
 if __name__ == "__main__":

@@ -122,44 +122,12 @@ __all__ = ["humanoid_skeleton", "limits", "mean_pose", "random_model", "fitted_m
 
 # ---- Blender side --------------------------------------------------------------------------------------------------
 
-def demo_armature(every_action=True):
-    """The demo rig with its actions: the add-on's create_demo_rig when it exists, else built here from demo_motion
-    (the same bones and the same procedural actions, keyed with blender.pose_write)."""
+def demo_armature():
+    """The demo rig with its actions, made by the add-on's own create_demo_rig (the active object afterwards)."""
     import bpy
 
-    if "create_demo_rig" in dir(bpy.ops.neural_ik):
-        bpy.ops.neural_ik.create_demo_rig()
-        return bpy.context.active_object
-    from neural_ik.blender import action_layouts
-    from neural_ik.neural_network.data import demo_motion
-    from neural_ik.properties import set_bone_map
-
-    data = bpy.data.armatures.new("DemoRig")
-    obj = bpy.data.objects.new("DemoRig", data)
-    bpy.context.scene.collection.objects.link(obj)
-    bpy.context.view_layer.objects.active = obj
-    bpy.ops.object.mode_set(mode="EDIT")
-    for name, parent, head, tail, roll, connect in demo_motion.rig_bones():
-        eb = data.edit_bones.new(name)
-        eb.head, eb.tail, eb.roll = head, tail, roll
-        if parent:
-            eb.parent = data.edit_bones[parent]
-            eb.use_connect = connect
-    bpy.ops.object.mode_set(mode="OBJECT")
-    set_bone_map(obj, {role: role for role in ROLES if role in demo_motion.BONE_NAMES})
-    bpy.context.scene.neural_ik.armature = obj
-    for act in demo_motion.generate_actions(0):
-        action, _slot, container = action_layouts.new_action(obj, act.name)
-        action.use_fake_user = True
-        frames = np.arange(act.frame_start, act.frame_end + 1, dtype=np.float64)
-        for b, bone in enumerate(demo_motion.BONE_NAMES):
-            path = f'pose.bones["{bone}"].'
-            for i in range(4):
-                action_layouts._key_curve(container, path + "rotation_quaternion", i, bone, frames, act.rotations[:, b, i])
-            if b == 0:
-                for i in range(3):
-                    action_layouts._key_curve(container, path + "location", i, bone, frames, act.hips_location[:, i])
-    return obj
+    bpy.ops.neural_ik.create_demo_rig()
+    return bpy.context.active_object
 
 
 def assign_action(obj, action):
@@ -167,6 +135,21 @@ def assign_action(obj, action):
     ad.action = action
     if hasattr(ad, "action_slot") and len(action.slots):
         ad.action_slot = action.slots[0]
+
+
+def evaluated_effectors(obj, rig, action, frames):
+    """(len(frames), 5, 3) effector positions in metres (character space) from Blender's own evaluated pose: the action
+    assigned to obj, each frame set with scene.frame_set, the heads read with pose_read.armature_pose_heads."""
+    import bpy
+
+    from neural_ik.blender import pose_read
+
+    assign_action(obj, action)
+    out = []
+    for frame in frames:
+        bpy.context.scene.frame_set(frame)
+        out.append(pose_read.armature_pose_heads(obj, rig)[list(EFFECTOR_ROLES)])
+    return np.array(out)
 
 
 def linear_model_for(skeleton, samples):

@@ -49,17 +49,17 @@ def gather(tmp_path, source_folder, names, subfolder="bvh"):
 
 
 def import_folder(context, folder, scale=0.01):
-    from neural_ik.operators.data import import_bvh_files
+    from neural_ik.blender.bvh_import import import_bvh_files
 
     return import_bvh_files(context, str(folder), scale)
 
 
 def assert_auto_map_agrees(obj, mapping):
     """Once the bone-map module exists, the import auto-maps the rig: it must find the hand-written map."""
-    from neural_ik.operators.data import _bone_map_module
+    from neural_ik.neural_network.skeleton import bone_map
     from neural_ik.properties import get_bone_map
 
-    if _bone_map_module() is not None:
+    if hasattr(bone_map, "auto_map"):
         assert get_bone_map(obj) == mapping
 
 
@@ -161,7 +161,7 @@ TOLERANCE = 1e-4      # of the rig's height: the acceptance criterion
 def test_bandai_positions_and_fk_equal_blender(empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.operators.data import extract_dataset
+    from neural_ik.blender.extract import extract_dataset
 
     folder = gather(tmp_path, need_mocap(BANDAI), BANDAI_FILES)
     obj, imported, skipped = import_folder(bpy.context, folder)
@@ -183,7 +183,7 @@ def test_bandai_positions_and_fk_equal_blender(empty_scene, tmp_path):
 def test_cmu_positions_fk_and_untouched_state(empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.operators.data import extract_dataset
+    from neural_ik.blender.extract import extract_dataset
 
     folder = gather(tmp_path, need_mocap(CMU), CMU_FILES)
     obj, imported, skipped = import_folder(bpy.context, folder)
@@ -212,10 +212,8 @@ def test_cmu_positions_fk_and_untouched_state(empty_scene, tmp_path):
 def test_demo_rig_positions_and_fk_equal_blender(empty_scene):
     import bpy
 
-    from neural_ik.operators.data import extract_dataset
+    from neural_ik.blender.extract import extract_dataset
 
-    if not hasattr(bpy.ops.neural_ik, "create_demo_rig") or "create_demo_rig" not in dir(bpy.ops.neural_ik):
-        pytest.skip("the demo rig operator does not exist yet")
     bpy.ops.neural_ik.create_demo_rig()
     obj = bpy.context.active_object
     before = state_hash(obj)
@@ -321,7 +319,7 @@ def test_sparse_keys_modifiers_and_muted_curves_read_as_blender_evaluates(empty_
     import bpy
 
     from neural_ik.blender import action_layouts, pose_read, rig_model
-    from neural_ik.operators.data import bone_map_of
+    from neural_ik.blender.bone_maps import bone_map_of
 
     bpy.ops.neural_ik.create_demo_rig()
     obj = bpy.context.active_object

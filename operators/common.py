@@ -1,16 +1,8 @@
-"""What several operators share: which armature they act on, and polls that say why an operator is unavailable."""
+"""What several operators share: polls that say why an operator is unavailable (which armature they act on is
+blender.armatures.chosen_armature)."""
 
 from .. import state
-
-
-def chosen_armature(context):
-    """The armature Neural IK acts on: the active object when it is an armature, else the one picked in the panel."""
-    obj = context.active_object
-    if obj is not None and obj.type == "ARMATURE":
-        return obj
-    settings = getattr(context.scene, "neural_ik", None)
-    chosen = settings.armature if settings is not None else None
-    return chosen if chosen is not None and chosen.type == "ARMATURE" else None
+from ..blender.armatures import chosen_armature
 
 
 def poll_armature(cls, context):
@@ -38,3 +30,9 @@ def poll_no_training(cls, _context):
         cls.poll_message_set("A training run is already going on: wait for it or cancel it first")
         return False
     return True
+
+
+def cancelled(operator, exc):
+    """Report an error (an exception's message) and cancel."""
+    operator.report({"ERROR"}, str(exc))
+    return {"CANCELLED"}

@@ -1,7 +1,7 @@
 """Rig operators: create the demo rig, auto-map the active armature's bones, apply a named bone-map preset.
 
-Thin shells: they read bones from Blender, ask `neural_network.bone_map` for the map, store it on the armature
-object and say in plain words what they found.
+Thin shells: blender.bone_maps reads the bones and asks the core's `bone_map` for the map; the operators store it
+on the armature object and say in plain words what they found.
 """
 
 import os
@@ -9,8 +9,9 @@ import os
 import bpy
 from bpy.props import EnumProperty, IntProperty
 
-from ..neural_network.skeleton import bone_map
-from ..properties import set_bone_map
+from ..blender.armatures import chosen_armature
+from ..blender.bone_maps import auto_map, preset_map, store_map
+from .common import poll_armature
 
 # The model shipped with the extension, trained on the demo rig's actions (read-only: never written at run time).
 SHIPPED_DEMO_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "weights", "demo.npz")
@@ -24,28 +25,9 @@ PRESET_ITEMS = [
 ]
 
 
-def _active_armature(context):
-    obj = context.active_object
-    return obj if obj is not None and obj.type == "ARMATURE" else None
-
-
-def _poll_armature(cls, context):
-    if _active_armature(context) is None:
-        cls.poll_message_set("Select an armature (make it the active object)")
-        return False
-    return True
-
-
-def _rig_bones(obj):
-    bones = [(b.name, b.parent.name if b.parent else None) for b in obj.data.bones]
-    heads = {b.name: tuple(b.head_local) for b in obj.data.bones}
-    return bones, heads
-
-
 def _store_and_report(operator, context, obj, result):
     """Store the map (even a partial one, so it can be finished by hand) and report; ERROR when unusable."""
-    set_bone_map(obj, result.mapping)
-    obj.neural_ik.preset = result.preset
+    store_map(obj, result)
     context.scene.neural_ik.armature = obj
     mapped = sum(1 for bone in result.mapping.values() if bone)
     summary = f"{obj.name}: {result.preset} map, {mapped} of {len(result.mapping)} roles mapped"
@@ -101,12 +83,11 @@ class NEURAL_IK_OT_auto_map(bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        return _poll_armature(cls, context)
+        return poll_armature(cls, context)
 
     def execute(self, context):
-        obj = _active_armature(context)
-        bones, heads = _rig_bones(obj)
-        return _store_and_report(self, context, obj, bone_map.auto_map(bones, heads))
+        obj = chosen_armature(context)
+        return _store_and_report(self, context, obj, auto_map(obj))
 
 
 class NEURAL_IK_OT_apply_preset(bpy.types.Operator):
@@ -119,12 +100,11 @@ class NEURAL_IK_OT_apply_preset(bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        return _poll_armature(cls, context)
+        return poll_armature(cls, context)
 
     def execute(self, context):
-        obj = _active_armature(context)
-        bones, _heads = _rig_bones(obj)
-        return _store_and_report(self, context, obj, bone_map.preset_map(self.preset, bones))
+        obj = chosen_armature(context)
+        return _store_and_report(self, context, obj, preset_map(obj, self.preset))
 
 
 classes = (NEURAL_IK_OT_create_demo_rig, NEURAL_IK_OT_auto_map, NEURAL_IK_OT_apply_preset)

@@ -67,8 +67,8 @@ def test_extract_operator_writes_a_dataset_that_loads_back_equal(empty_scene, tm
 def test_task_override_property_wins_over_the_name(empty_scene, tmp_path):
     import bpy
 
+    from neural_ik.blender.extract import extract_dataset
     from neural_ik.neural_network.skeleton.roles import TASKS
-    from neural_ik.operators.data import extract_dataset
 
     obj = _bandai_armature(tmp_path)
     walk = bpy.data.actions["dataset-1_walk_normal_001"]
@@ -82,9 +82,9 @@ def test_task_override_property_wins_over_the_name(empty_scene, tmp_path):
 def test_load_refuses_truncated_wrong_kind_and_wrong_version(empty_scene, tmp_path):
     import bpy
 
+    from neural_ik.blender.extract import extract_dataset
     from neural_ik.neural_network.data.dataset import Dataset
     from neural_ik.neural_network.data.files import FileRefused, save_npz
-    from neural_ik.operators.data import extract_dataset
 
     obj = _bandai_armature(tmp_path, BANDAI_FILES[:1])
     data, _ = extract_dataset(bpy.context, obj)
@@ -151,7 +151,7 @@ def test_extract_bad_input_gives_plain_messages_and_no_file(empty_scene, tmp_pat
     fc = curves.fcurves.new('pose.bones["Nope"].location', index=0)
     fc.keyframe_points.insert(1, 0.0)
     fc.keyframe_points.insert(9, 1.0)
-    from neural_ik.operators.data import extract_dataset
+    from neural_ik.blender.extract import extract_dataset
 
     data, notes = extract_dataset(bpy.context, obj)
     assert list(data.action_names) == [os.path.splitext(BANDAI_FILES[0])[0]]
@@ -201,7 +201,7 @@ def test_import_folder_bad_input(empty_scene, tmp_path):
     assert all(a.use_fake_user for a in bpy.data.actions)
     assert bpy.context.scene.neural_ik.armature == arm[0]
 
-    from neural_ik.operators.data import import_bvh_files
+    from neural_ik.blender.bvh_import import import_bvh_files
 
     for o in list(bpy.data.objects):
         bpy.data.objects.remove(o)

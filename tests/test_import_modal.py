@@ -101,7 +101,7 @@ def _actions():
 def test_modal_import_gives_the_synchronous_result(empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.operators.data import import_bvh_files, import_messages
+    from neural_ik.blender.bvh_import import import_bvh_files, import_messages
 
     folder = _folder(tmp_path)
     # run_modal as the file browser sets it: in background mode (the bpy module) the operator still runs synchronously
@@ -140,7 +140,7 @@ def test_modal_import_gives_the_synchronous_result(empty_scene, tmp_path):
 def test_escape_keeps_the_first_file_and_leaves_nothing_stray(empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.operators.data import _data_snapshot
+    from neural_ik.blender.bvh_import import _data_snapshot
 
     folder = gather(tmp_path, need_mocap(BANDAI), FILES)
     first = sorted(FILES)[0]

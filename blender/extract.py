@@ -1,0 +1,106 @@
+"""Training data out of Blender: the actions of an armature that move its mapped bones, every frame of them as a
+Dataset (nothing in the file changes), and the dataset written where the user chose.
+
+Raises DataError with a message for the user.
+"""
+
+import os
+
+import bpy
+
+from ..neural_network.data.dataset import DatasetBuilder, task_index
+from ..neural_network.data.files import FileRefused
+from ..neural_network.skeleton.roles import ROLES
+from . import action_layouts, pose_read, rig_model
+from .armatures import armature_to_use, check_armature
+from .bone_maps import bone_map_of
+from .errors import DataError
+
+
+def action_task(action):
+    """The task index of an action: its Neural IK task setting, or (AUTO) the keywords of its name."""
+    return task_index(action.name, getattr(action, "neural_ik_task", "AUTO"))
+
+
+NO_ARMATURE = "select an armature first (no armature is active or chosen in the Neural IK panel)"
+
+
+def usable_actions(obj, rig):
+    """([(action, its parsed channels)], [notes]) for every action in the file, by name."""
+    mapped = {rig.bone_names[b] for b in rig.role_bones if b >= 0}
+    usable, notes = [], []
+    layouts = {}       # actions with the same curves (one rig's, one BVH folder's) are parsed once
+    for action in sorted(bpy.data.actions, key=lambda a: a.name):
+        channels = action_layouts.action_channels(obj, action, layouts)
+        if not action_layouts.animated_bones(obj, action, channels) & mapped:
+            notes.append(f"skipped action {action.name!r}: it animates none of the mapped bones")
+            continue
+        first, last = action_layouts.action_frame_range(action)
+        if last < first:
+            notes.append(f"skipped action {action.name!r}: it has no whole frame")
+            continue
+        usable.append((action, channels))
+    return usable, notes
+
+
+def extract_dataset(context, obj, mapping=None, actions=None):
+    """(Dataset, notes) of every frame of every usable action of `obj`; changes nothing in the file."""
+    check_armature(obj, DataError, NO_ARMATURE)
+    if not bpy.data.actions:
+        raise DataError("this file has no actions to learn from: import BVH files or create the demo rig")
+    mapping = bone_map_of(obj) if mapping is None else mapping
+    if not any(mapping.values()):
+        raise DataError(f"armature {obj.name!r} has no bone map yet: run Auto Map or fill the bone map")
+    try:
+        rig = rig_model.read_rig(obj, mapping)
+    except rig_model.RigError as exc:
+        raise DataError(str(exc)) from None
+    chosen, notes = usable_actions(obj, rig)
+    if actions is not None:
+        wanted = set(actions)
+        chosen = [(a, c) for a, c in chosen if a.name in wanted]
+    if not chosen:
+        raise DataError(f"no action animates the mapped bones of {obj.name!r}" + (f" ({notes[0]})" if notes else ""))
+    scene = context.scene
+    fps = scene.render.fps / (scene.render.fps_base or 1.0)
+    ranges = [action_layouts.action_frame_range(a) for a, _ in chosen]
+    total = sum(last - first + 1 for first, last in ranges)
+    builder = DatasetBuilder(rig.skeleton, fps, source=os.path.basename(bpy.data.filepath) or obj.name, capacity=total)
+    tasks = [action_task(a) for a, _ in chosen]
+    for batch in pose_read.read_dataset_batches(rig, obj, [a for a, _ in chosen], tasks, channels=[c for _, c in chosen],
+                                             ranges=ranges):
+        finite = batch.finite_actions(rig.role_mask)
+        if not finite.all():
+            notes.extend(f"skipped action {name!r}: its keys hold NaN or infinite values"
+                         for name, ok in zip(batch.names, finite) if not ok)
+            if not finite.any():
+                continue
+            batch = batch.subset(finite)
+        builder.add_batch(batch)
+    if not builder.actions:
+        raise DataError(f"no action of {obj.name!r} could be extracted: {'; '.join(notes[-3:])}")
+    dataset = builder.finish({"armature": obj.name, "bone_map": {r: mapping.get(r, "") for r in ROLES}})
+    return dataset, notes
+
+
+def write_dataset(context, filepath):
+    """Extract the chosen armature's dataset and write it to `filepath` (".npz" added when missing); the scene's
+    dataset path then points at it. Returns (path, Dataset, notes)."""
+    path = bpy.path.abspath(filepath) if filepath else ""
+    if not path:
+        raise DataError("choose a file to write the dataset to")
+    if not path.lower().endswith(".npz"):
+        path += ".npz"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise DataError(f"cannot write {path}: folder {folder} does not exist or is not writable")
+    obj = armature_to_use(context, DataError, missing=NO_ARMATURE)
+    try:
+        dataset, notes = extract_dataset(context, obj)
+        dataset.save(path)
+    except FileRefused as exc:
+        raise DataError(str(exc)) from None
+    except OSError as exc:
+        raise DataError(f"cannot write {path}: {exc.strerror or exc}") from None
+    context.scene.neural_ik.dataset_path = path
+    return path, dataset, notes

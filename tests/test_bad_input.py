@@ -390,7 +390,7 @@ def run_ik():
     import bpy
     from live_helpers import runner_reporting_to
 
-    from neural_ik.operators import live as live_ops
+    from neural_ik.blender import live_session
 
     messages = []
     Runner = runner_reporting_to(messages)
@@ -415,7 +415,7 @@ def run_ik():
     runner = Runner()
     result = runner.invoke(Context(), None)
     if result == {"RUNNING_MODAL"}:
-        live_ops.stop_all("")
+        live_session.stop_all("")
         runner.finish(Context(), "")
     errors = [m for kind, m in messages if kind == "ERROR"]
     if errors:
@@ -591,9 +591,9 @@ def test_bad_input(row, files, empty_scene, tmp_path, full_disk, capfd):
     import bpy
 
     from neural_ik import state
-    from neural_ik.operators import live as live_ops
+    from neural_ik.blender import models
 
-    live_ops.loaded_models.clear()
+    models.loaded_models.clear()
     out = tmp_path / "out"
     out.mkdir()
     if row.previous:

@@ -14,8 +14,7 @@ EFF = list(EFFECTOR_ROLES)
 def demo(empty_scene):
     import bpy
 
-    from neural_ik.blender import pose_read, rig_model
-    from neural_ik.operators import live as live_ops
+    from neural_ik.blender import models, pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
     obj = demo_armature()
@@ -23,10 +22,10 @@ def demo(empty_scene):
     names = sorted(a.name for a in bpy.data.actions)
     train = [pose_read.read_action(rig, obj, bpy.data.actions[n]) for i, n in enumerate(names) if i % 4 != 3]
     model = linear_model_for(rig.skeleton, train)
-    live_ops.loaded_models[obj.name] = ("", model, None)
+    models.loaded_models[obj.name] = ("", model, None)
     held = [n for i, n in enumerate(names) if i % 4 == 3]
     yield obj, rig, model, held
-    live_ops.loaded_models.pop(obj.name, None)
+    models.loaded_models.pop(obj.name, None)
 
 
 def _fingerprints(bpy):

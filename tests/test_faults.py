@@ -144,10 +144,10 @@ def live(empty_scene, demo_model):
     import bpy
     from live_helpers import demo_armature
 
-    from neural_ik.operators import live as live_ops
+    from neural_ik.blender import live_session, models
 
     obj = demo_armature()
-    live_ops.loaded_models[obj.name] = ("", demo_model, None)
+    models.loaded_models[obj.name] = ("", demo_model, None)
     bpy.ops.neural_ik.create_targets()
     bpy.context.view_layer.update()
     reports = []
@@ -161,8 +161,8 @@ def live(empty_scene, demo_model):
     assert runner.modal(context, Event("TIMER")) == {"RUNNING_MODAL"}
     assert np.abs(pose_channels(obj) - before).max() > 1e-4          # it really drove the rig
     yield obj, runner, context, reports, before, action
-    live_ops.stop_all("")
-    live_ops.loaded_models.clear()
+    live_session.stop_all("")
+    models.loaded_models.clear()
 
 
 def _ended(runner, context, reports, words):

@@ -106,8 +106,7 @@ def cmu_rig(empty_scene):
     import addon_utils
     import bpy
 
-    from neural_ik.blender import pose_read, rig_model
-    from neural_ik.operators import live as live_ops
+    from neural_ik.blender import live_session, models, pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
     path = os.path.join(need_mocap(CMU), CMU_FILE)
@@ -120,10 +119,10 @@ def cmu_rig(empty_scene):
     sample = pose_read.read_action(rig, obj, source)
     assert sample.moving_links and rig_model.inbetween_bones(rig) == [PELVIS]
     model = linear_model_for(rig.skeleton, [sample])
-    live_ops.loaded_models[obj.name] = ("", model, None)
+    models.loaded_models[obj.name] = ("", model, None)
     yield obj, rig, model, source, sample
-    live_ops.loaded_models.pop(obj.name, None)
-    live_ops.stop_all("")
+    models.loaded_models.pop(obj.name, None)
+    live_session.stop_all("")
 
 
 def _evaluated(obj, rig, frames):

@@ -39,20 +39,19 @@ def live_rig(empty_scene, demo_data):
     """A fresh demo rig with targets, a model cached for it, and the first held-out action assigned."""
     import bpy
 
-    from neural_ik.blender import rig_model
-    from neural_ik.operators import live as live_ops
+    from neural_ik.blender import live_session, models, rig_model
     from neural_ik.properties import get_bone_map
 
     rig0, model, held = demo_data
     obj = demo_armature()
     rig = rig_model.read_rig(obj, get_bone_map(obj))
     assert rig.skeleton.fingerprint() == rig0.skeleton.fingerprint()
-    live_ops.loaded_models[obj.name] = ("", model, None)
+    models.loaded_models[obj.name] = ("", model, None)
     bpy.ops.neural_ik.create_targets()
     assign_action(obj, bpy.data.actions[held[0].name])
     yield obj, rig, model, held
-    live_ops.loaded_models.pop(obj.name, None)
-    live_ops.stop_all("")
+    models.loaded_models.pop(obj.name, None)
+    live_session.stop_all("")
 
 
 def test_tick_lands_effectors_on_held_out_poses(live_rig):

@@ -240,9 +240,8 @@ def test_model_ready(empty_scene, training_state, capfd, tmp_path):
     import bpy
     from live_helpers import demo_armature, random_model
 
-    from neural_ik.blender import rig_model
+    from neural_ik.blender import models, rig_model
     from neural_ik.neural_network.model.checkpoint import save_model
-    from neural_ik.operators import live as live_ops
     from neural_ik.panels.common import metric_lines, read_meta
     from neural_ik.properties import get_bone_map
 
@@ -264,7 +263,7 @@ def test_model_ready(empty_scene, training_state, capfd, tmp_path):
         training_state.message = "finished: best epoch 17"
         draw_everything(capfd)
     finally:
-        live_ops.loaded_models.pop(obj.name, None)
+        models.loaded_models.pop(obj.name, None)
 
 
 def test_live_running(empty_scene, training_state, capfd):
@@ -274,22 +273,21 @@ def test_live_running(empty_scene, training_state, capfd):
     from live_helpers import demo_armature, random_model
 
     import neural_ik.state as state
-    from neural_ik.blender import rig_model
+    from neural_ik.blender import live_session, models, rig_model
     from neural_ik.blender.live import LiveTick
-    from neural_ik.operators import live as live_ops
     from neural_ik.panels.main import tick_times_ms
     from neural_ik.properties import get_bone_map
 
     obj = demo_armature()
     empty_scene.neural_ik.armature = obj
     model = random_model(rig_model.read_rig(obj, get_bone_map(obj)).skeleton)
-    live_ops.loaded_models[obj.name] = ("", model, None)
+    models.loaded_models[obj.name] = ("", model, None)
     try:
         bpy.context.view_layer.objects.active = obj
         bpy.ops.neural_ik.create_targets()
-        tick = LiveTick(live_ops.live_entries(bpy.context))
+        tick = LiveTick(live_session.live_entries(bpy.context))
         tick.start()
-        session = live_ops.LiveSession(tick)
+        session = live_session.LiveSession(tick)
         state.live_sessions[obj.name] = session
         tick.tick(empty_scene)
         tick.tick(empty_scene)
@@ -301,8 +299,8 @@ def test_live_running(empty_scene, training_state, capfd):
         assert obj.name not in state.live_sessions
         draw_everything(capfd)
     finally:
-        live_ops.loaded_models.pop(obj.name, None)
-        live_ops.stop_all("")
+        models.loaded_models.pop(obj.name, None)
+        live_session.stop_all("")
 
 
 # ---- the operators the panels offer ---------------------------------------------------------------------------

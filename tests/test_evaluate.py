@@ -92,7 +92,7 @@ def rig(empty_scene):
 
 
 def evaluate_module():
-    from neural_ik.operators import evaluate
+    from neural_ik.blender import evaluate
 
     return evaluate
 

@@ -1,0 +1,511 @@
+"""The evaluation: re-solve real motion from its own effectors and measure it against the motion itself.
+
+For every clip (an action of the active armature, or each BVH file of a folder imported on the fly) and every
+method (the network alone, the network refined, Blender's IK without and with poles), the solved motion and the
+reference are read from Blender's EVALUATED pose (the depsgraph's armature after actions and constraints), never
+from the project's own FK, so the figures say what a user would see in the viewport.
+
+The network side goes through `bake.bake` (hips given, `<source>.nik` written) when a model is given; the Blender IK
+side is `blender_ik.BaselineRig`. Results: a JSON file, a table in the console and
+the operator's report, and a PNG (error over frames per clip, and a bar chart per role).
+"""
+
+import fnmatch
+import os
+import time
+
+import bpy
+import numpy as np
+
+from ..neural_network.geometry.rotations import chordal_mean
+from ..neural_network.report import eval_report, metrics
+from ..neural_network.skeleton.roles import ROLES
+from . import action_layouts, blender_ik
+from .armatures import armature_to_use
+from .bake import bake
+from .bone_maps import stored_or_preset_map
+from .bvh_import import import_bvh, import_bvh_files, import_messages, list_bvh_files, remove_imported
+from .errors import DataError, EvaluationError, LiveError
+from .extract import action_task
+from .rig_model import RigError, character_basis
+
+METHOD_LABELS = {
+    "network": "network alone",
+    "refined": "network + refinement",
+    "blender_ik": "Blender IK, no poles",
+    "blender_ik_poles": "Blender IK, poles from reference",
+    "start_pose": "start pose only (no IK)",
+}
+
+
+# ---- bone map ------------------------------------------------------------------------------------------------
+
+
+def bone_map_for(obj):
+    """{role: bone}: the armature's stored bone map when it has one, else the mocap preset whose bones it has."""
+    mapping = stored_or_preset_map(obj)
+    if mapping is None:
+        raise EvaluationError(f"armature {obj.name!r} has no bone map; map its bones first (Auto Map)")
+    return mapping
+
+
+def role_bone_names(bone_map):
+    return [bone_map.get(role, "") or "" for role in ROLES]
+
+
+# ---- reading Blender's evaluated pose ---------------------------------------------------------------------------
+
+
+class PoseReader:
+    """Reads the mapped bones of one armature from the evaluated depsgraph, frame after frame."""
+
+    def __init__(self, obj, bone_names):
+        self.obj = obj
+        names = list(obj.pose.bones.keys())
+        self.index = np.array([names.index(b) if b in names else -1 for b in bone_names])
+        self.mask = self.index >= 0
+        self.count = len(names)
+        self.buffer = np.empty(self.count * 16, np.float32)
+        try:
+            self.basis, self.scale = character_basis(obj)
+        except RigError as exc:
+            raise EvaluationError(str(exc)) from None
+        self.frames = []
+
+    def read(self, depsgraph):
+        """Append the current evaluated pose: armature-space matrix and matrix_basis of each mapped role."""
+        pose = self.obj.evaluated_get(depsgraph).pose
+        pose.bones.foreach_get("matrix", self.buffer)
+        mat = self.buffer.reshape(self.count, 4, 4).transpose(0, 2, 1).astype(np.float64)
+        pose.bones.foreach_get("matrix_basis", self.buffer)
+        basis = self.buffer.reshape(self.count, 4, 4).transpose(0, 2, 1).astype(np.float64)
+        idx = np.where(self.mask, self.index, 0)
+        self.frames.append((mat[idx], basis[idx]))
+
+    def world(self):
+        """World-space heads (F, 23, 3) and bone orientations (F, 23, 3, 3) of the frames read so far."""
+        world = np.array(self.obj.matrix_world, np.float64)
+        mats = world[None, None] @ np.stack([m for m, _ in self.frames])
+        rot = mats[..., :3, :3] / np.maximum(np.linalg.norm(mats[..., :3, :3], axis=-2, keepdims=True), 1e-12)
+        return mats[..., :3, 3], rot
+
+    def motion(self):
+        """The frames read so far as a metrics.Motion in character space (metres)."""
+        mats = np.stack([m for m, _ in self.frames])
+        basis = np.stack([b for _, b in self.frames])
+        rot = mats[..., :3, :3]
+        rot = rot / np.maximum(np.linalg.norm(rot, axis=-2, keepdims=True), 1e-12)
+        positions = self.scale * (mats[..., :3, 3] @ self.basis.T)
+        rotations = self.basis @ rot
+        local = basis[..., :3, :3] / np.maximum(np.linalg.norm(basis[..., :3, :3], axis=-2, keepdims=True), 1e-12)
+        positions[:, ~self.mask] = np.nan
+        eye = np.broadcast_to(np.eye(3), rotations.shape)
+        rotations = np.where(self.mask[None, :, None, None], rotations, eye)
+        local = np.where(self.mask[None, :, None, None], local, eye)
+        return metrics.Motion(positions, rotations, local)
+
+
+def play(scene, readers, frames, timed=True):
+    """Set every frame, let Blender evaluate, read each reader; returns seconds spent in frame_set."""
+    spent = 0.0
+    for f in frames:
+        t0 = time.perf_counter()
+        scene.frame_set(int(f))
+        spent += time.perf_counter() - t0
+        depsgraph = bpy.context.evaluated_depsgraph_get()
+        for reader in readers:
+            reader.read(depsgraph)
+    return spent
+
+
+def action_frames(action):
+    start, end = action.frame_range
+    return np.arange(int(round(start)), int(round(end)) + 1)
+
+
+# ---- the start pose of the baseline ------------------------------------------------------------------------------
+
+
+def mean_pose_from_model(path, bone_map):
+    """{bone: 3x3}: the model's mean local pose per role (the training clips' mean)."""
+    from ..neural_network.runtime.onnx_export import load_model_file
+
+    model, _data = load_model_file(path)       # checkpoint or ONNX, fully checked (FileRefused says why not)
+    mean = np.asarray(model.mean_pose, np.float64)
+    return {bone_map[role]: mean[j] for j, role in enumerate(ROLES) if bone_map.get(role)}
+
+
+def mean_pose_from_clips(clips, bone_map, step=4):
+    """{bone: 3x3}: chordal mean of each mapped bone's matrix_basis rotation over clips [(obj, action)]."""
+    scene = bpy.context.scene
+    names = role_bone_names(bone_map)
+    samples = []
+    for obj, action in clips:
+        previous = obj.animation_data.action if obj.animation_data else None
+        action_layouts.assign_action(obj, action)
+        reader = PoseReader(obj, names)
+        play(scene, [reader], action_frames(action)[::step])
+        samples.append(reader.motion().local_rotations)
+        if previous is not None:
+            action_layouts.assign_action(obj, previous)
+    local = np.concatenate(samples)
+    return {bone: chordal_mean(local[:, j]) for j, bone in enumerate(names) if bone}
+
+
+def limits_from(mean_pose, bone_map, model_path=None, local_rotations=None, margin_deg=10.0):
+    """(mean_pose (23,3,3), low (23,3), high (23,3)) for joint-limit checks: the model's learned limits, else the
+    range of the given training rotations plus a margin."""
+    mean = np.stack([mean_pose.get(bone_map.get(role, ""), np.eye(3)) for role in ROLES])
+    if model_path:
+        from ..neural_network.runtime.onnx_export import load_model_file
+
+        model, _data = load_model_file(model_path)
+        return mean, np.asarray(model.limit_low, np.float64), np.asarray(model.limit_high, np.float64)
+    if local_rotations is None:
+        return None
+    delta = metrics.matrix_to_axis_angle(np.swapaxes(mean, -1, -2)[None] @ local_rotations)
+    margin = np.radians(margin_deg)
+    return mean, delta.min(axis=0) - margin, delta.max(axis=0) + margin
+
+
+# ---- one clip, every method -----------------------------------------------------------------------------------
+
+
+def solve_network(context, obj, action, frames, refine):
+    """Bake the network's solve of `action` (hips given) and return (the baked action, seconds per frame)."""
+    t0 = time.perf_counter()
+    try:
+        baked, _summary = bake(context, obj, action.name, int(frames[0]), int(frames[-1]), int(refine))
+    except LiveError as exc:
+        raise EvaluationError(f"Bake failed on {action.name}: {exc}") from None
+    spent = time.perf_counter() - t0
+    return baked, spent / len(frames)
+
+
+def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path="", refine=2):
+    """{method: (Motion, seconds per frame)} plus "reference" for one clip. The scene's current frame is kept."""
+    scene = context.scene
+    names = role_bone_names(bone_map)
+    frames = action_frames(action)
+    out = {}
+    action_layouts.assign_action(obj, action)
+    reader = PoseReader(obj, names)
+    play(scene, [reader], frames)
+    out["reference"] = (reader.motion(), 0.0)
+    if not np.isfinite(out["reference"][0].positions[:, reader.mask]).all():
+        raise EvaluationError(f"action {action.name!r} holds NaN or infinite values: fix its keys before evaluating")
+    reference_frames = None
+    if "blender_ik_poles" in methods:
+        positions, axes = reader.world()
+        reference_frames = {"frames": frames,
+                            "positions": {role: positions[:, j] for j, role in enumerate(ROLES) if bone_map.get(role)},
+                            "axes": {role: axes[:, j] for j, role in enumerate(ROLES) if bone_map.get(role)}}
+    for method in methods:
+        if method in ("network", "refined"):
+            if not model_path:
+                continue
+            solved = solve_network(context, obj, action, frames, 0 if method == "network" else refine)
+            baked, seconds = solved
+            try:
+                action_layouts.assign_action(obj, baked)
+                r = PoseReader(obj, names)
+                play(scene, [r], frames)
+                out[method] = (r.motion(), seconds)
+            finally:
+                action_layouts.assign_action(obj, action)
+                bpy.data.actions.remove(baked)     # made by this run (Bake may give it a fake user)
+        elif method in ("blender_ik", "blender_ik_poles", "start_pose"):
+            rig = blender_ik.BaselineRig(scene, obj, bone_map, mean_pose, action, use_poles=method == "blender_ik_poles",
+                                         reference_frames=reference_frames)
+            try:
+                rig.build()
+                r = PoseReader(rig.copy, names)
+                if method == "start_pose":
+                    rig.set_constraints_enabled(False)
+                    play(scene, [r], frames)
+                    out[method] = (r.motion(), 0.0)
+                    continue
+                rig.set_constraints_enabled(False)
+                bare = play(scene, [PoseReader(rig.copy, names)], frames)
+                rig.set_constraints_enabled(True)
+                solved_time = play(scene, [r], frames)
+                out[method] = (r.motion(), max(solved_time - bare, 0.0) / len(frames))
+            finally:
+                rig.remove()
+    return out
+
+
+
+# ---- a whole run ------------------------------------------------------------------------------------------------
+
+
+def _concatenate(motions):
+    return metrics.Motion(np.concatenate([m.positions for m in motions]), np.concatenate([m.rotations for m in motions]),
+                          np.concatenate([m.local_rotations for m in motions]))
+
+
+def rig_height(motion, role_mask):
+    """Median over frames of the mapped chain's vertical extent (metres), at least 0.1."""
+    z = motion.positions[:, role_mask, 2]
+    return float(max(np.median(np.nanmax(z, axis=1) - np.nanmin(z, axis=1)), 0.1))
+
+
+class Collector:
+    """Accumulates clips of every method and turns them into the report."""
+
+    def __init__(self, methods):
+        self.methods = methods
+        self.motions = {m: [] for m in ("reference",) + tuple(methods)}
+        self.seconds = {m: [] for m in methods}
+        self.names, self.tasks, self.lengths = [], [], []
+        self.fps = 30.0
+        self.role_mask = None
+
+    def add(self, name, task, results, fps, role_mask):
+        if any(m not in results for m in self.methods):
+            missing = [m for m in self.methods if m not in results]
+            raise EvaluationError(f"{name}: no result for {', '.join(missing)}")
+        self.names.append(name)
+        self.tasks.append(task)
+        self.fps, self.role_mask = fps, role_mask
+        n = len(results["reference"][0].positions)
+        self.lengths.append(n)
+        for m in self.motions:
+            self.motions[m].append(results[m][0])
+            if m in self.seconds:
+                self.seconds[m].append(results[m][1] * n)
+
+    def report(self, limits=None, extra=None):
+        actions = np.concatenate([np.full(n, i) for i, n in enumerate(self.lengths)])
+        tasks = np.concatenate([np.full(n, t) for n, t in zip(self.lengths, self.tasks)])
+        reference = _concatenate(self.motions["reference"])
+        height = rig_height(reference, self.role_mask)
+        results, frames = {}, {}
+        for m in self.methods:
+            r, f = metrics.evaluate(reference, _concatenate(self.motions[m]), self.role_mask, actions, self.fps, height,
+                                    tasks=tasks, action_names=self.names, limits=limits)
+            r["seconds_per_frame"] = float(sum(self.seconds[m]) / max(sum(self.lengths), 1))
+            results[m], frames[m] = r, f
+        report = {"kind": "neural_ik.evaluation", "methods": {m: METHOD_LABELS.get(m, m) for m in self.methods},
+                  "clips": [{"name": n, "frames": k} for n, k in zip(self.names, self.lengths)], "fps": self.fps,
+                  "rig_height_m": height, "results": results}
+        report.update(extra or {})
+        return report, frames, actions
+
+
+def write_png(path, report, frames, actions):
+    """Error over frames per clip and a bar chart per role, through neural_network/plot_png."""
+    eval_report.evaluation_png(path, report, frames, actions)
+
+
+NO_ARMATURE = "choose an armature to evaluate (or give a BVH folder)"
+
+
+def run_evaluation(context, options, notes=None):
+    """The whole evaluation; options is a dict of the operator's settings. Returns the report dict; `notes` (a list)
+    receives warnings in words (BVH files the import skipped)."""
+    scene = context.scene
+    methods = []
+    model_path = bpy.path.abspath(options.get("model_path", "")) if options.get("model_path") else ""
+    if model_path:
+        if not os.path.isfile(model_path):
+            raise EvaluationError(f"model {model_path} does not exist")
+        methods += ["network", "refined"] if options.get("refine_iterations", 2) > 0 else ["network"]
+    if options.get("baseline", True):
+        methods.append("blender_ik")
+        if options.get("poles", True):
+            methods.append("blender_ik_poles")
+    if options.get("start_pose", False):
+        methods.append("start_pose")
+    if not methods:
+        raise EvaluationError("nothing to evaluate: give a model or turn the Blender IK baseline on")
+    collector = Collector(tuple(methods))
+    refine = int(options.get("refine_iterations", 2))
+    folder = bpy.path.abspath(options.get("bvh_folder", "")) if options.get("bvh_folder") else ""
+    t0 = time.perf_counter()
+    if folder and model_path:
+        # the network needs the armature it was trained on: the folder goes onto one armature (its first file's)
+        # through the add-on's own importer, and the clips are the actions whose names match `files`
+        # With an armature given (the one the model was trained on), the clips are added to it; else the folder
+        # goes onto a new armature (its first file's). The clips are the actions the import added.
+        onto = armature_to_use(context, EvaluationError, options["armature"], NO_ARMATURE) if options.get("armature") else None
+        try:
+            target, imported, skipped = import_bvh_files(context, folder, 0.01, options.get("files", ""), onto=onto)
+        except DataError as exc:
+            raise EvaluationError(str(exc)) from None
+        if notes is not None:
+            notes.extend(text for level, text in import_messages(target, imported, skipped) if level == "WARNING")
+        new = [target]
+        added = [bpy.data.actions[name] for name in imported]
+        if not added:
+            raise EvaluationError(f"nothing was imported from {folder}")
+        options = dict(options, armature=new[0].name, actions=",".join(a.name for a in added))
+        folder = ""
+    if folder:
+        names = list_bvh_files(folder, options.get("files", ""), max_files=options.get("max_files", 0))
+        paths = [os.path.join(folder, n) for n in names]
+        first = import_bvh(paths[0])
+        bone_map = bone_map_for(first)
+        remove_imported(first)
+        mean_pose = _mean_pose(options, bone_map, model_path, None)
+        for path in paths:
+            obj = import_bvh(path)
+            try:
+                _store_model(obj, bone_map, model_path)
+                action = obj.animation_data.action
+                results = evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path, refine)
+                collector.add(os.path.basename(path)[:-4], action_task(action), results, _fps(scene), _mask(bone_map))
+            finally:
+                _remove_baked(obj)
+                remove_imported(obj)
+    else:
+        obj = armature_to_use(context, EvaluationError, options.get("armature", ""), NO_ARMATURE)
+        bone_map = bone_map_for(obj)
+        chosen = _actions(obj, bone_map, options.get("actions", ""))
+        mean_pose = _mean_pose(options, bone_map, model_path, (obj, chosen))
+        previous = obj.animation_data.action if obj.animation_data else None
+        saved = _saved_settings(context, obj)
+        try:
+            _store_model(obj, bone_map, model_path)
+            for action in chosen:
+                results = evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path, refine)
+                collector.add(action.name, action_task(action), results, _fps(scene), _mask(bone_map))
+        finally:
+            if previous is not None:
+                action_layouts.assign_action(obj, previous)
+            elif obj.animation_data is not None:
+                obj.animation_data.action = None
+            _restore_settings(context, obj, saved)
+    limits = limits_from(mean_pose, bone_map, model_path,
+                         _concatenate(collector.motions["reference"]).local_rotations if not model_path else None)
+    report, frames, actions = collector.report(limits, {"model": model_path, "refine_iterations": refine,
+                                                        "seconds": time.perf_counter() - t0})
+    report["seconds"] = time.perf_counter() - t0
+    if options.get("json_path"):
+        eval_report.write_json(bpy.path.abspath(options["json_path"]), report)
+    if options.get("png_path"):
+        write_png(bpy.path.abspath(options["png_path"]), report, frames, actions)
+    return report
+
+
+def _fps(scene):
+    return scene.render.fps / (scene.render.fps_base or 1.0)
+
+
+def _mask(bone_map):
+    return np.array([bool(bone_map.get(role)) for role in ROLES])
+
+
+def _actions(obj, bone_map, names):
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    bones = {b for b in bone_map.values() if b}
+    found = []
+    for action in bpy.data.actions:
+        if action.name.endswith(".nik") or blender_ik.TAG in action.name:
+            continue
+        paths = {blender_ik._bone_of_path(fc.data_path) for fc in action_layouts.all_action_fcurves(action)}
+        if bones & paths:
+            found.append(action)
+    if wanted:
+        exact = [bpy.data.actions[n] for n in wanted if n in bpy.data.actions]
+        matched = [a for a in found if any(fnmatch.fnmatch(a.name, p) or fnmatch.fnmatch(a.name + ".bvh", p)
+                                           for p in wanted)]
+        found = list(dict.fromkeys(exact + matched))
+        if not found:
+            raise EvaluationError(f"no action of {obj.name!r} matches {names!r}")
+    if not found:
+        raise EvaluationError(f"armature {obj.name!r} has no actions that move its mapped bones")
+    return found
+
+
+def _mean_pose(options, bone_map, model_path, own):
+    """The baseline's start pose: the model's mean pose, else the mean over a folder of training BVH files, else the
+    mean over the evaluated actions themselves (flagged in the report as optimistic)."""
+    if model_path:
+        return mean_pose_from_model(model_path, bone_map)
+    folder = bpy.path.abspath(options.get("mean_pose_folder", "")) if options.get("mean_pose_folder") else ""
+    if folder:
+        names = list_bvh_files(folder, options.get("mean_pose_files_pattern", ""), max_files=options.get("mean_pose_files", 20))
+        paths = [os.path.join(folder, n) for n in names]
+        objs = [import_bvh(p) for p in paths]
+        try:
+            return mean_pose_from_clips([(o, o.animation_data.action) for o in objs], bone_map)
+        finally:
+            for o in objs:
+                remove_imported(o)
+    if own is not None:
+        obj, actions = own
+        return mean_pose_from_clips([(obj, a) for a in actions], bone_map)
+    raise EvaluationError("the Blender IK baseline needs a start pose: give a model or a folder of training BVH files")
+
+
+def _store_model(obj, bone_map, model_path):
+    """Give the armature the bone map and model that Bake reads."""
+    if not model_path:
+        return
+    from ..properties import set_bone_map
+
+    if not any(item.bone for item in obj.neural_ik.bone_map):
+        set_bone_map(obj, bone_map)
+    obj.neural_ik.model_path = model_path
+
+
+def _saved_settings(context, obj):
+    """What evaluating an armature of the file changes on the way (model path, bone map, chosen armature)."""
+    return (obj.neural_ik.model_path, [(i.role, i.bone) for i in obj.neural_ik.bone_map],
+            context.scene.neural_ik.armature, context.view_layer.objects.active)
+
+
+def _restore_settings(context, obj, saved):
+    model_path, items, armature, active = saved
+    obj.neural_ik.model_path = model_path
+    if [(i.role, i.bone) for i in obj.neural_ik.bone_map] != items:
+        obj.neural_ik.bone_map.clear()
+        for role, bone in items:
+            item = obj.neural_ik.bone_map.add()
+            item.role, item.bone = role, bone
+    context.scene.neural_ik.armature = armature
+    context.view_layer.objects.active = active
+
+
+def _remove_baked(obj):
+    action = obj.animation_data.action if obj.animation_data else None
+    if action is None:
+        return
+    baked = bpy.data.actions.get(f"{action.name}.nik")
+    if baked is not None and baked.users == 0:
+        bpy.data.actions.remove(baked)
+
+
+# ---- the operator's job -----------------------------------------------------------------------------------------
+
+last_report = {}
+
+
+def evaluate(context, options, notes=None):
+    """run_evaluation as the Evaluate operator runs it: the scene's frame is put back afterwards, and clips imported
+    onto the user's armature leave with the run. Returns the report; raises EvaluationError (or OSError/ValueError
+    from writing the files)."""
+    global last_report
+    frame = context.scene.frame_current
+    actions_before = set(bpy.data.actions)
+    try:
+        report = run_evaluation(context, options, notes)
+    except DataError as exc:
+        raise EvaluationError(str(exc)) from None
+    finally:
+        context.scene.frame_set(frame)      # playing the clips moved it; the user's frame stays theirs
+        if options.get("armature") and options.get("bvh_folder"):   # clips imported onto the user's armature go
+            for action in [a for a in bpy.data.actions if a not in actions_before]:
+                bpy.data.actions.remove(action)
+    last_report = report
+    return report
+
+
+def summary(report):
+    """(the results table, a one-line summary) of a report."""
+    frames = sum(c["frames"] for c in report["clips"])
+    best = ", ".join(f"{report['methods'][m]}: inner {r['inner_mpjpe_cm']:.2f} cm, effector {r['effector_cm']['mean']:.2f} cm"
+                     for m, r in report["results"].items())
+    return (eval_report.table(report["results"], report["methods"]),
+            f"Evaluated {len(report['clips'])} clips ({frames} frames): {best}")

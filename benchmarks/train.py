@@ -3,11 +3,16 @@
 Both sides train the 50-128-96-69 tanh MLP with the full loss (FK position through the chain, effector orientation,
 pose, contact, joint limits, foot slip) on the same batches of frame pairs, with Adam and gradient clipping, on CPU
 with the same thread count. First the two are checked to give the same loss and the same weight gradients on one
-batch; then each runs timed steps and the script prints samples per second and the ratio (target: NumPy >= 1.0x).
+batch; then each runs timed steps, the two alternating (numpy, torch, torch, numpy, ...) so machine load hits both
+alike, and the script prints NumPy's speed as a ratio to PyTorch's measured in the same process (the anchor; samples
+per second beside it: absolute figures move ~2x between machines of the same kind).
 
-    .venv/bin/python benchmarks/train.py [--dataset data.npz] [--batch 256] [--steps 200] [--threads 2]
+    .venv/bin/python benchmarks/train.py [--dataset data.npz] [--batch 256] [--steps 100] [--repeats 4] [--threads 2]
 
-Needs `pip install -r requirements-bench.txt` (torch, benchmark only; the extension never ships it).
+Seconds on an idle 2-core machine by default (a minute or two when the machine is busy: PyTorch's thread pool
+suffers most); `--steps 1000 --repeats 6` for a longer run.
+Needs `pip install -r requirements-bench.txt` (torch, benchmark only; the extension never ships it); without torch
+the script says so, skips the anchor and prints NumPy's samples per second alone.
 """
 
 import argparse
@@ -26,9 +31,9 @@ def parse():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="", help="dataset .npz (default: a synthetic one built with the FK)")
     parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per engine; the best counts")
+    parser.add_argument("--repeats", type=int, default=4, help="timed runs per engine, alternated; the best counts")
     return parser.parse_args()
 
 
@@ -142,15 +147,18 @@ def main():
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     import tempfile
 
-    import torch
-
     from addon_loader import load_package
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+        print("PyTorch is not installed (pip install -r requirements-bench.txt): no anchor, NumPy alone")
 
     load_package()
     from neural_ik.neural_network.data.dataset import Dataset
     from neural_ik.neural_network.model import losses, network, trainer
 
-    torch.set_num_threads(args.threads)
     if args.dataset:
         data = Dataset.load(args.dataset)
     else:
@@ -158,9 +166,22 @@ def main():
         data = synthetic_dataset(frames_per_action=400, actions=10)
     config = trainer.TrainConfig(batch_size=args.batch, input_noise=0.0)
     t = trainer.Trainer(data, config, tempfile.mkdtemp(prefix="nik_bench_"))
-    ref = TorchReference(torch, t)
     rng = np.random.default_rng(0)
     batches = make_batches(t, args.batch, 16, rng)
+
+    def numpy_steps(n):
+        for i in range(n):
+            rows = batches[i % len(batches)][1]
+            t.train_step(rows, config.learning_rate)
+
+    if torch is None:
+        numpy_steps(10)
+        best = min(timed(numpy_steps, args.steps) for _ in range(args.repeats))
+        print(f"batch {args.batch}, {args.threads} threads, {args.steps} steps, best of {args.repeats}")
+        print(f"numpy  {args.steps * args.batch / best:10.0f} samples/s  (no anchor: PyTorch missing)")
+        return 0
+    torch.set_num_threads(args.threads)
+    ref = TorchReference(torch, t)
 
     # -- same loss and gradients on one batch
     both, cur, batch = batches[0]
@@ -182,11 +203,6 @@ def main():
         return 1
 
     # -- throughput: full training steps (forward, loss, backward, clip, Adam)
-    def numpy_steps(n):
-        for i in range(n):
-            rows = batches[i % len(batches)][1]
-            t.train_step(rows, config.learning_rate)
-
     opt = torch.optim.Adam(ref.weights, lr=config.learning_rate)
     torch_batches = [(torch.as_tensor(t.train_inputs[b]), {k: torch.as_tensor(v) for k, v in bt.items()})
                      for b, _c, bt in batches]
@@ -200,20 +216,27 @@ def main():
             torch.nn.utils.clip_grad_norm_(ref.weights, config.grad_clip)
             opt.step()
 
-    rates = {}
-    for name, fn in (("numpy", numpy_steps), ("torch", torch_steps)):
-        fn(10)
-        best = float("inf")
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            fn(args.steps)
-            best = min(best, time.perf_counter() - start)
-        rates[name] = args.steps * args.batch / best
-    print(f"batch {args.batch}, {args.threads} threads, {args.steps} steps, best of {args.repeats}")
-    print(f"numpy  {rates['numpy']:10.0f} samples/s")
-    print(f"torch  {rates['torch']:10.0f} samples/s  (torch {torch.__version__})")
-    print(f"ratio numpy/torch: {rates['numpy'] / rates['torch']:.2f}x")
+    numpy_steps(10)
+    torch_steps(10)
+    seconds = {"numpy": [], "torch": []}
+    for rep in range(args.repeats):     # numpy, torch, torch, numpy, ...: a load spike hits both alike
+        order = (("numpy", numpy_steps), ("torch", torch_steps))
+        for name, fn in order if rep % 2 == 0 else order[::-1]:
+            seconds[name].append(timed(fn, args.steps))
+    rates = {name: args.steps * args.batch / min(times) for name, times in seconds.items()}
+    paired = [b / a for a, b in zip(seconds["numpy"], seconds["torch"])]
+    print(f"batch {args.batch}, {args.threads} threads, {args.steps} steps, best of {args.repeats} alternated repeats")
+    print(f"{'':38s} {'x torch':>8} {'samples/s':>10}")
+    print(f"{'anchor: PyTorch ' + torch.__version__ + ' autograd':38s} {1.0:7.2f}x {rates['torch']:10.0f}")
+    print(f"{'NumPy trainer (the project)':38s} {rates['numpy'] / rates['torch']:7.2f}x {rates['numpy']:10.0f}")
+    print(f"per-repeat ratios numpy/torch: {', '.join(f'{r:.2f}' for r in paired)}")
     return 0
+
+
+def timed(fn, steps):
+    start = time.perf_counter()
+    fn(steps)
+    return time.perf_counter() - start
 
 
 if __name__ == "__main__":

@@ -259,7 +259,7 @@ class TargetReader:
     The uids are read into a buffer UID_SLACK entries longer than the list, its tail -1: foreach_get fills as many
     entries as there are objects, so an added object overwrites the tail and a removed one leaves the last entry
     (set to -1 before each read) unwritten - either way the bytes differ. That spares a len(bpy.data.objects), which
-    walks the whole list (~4 us at 350 objects). More than UID_SLACK objects added at once make foreach_get refuse
+    walks the whole list (costly with hundreds of objects). More than UID_SLACK objects added at once make foreach_get refuse
     the short buffer (a RuntimeError, and Blender prints an "Array length mismatch" line): the indices are taken
     again then too.
     """
@@ -368,7 +368,7 @@ class LiveGroup:
         self.layout = layout
         self.solver = Solver(model, onnx_bytes, characters=k, engine=engine, links=links, pose_layout=layout,
                              hips_map=hips_map)
-        self.solver.refiner = MathutilsRefiner(self.solver.refiner)     # one character: Blender's C math, ~2x faster
+        self.solver.refiner = MathutilsRefiner(self.solver.refiner)     # one character: Blender's C math, faster
         self.raw = [None] * k
         self.hips_out = np.empty((k, 1, 10))
         self.hips_q = np.empty((k, 4))
@@ -385,7 +385,7 @@ class LiveGroup:
         rotations, and the hips' frame is its parent's pose now."""
         k = self.k
         # per rig, the pose-bone collection's bound foreach_set and the hips pose bone, taken once: looking them up
-        # again each tick (obj.pose.bones, bones[hips]) cost ~0.5 us per character. They stay valid while the
+        # again each tick (obj.pose.bones, bones[hips]) costs a lookup per character. They stay valid while the
         # armature exists, and each tick's TargetReader.read() has just confirmed that (else LiveStopped)
         # (None: a rig with no quaternion bone mapped - its rotations go through write_other_bones)
         self.writers = [(c.obj.pose.bones.foreach_set if c.writes_quaternions else None, c.hips_bone)
@@ -513,7 +513,7 @@ class LiveTick:
     a value that changed without an update callback arrives within SETTINGS_ROUNDS ticks (0.13 s at 60 Hz) on an
     armature with drivers or NLA tracks (what writes settings that way while live: the action is off), and within
     UNDRIVEN_ROUNDS ticks (~1 s) on the others (a raw ID-property write, a driver added while live). Reading one
-    character's settings costs about 0.75 us.
+    character's settings costs a few property reads, hence the slices.
     """
     SETTINGS_ROUNDS = 8
     UNDRIVEN_ROUNDS = 64
@@ -567,7 +567,7 @@ class LiveTick:
         Python's cyclic garbage collector is held off during the tick. The tick makes only short-lived objects, but
         enough of them at once (the reach assist's lists of floats, ~1,300 at 50 characters) to start collections
         in the middle of it; those move the tick's temporaries into older generations, and every few hundred ticks
-        that ends in a full collection of all Blender's tracked objects: 20-26 ms, more than a 60 Hz frame
+        that ends in a full collection of all Blender's tracked objects, longer than a 60 Hz frame
         (measured: 4 in 216 refined ticks of 50 characters; none with the collector held off). The tick's objects
         are freed by reference counting before the collector runs again, so nothing piles up."""
         collecting = gc.isenabled()

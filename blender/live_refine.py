@@ -1,11 +1,12 @@
 """The live tick's refinement of one character in Blender's own math library (mathutils, C, single precision).
 
 neural_network/refine.py is the refinement: vectorised NumPy over characters, used by bake, evaluation and every
-batch, and the reference for this module. For one character a NumPy call costs ~0.5 us whatever its size, so its
-closed form (a forward pass of 8 batched products, about 50 calls for the five two-bone solves) costs ~60 us, and
-the reach assist's second forward pass ~14 more. A mathutils operation on a 3-vector, a quaternion or a 4x4 matrix
-costs ~0.03-0.2 us, so the same steps written per bone take ~5 us (forward pass) and ~2 us a chain. This module is
-those steps, one character at a time, in the order Refiner.refine_quaternions takes them:
+batch, and the reference for this module. For one character a NumPy call costs the same whatever its size, so its
+closed form (a forward pass of 8 batched products, about 50 calls for the five two-bone solves) is paid in call
+overhead, and the reach assist's second forward pass adds more. A mathutils operation on a 3-vector, a quaternion
+or a 4x4 matrix costs a fraction of one NumPy call, so the same steps written per bone cost far less (figures in
+docs/performance.md). This module is those steps, one character at a time, in the order Refiner.refine_quaternions
+takes them:
 
 1. forward pass over the refiner's chain layout (refine.LEVELS) for the legs and the spine up to the neck's base;
 2. reach check, and where an assisted chain's target is beyond reach the reach assist: the head's group (a Spine2

@@ -16,12 +16,13 @@ from bpy.app.handlers import persistent
 from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
 
 from .. import state
+from ..blender.armatures import chosen_armature
 from ..neural_network.data.dataset import Dataset
 from ..neural_network.data.files import FileRefused
 from ..neural_network.model import trainer
 from ..neural_network.model.losses import LossWeights
 from ..properties import get_bone_map
-from .common import chosen_armature, poll_no_training
+from .common import poll_no_training
 
 POLL_SECONDS = 0.25
 JOIN_SECONDS = 5.0
@@ -120,7 +121,7 @@ def _on_load_pre(*_args):
         bpy.app.timers.unregister(_poll)
 
 
-class NIK_OT_train(bpy.types.Operator):
+class NEURAL_IK_OT_train(bpy.types.Operator):
     bl_idname = "neural_ik.train"
     bl_label = "Train"
     bl_description = ("Train the network on a dataset in the background; the armature's model becomes the best "
@@ -203,7 +204,7 @@ def _print_epoch(entry):
           f"rot {entry['val_effector_rotation_deg']:.1f} deg  {entry['seconds']:.0f} s", flush=True)
 
 
-class NIK_OT_cancel_training(bpy.types.Operator):
+class NEURAL_IK_OT_cancel_training(bpy.types.Operator):
     bl_idname = "neural_ik.cancel_training"
     bl_label = "Cancel Training"
     bl_description = "Stop training within a second; the best model so far stays on disk and becomes the armature's"
@@ -223,7 +224,7 @@ class NIK_OT_cancel_training(bpy.types.Operator):
         return {"FINISHED"}
 
 
-classes = (NIK_OT_train, NIK_OT_cancel_training)
+classes = (NEURAL_IK_OT_train, NEURAL_IK_OT_cancel_training)
 
 
 def _stop_at_exit():

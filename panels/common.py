@@ -12,6 +12,7 @@ import os
 import bpy
 import numpy as np
 
+from ..blender.models import file_key
 from ..neural_network.data.files import decode_meta
 from ..neural_network.skeleton.roles import TASKS
 
@@ -53,14 +54,6 @@ def absolute(path):
 _meta_cache = {}
 
 
-def _file_key(path):
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return None
-    return (path, stat.st_mtime_ns, stat.st_size)
-
-
 def read_meta(path):
     """(meta dict, None) of a Neural IK .npz or an ONNX model's JSON sidecar, or (None, reason in words).
 
@@ -69,7 +62,7 @@ def read_meta(path):
     path = absolute(path)
     if not path:
         return None, "no file chosen"
-    key = _file_key(path)
+    key = file_key(path)
     if key is None:
         return None, f"{os.path.basename(path) or path} does not exist yet"
     cached = _meta_cache.get(path)

@@ -189,8 +189,3 @@ class NEURAL_IK_OT_extract(bpy.types.Operator):
 
 
 classes = (NEURAL_IK_OT_import_bvh_folder, NEURAL_IK_OT_extract)
-
-# benchmarks/extract.py still imports these from here (its imports move to blender/ with the lead's next pass)
-from ..blender.bone_maps import bone_map_of  # noqa: E402, F401
-from ..blender.bvh_import import import_bvh_files  # noqa: E402, F401
-from ..blender.extract import extract_dataset, usable_actions  # noqa: E402, F401

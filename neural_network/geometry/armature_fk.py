@@ -18,8 +18,8 @@ import numpy as np
 from .rotations import matrix_to_quaternion
 
 # Frames per step of the chain. Every step works in a few scratch arrays of this many frames, made once per chain
-# and written with `out=`: fresh pages from the OS cost about 0.2 ms per MB on these machines (more than the
-# arithmetic), so the kernels allocate nothing per step and the scratch stays in cache.
+# and written with `out=`: fresh pages from the OS cost more than the arithmetic on them, so the kernels allocate
+# nothing per step and the scratch stays in cache.
 FRAME_BLOCK = 512
 
 

@@ -27,8 +27,8 @@ class Pose:
 
 
 # From this batch size on, FK and its reverse pass run with the batch axis last ("structure of arrays"): a 3x3
-# product becomes 9 multiply-adds over contiguous length-N vectors, about 5x faster than np.matmul on stacks of
-# 3x3 matrices (measured at N = 256 x 23). Small batches (the live solver's single pose) keep np.matmul, which has
+# product becomes 9 multiply-adds over contiguous length-N vectors, several times faster than np.matmul on stacks
+# of 3x3 matrices (measured at N = 256 x 23). Small batches (the live solver's single pose) keep np.matmul, which has
 # less per-call overhead. Both paths compute the same numbers (tests/test_losses.py checks them against each other).
 BATCH_LAST_FROM = 64
 

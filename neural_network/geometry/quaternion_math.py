@@ -119,8 +119,9 @@ def multiply_quaternions(a, b):
 
 
 # -- one rotation at a time, in plain Python floats -----------------------------------------------------------------
-# For a handful of rotations of one character, a Python float operation (~30 ns) beats a NumPy call (~500 ns): the
-# reach assist works per character with these (tuples of floats; matrices as rows).
+# For a handful of rotations of one character, Python float operations beat NumPy calls (a NumPy call costs more
+# than a dozen float operations): the reach assist works per character with these (tuples of floats; matrices as
+# rows).
 
 def quaternion_product(a, b):
     """a * b for (w, x, y, z) tuples (Hamilton product)."""

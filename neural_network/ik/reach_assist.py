@@ -382,9 +382,9 @@ class ReachAssist:
         that turned something (chain_forward(q, hips): the refiner's), so the next group and the closed form see the
         turns. Returns them, or None when nothing turned (the caller's geometry still holds).
 
-        One character at a time in Python floats: a turn takes a few dozen float operations (~30 ns each) where the
-        same on arrays costs a NumPy call (~0.5 us) per step; only the few points a turn moves are followed, and the
-        chain's transforms come from one forward pass at the end instead.
+        One character at a time in Python floats: a turn takes a few dozen float operations where the same on
+        arrays costs a NumPy call per step (a call costs about a dozen float operations); only the few points a
+        turn moves are followed, and the chain's transforms come from one forward pass at the end instead.
 
         The assist is there to spare a character least squares, so a character with a chain it cannot bring within
         reach (the turn needed beyond ASSIST_MAX_TURN or the limits, a target beyond the straight spine) keeps its pose

@@ -115,13 +115,13 @@ class ChainLinks(NamedTuple):
 
 def _unblocked(shape):
     """An empty array whose last axis has stride 2. NumPy's matmul hands each matrix of a stack to BLAS on its own
-    (~60 ns a call) unless an operand's rows are not contiguous; then its own loop runs, 2-4x faster for stacks of
-    3x3 and 4x4 (measured: (50, 5, 3, 3, 3) products 49 -> 12 us, (50, 3, 4, 4) 11 -> 5 us; at K = 1 a little)."""
+    (a BLAS call per matrix) unless an operand's rows are not contiguous; then its own loop runs, several times
+    faster for stacks of 3x3 and 4x4 (measured on (50, 5, 3, 3, 3) and (50, 3, 4, 4) products; at K = 1 a little)."""
     return np.zeros(tuple(shape[:-1]) + (2 * shape[-1],))[..., ::2]
 
 
 def _cross(a, b):
-    """(..., 3) a x b as [a]x b: two calls, where np.cross costs ~10 us on a handful of vectors."""
+    """(..., 3) a x b as [a]x b: two calls, where np.cross costs many times that on a handful of vectors."""
     return ((a @ SKEW).reshape(a.shape[:-1] + (3, 3)) @ b[..., None])[..., 0]
 
 
@@ -140,8 +140,8 @@ def _view(array, shape):
 
 class _Workspace:
     """The run-time path's buffers for K characters, and every view its steps use, made once: at K = 1 a NumPy call
-    costs ~0.3-1 us whatever the size, and making a view costs ~0.2 us, so the steps are ufuncs and matmuls writing
-    into these with out=."""
+    costs the same whatever the size, and making a view costs nearly as much, so the steps are ufuncs and matmuls
+    writing into these with out=."""
 
     def __init__(self, k, links):
         # forward pass: each slot's local transform [bridge R(q) | offset], then the world transforms level by level
@@ -206,7 +206,7 @@ class _Workspace:
         self.halves, self.tiny = np.full((k, 5, 2), 0.5), np.full((k, 5, 2), 1e-300)
         self.minus_ones, self.ones = np.full((k, 5), -1.0), np.full((k, 5), 1.0)
         # the shared links' reaches and lengths as contiguous (K, 5) arrays: a ufunc on contiguous operands of one
-        # shape takes ~0.25 us, one that broadcasts or strides ~0.65 us (None when every character has its own)
+        # shape costs less than half of one that broadcasts or strides (None when every character has its own)
         self.shared_reach = self.shared_lengths = None
         if not links.per_character:
             self.shared_reach = tuple(np.broadcast_to(a, (k, 5)).copy() for a in links.reach)

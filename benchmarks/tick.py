@@ -72,7 +72,7 @@ def shipped_model_ticks(bpy, objs, rig, passes=3):
 
     from neural_ik.blender import pose_read
     from neural_ik.blender.live import LiveTick
-    from neural_ik.neural_network.runtime.onnx_export import load_model_file
+    from neural_ik.neural_network.runtime.model_files import load_model_file
 
     weights = os.path.join(REPO, "weights")
     model, data = load_model_file(os.path.join(weights, "demo.npz"), rig.skeleton)
@@ -173,7 +173,8 @@ def main(argv=None):
     from neural_ik.blender.live import LiveTick
     from neural_ik.neural_network.data.features import references_from_data
     from neural_ik.neural_network.runtime.engines import NumpyEngine, OrtEngine
-    from neural_ik.neural_network.runtime.onnx_export import build_onnx, load_model_file
+    from neural_ik.neural_network.runtime.model_files import load_model_file
+    from neural_ik.neural_network.runtime.onnx_export import build_onnx
     from neural_ik.neural_network.skeleton.roles import ROLES
     from neural_ik.properties import get_bone_map
 

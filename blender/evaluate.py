@@ -128,7 +128,7 @@ def action_frames(action):
 
 def mean_pose_from_model(path, bone_map):
     """{bone: 3x3}: the model's mean local pose per role (the training clips' mean)."""
-    from ..neural_network.runtime.onnx_export import load_model_file
+    from ..neural_network.runtime.model_files import load_model_file
 
     model, _data = load_model_file(path)       # checkpoint or ONNX, fully checked (FileRefused says why not)
     mean = np.asarray(model.mean_pose, np.float64)
@@ -157,7 +157,7 @@ def limits_from(mean_pose, bone_map, model_path=None, local_rotations=None, marg
     range of the given training rotations plus a margin."""
     mean = np.stack([mean_pose.get(bone_map.get(role, ""), np.eye(3)) for role in ROLES])
     if model_path:
-        from ..neural_network.runtime.onnx_export import load_model_file
+        from ..neural_network.runtime.model_files import load_model_file
 
         model, _data = load_model_file(model_path)
         return mean, np.asarray(model.limit_low, np.float64), np.asarray(model.limit_high, np.float64)

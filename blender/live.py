@@ -520,7 +520,7 @@ class LiveTick:
 
     def __init__(self, entries, engine="auto", history=600):
         """entries: [(armature object, Model, onnx bytes or None)]; each armature must be mapped and have targets."""
-        from ..neural_network.runtime.onnx_export import check_rig
+        from ..neural_network.model.model import check_rig
 
         by_model = {}
         for obj, model, onnx_bytes in entries:

@@ -9,7 +9,9 @@ import os
 import bpy
 
 from ..neural_network.data.files import FileRefused
-from ..neural_network.runtime.onnx_export import check_rig, export_onnx, load_model_file
+from ..neural_network.model.model import check_rig
+from ..neural_network.runtime.model_files import load_model_file
+from ..neural_network.runtime.onnx_export import export_onnx
 from ..properties import get_bone_map
 from . import rig_model
 from .errors import LiveError

@@ -65,7 +65,8 @@ def _previous_file(kind, path):
 
     from neural_ik.neural_network.data.dataset import Dataset
     from neural_ik.neural_network.model import checkpoint
-    from neural_ik.neural_network.runtime.onnx_export import export_onnx, load_model_file
+    from neural_ik.neural_network.runtime.model_files import load_model_file
+    from neural_ik.neural_network.runtime.onnx_export import export_onnx
 
     if kind == "dataset":
         synthetic_dataset(frames_per_action=5, actions=2).save(path)

@@ -71,7 +71,7 @@ def good_files(addon):
 def _load(kind, path):
     from neural_ik.neural_network.data.dataset import Dataset
     from neural_ik.neural_network.model import checkpoint
-    from neural_ik.neural_network.runtime.onnx_export import load_model_file
+    from neural_ik.neural_network.runtime.model_files import load_model_file
 
     if kind == "dataset":
         return Dataset.load(path)
@@ -83,7 +83,7 @@ def _load(kind, path):
 def _check_complete(kind, loaded, original):
     """A loaded object must be whole: every array with its documented shape, finite where it must be."""
     from neural_ik.neural_network.data.dataset import ROW_ARRAYS
-    from neural_ik.neural_network.runtime.onnx_export import check_model
+    from neural_ik.neural_network.model.model import check_model
 
     if kind == "dataset":
         n = len(loaded)

@@ -9,7 +9,7 @@ from live_helpers import humanoid_skeleton, inputs_of, random_model, random_pose
 
 from neural_ik.neural_network.data.files import FileRefused
 from neural_ik.neural_network.model import checkpoint
-from neural_ik.neural_network.runtime import onnx_export
+from neural_ik.neural_network.runtime import model_files, onnx_export
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def test_metadata_and_sidecar_describe_the_model(model, tmp_path):
     assert props["neural_ik.rig_fingerprint"] == model.skeleton.fingerprint()
     np.testing.assert_allclose(sidecar["neural_ik.mean_pose"], model.mean_pose, atol=1e-12)
     assert len(sidecar["neural_ik.input_names"]) == 50 and sidecar["neural_ik.units"].startswith("metres")
-    loaded, data = onnx_export.load_onnx(onnx_path)
+    loaded, data = model_files.load_onnx(onnx_path)
     x = validation_inputs(model, 50)
     np.testing.assert_allclose(loaded.predict_clamped(x), model.predict_clamped(x), atol=1e-6)
     assert loaded.skeleton.fingerprint() == model.skeleton.fingerprint()
@@ -64,11 +64,11 @@ def test_checkpoint_and_onnx_load_for_the_right_rig_only(model, tmp_path):
     onnx_path, _ = onnx_export.export_onnx(model, tmp_path / "m.onnx")
     checkpoint.save_model(tmp_path / "m.npz", model)
     for path in (onnx_path, tmp_path / "m.npz"):
-        loaded, _ = onnx_export.load_model_file(path, model.skeleton)
+        loaded, _ = model_files.load_model_file(path, model.skeleton)
         assert loaded.layer_sizes == model.layer_sizes
         other = humanoid_skeleton(drop=("Spine2",))
         with pytest.raises(FileRefused, match="another rig"):
-            onnx_export.load_model_file(path, other)
+            model_files.load_model_file(path, other)
 
 
 def test_truncated_nan_and_foreign_files_are_refused(model, tmp_path):
@@ -95,10 +95,10 @@ def test_truncated_nan_and_foreign_files_are_refused(model, tmp_path):
         path = tmp_path / name
         path.write_bytes(content)
         with pytest.raises(FileRefused) as info:
-            onnx_export.load_model_file(path, model.skeleton)
+            model_files.load_model_file(path, model.skeleton)
         assert name in str(info.value) or str(path) in str(info.value), (name, str(info.value))
     with pytest.raises(FileRefused, match="folder"):
-        onnx_export.load_model_file(tmp_path, model.skeleton)
+        model_files.load_model_file(tmp_path, model.skeleton)
     bad = random_model(model.skeleton)
     bad.weights[0][3, 3] = np.inf
     with pytest.raises(FileRefused, match="NaN or infinite"):
@@ -131,5 +131,5 @@ def test_without_the_onnx_package_export_and_onnx_loading_refuse_in_words(model,
     with pytest.raises(FileRefused, match="needs the onnx package"):
         onnx_export.export_onnx(model, str(tmp_path / "again.onnx"))
     with pytest.raises(FileRefused, match="needs the onnx package"):
-        onnx_export.load_model_file(path, model.skeleton)
+        model_files.load_model_file(path, model.skeleton)
     assert not (tmp_path / "again.onnx").exists()

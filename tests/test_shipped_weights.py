@@ -7,7 +7,7 @@ import numpy as np
 from conftest import REPO
 
 from neural_ik.neural_network.model import checkpoint
-from neural_ik.neural_network.runtime import onnx_export
+from neural_ik.neural_network.runtime import model_files
 
 WEIGHTS = os.path.join(REPO, "weights")
 
@@ -49,7 +49,7 @@ def test_shipped_onnx_equals_the_checkpoint_and_carries_its_metadata():
     import onnxruntime
 
     model = checkpoint.load_model(os.path.join(WEIGHTS, "demo.npz"))
-    onnx_model, _ = onnx_export.load_model_file(os.path.join(WEIGHTS, "demo.onnx"), model.skeleton)
+    onnx_model, _ = model_files.load_model_file(os.path.join(WEIGHTS, "demo.onnx"), model.skeleton)
     session = onnxruntime.InferenceSession(os.path.join(WEIGHTS, "demo.onnx"), providers=["CPUExecutionProvider"])
     x = (model.input_mean + model.input_std * np.random.default_rng(0).normal(size=(64, 50))).astype(np.float32)
     (out,) = session.run(None, {session.get_inputs()[0].name: x})

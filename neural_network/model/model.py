@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..data.features import FeatureSpec
+from ..data.features import NUM_INPUTS, FeatureSpec
+from ..data.files import FileRefused
 from ..geometry.rotations import axis_angle_to_matrix
-from ..skeleton.roles import NUM_ROLES
+from ..skeleton.roles import NUM_ROLES, ROLES
 from ..skeleton.skeleton import Skeleton
 
 
@@ -64,3 +65,42 @@ class Model:
     def solve_local(self, inputs):
         """(N, 50) -> (N, 23, 3, 3): the network's pose, clamped to the joint limits."""
         return self.local_rotations(self.predict_clamped(inputs))
+
+
+def check_model(model, name="model"):
+    """Raise FileRefused unless the model's arrays have the documented shapes and hold only finite numbers."""
+    w = model.weights
+    if len(w) < 2 or len(w) % 2:
+        raise FileRefused(f"{name} has {len(w)} weight arrays; a network needs pairs of weights and biases")
+    fan_in = NUM_INPUTS
+    for i in range(0, len(w), 2):
+        W, b = np.asarray(w[i]), np.asarray(w[i + 1])
+        if W.ndim != 2 or W.shape[0] != fan_in or b.shape != (W.shape[1],):
+            raise FileRefused(f"{name}: layer {i // 2} has shapes {W.shape} and {b.shape}, which do not chain from {fan_in}")
+        fan_in = W.shape[1]
+    if fan_in != NUM_ROLES * 3:
+        raise FileRefused(f"{name} predicts {fan_in} numbers, expected {NUM_ROLES * 3} (23 roles x 3)")
+    shapes = {"input_mean": (NUM_INPUTS,), "input_std": (NUM_INPUTS,), "mean_pose": (NUM_ROLES, 3, 3),
+              "limit_low": (NUM_ROLES, 3), "limit_high": (NUM_ROLES, 3)}
+    for attr, shape in shapes.items():
+        value = np.asarray(getattr(model, attr))
+        if value.shape != shape:
+            raise FileRefused(f"{name}: {attr} has shape {value.shape}, expected {shape}")
+    arrays = [*w, model.input_mean, model.input_std, model.mean_pose, model.limit_low, model.limit_high]
+    if not all(np.all(np.isfinite(np.asarray(a))) for a in arrays):
+        raise FileRefused(f"{name} holds NaN or infinite weights; it cannot drive a rig")
+    if np.any(np.asarray(model.input_std) <= 0):
+        raise FileRefused(f"{name} has a zero or negative input scale")
+    if np.any(np.asarray(model.limit_low) > np.asarray(model.limit_high)):
+        raise FileRefused(f"{name} has joint limits whose low end lies above the high end")
+
+
+def check_rig(model, skeleton, name="model"):
+    """Refuse a model made for another rig (bone map and proportions, by fingerprint)."""
+    if skeleton is None:
+        return
+    made_for, this_rig = model.skeleton.fingerprint(), skeleton.fingerprint()
+    if made_for != this_rig:
+        differing = [r for r, a, b in zip(ROLES, model.skeleton.bone_names, skeleton.bone_names) if a != b]
+        detail = f" (bones differ for {', '.join(differing[:4])})" if differing else " (bone lengths differ)"
+        raise FileRefused(f"{name} was made for another rig{detail}: fingerprint {made_for}, this rig {this_rig}")

@@ -1,0 +1,121 @@
+"""Loading a model file for a rig: a checkpoint (.npz) or an exported ONNX file, checked (interface, metadata, finite
+weights, rig fingerprint) before any inference session exists; an ONNX file loads back into a full NumPy Model from its
+initializers (used where onnxruntime is missing)."""
+
+import json
+import os
+
+import numpy as np
+
+from ..data.features import INPUT_NAMES, LAYOUT_VERSION, NUM_INPUTS, FeatureSpec
+from ..data.files import FileRefused, check_readable_file
+from ..model import checkpoint
+from ..model.model import Model, check_model, check_rig
+from ..skeleton.roles import NUM_ROLES, ROLES
+from ..skeleton.skeleton import Skeleton
+from .onnx_export import INPUT_NAME, KIND, NUM_OUTPUTS, OUTPUT_NAME, build_onnx, onnx_package
+
+
+def _dims(value_info):
+    dims = value_info.type.tensor_type.shape.dim
+    return [d.dim_value if d.HasField("dim_value") else None for d in dims]
+
+
+def model_from_onnx_proto(proto, name="ONNX file"):
+    """Model from a parsed ONNX proto, after checking its interface, metadata and weights (no session is made)."""
+    from onnx import TensorProto, numpy_helper
+
+    graph = proto.graph
+    inits = {t.name: t for t in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in inits]
+    if [i.name for i in inputs] != [INPUT_NAME] or [o.name for o in graph.output] != [OUTPUT_NAME]:
+        raise FileRefused(f"{name} is not a Neural IK model: inputs {[i.name for i in inputs]}, "
+                          f"outputs {[o.name for o in graph.output]}")
+    for info, width in ((inputs[0], NUM_INPUTS), (graph.output[0], NUM_OUTPUTS)):
+        if info.type.tensor_type.elem_type != TensorProto.FLOAT or len(_dims(info)) != 2 or _dims(info)[1] != width:
+            raise FileRefused(f"{name}: {info.name} has shape {_dims(info)}, expected (batch, {width}) float32")
+    meta = {p.key: p.value for p in proto.metadata_props}
+    if meta.get("neural_ik.kind") != KIND:
+        raise FileRefused(f"{name} has no Neural IK metadata")
+    try:
+        layout = json.loads(meta["neural_ik.layout_version"])
+        if layout != LAYOUT_VERSION:
+            raise FileRefused(f"{name} uses input layout {layout}; this version of Neural IK uses {LAYOUT_VERSION}")
+        if json.loads(meta["neural_ik.input_names"]) != list(INPUT_NAMES):
+            raise FileRefused(f"{name} expects other inputs than this version builds")
+        if json.loads(meta["neural_ik.roles"]) != list(ROLES):
+            raise FileRefused(f"{name} was made with another role list")
+        skeleton = Skeleton.from_json(json.loads(meta["neural_ik.skeleton"]))
+        spec = FeatureSpec.from_json(json.loads(meta["neural_ik.feature_spec"]))
+        mean_pose = np.asarray(json.loads(meta["neural_ik.mean_pose"]), np.float64)
+        limits = json.loads(meta["neural_ik.limits"])
+        layer_sizes = json.loads(meta["neural_ik.layer_sizes"])
+        fingerprint = meta["neural_ik.rig_fingerprint"]
+        if not isinstance(limits, dict) or not isinstance(layer_sizes, list) or len(layer_sizes) < 2 or not all(
+                isinstance(s, int) and 0 < s < 100000 for s in layer_sizes):
+            raise FileRefused(f"{name} has malformed joint limits or layer sizes in its metadata")
+    except FileRefused:
+        raise
+    except (KeyError, ValueError, TypeError) as exc:
+        raise FileRefused(f"{name} has incomplete or unreadable Neural IK metadata ({exc})") from None
+    if skeleton.fingerprint() != fingerprint:
+        raise FileRefused(f"{name}: its skeleton does not match its rig fingerprint (edited or damaged metadata)")
+    arrays = {}
+    for key in ["input_mean", "input_std", "limit_low", "limit_high"] + [f"{p}{k}" for k in range(len(layer_sizes) - 1)
+                                                                       for p in "Wb"]:
+        if key not in inits:
+            raise FileRefused(f"{name} lacks the weight {key}")
+        arrays[key] = numpy_helper.to_array(inits[key]).astype(np.float32)
+    weights = []
+    for k in range(len(layer_sizes) - 1):
+        weights += [arrays[f"W{k}"], arrays[f"b{k}"]]
+    model = Model(skeleton=skeleton, feature_spec=spec, weights=weights, input_mean=arrays["input_mean"],
+                  input_std=arrays["input_std"], mean_pose=mean_pose,
+                  limit_low=np.asarray(limits.get("low"), np.float64), limit_high=np.asarray(limits.get("high"), np.float64),
+                  meta={"source": "onnx", "metrics": json.loads(meta.get("neural_ik.metrics", "{}"))})
+    if np.asarray(model.limit_low).shape == (NUM_ROLES * 3,):
+        model.limit_low = model.limit_low.reshape(NUM_ROLES, 3)
+        model.limit_high = model.limit_high.reshape(NUM_ROLES, 3)
+    check_model(model, name)
+    if [int(s) for s in model.layer_sizes] != [int(s) for s in layer_sizes]:
+        raise FileRefused(f"{name}: its weights do not match its declared layer sizes {layer_sizes}")
+    expected = [n.op_type for n in build_onnx(model).graph.node]
+    if [n.op_type for n in graph.node] != expected:
+        raise FileRefused(f"{name}: its graph is not the network its metadata describes")
+    return model
+
+
+def load_onnx(path):
+    """(Model, serialized bytes) from an .onnx file, checked before any session exists."""
+    onnx = onnx_package("Reading an ONNX model")
+
+    path = os.fspath(path)
+    base = os.path.basename(path)
+    check_readable_file(path)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        proto = onnx.load_model_from_string(data)
+    except Exception as exc:   # protobuf raises its own DecodeError, or RuntimeError on truncation
+        raise FileRefused(f"{base} is not a readable ONNX file (truncated or corrupt): {type(exc).__name__}") from None
+    if not proto.graph.node:
+        raise FileRefused(f"{base} is not a readable ONNX file (no graph)")
+    return model_from_onnx_proto(proto, base), data
+
+
+def load_model_file(path, skeleton=None):
+    """Model from a checkpoint (.npz) or an ONNX file, refused unless it fits `skeleton`'s rig.
+
+    Returns (model, onnx_bytes or None); the bytes let the solver open the very graph that was checked.
+    """
+    path = os.fspath(path)
+    check_readable_file(path)
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    if magic.startswith(b"PK"):   # a zip: the .npz checkpoint
+        model, data = checkpoint.load_model(path), None
+    else:
+        model, data = load_onnx(path)
+    check_model(model, os.path.basename(path))
+    check_rig(model, skeleton, os.path.basename(path))
+    return model, data

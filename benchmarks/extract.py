@@ -9,7 +9,7 @@ kind; frames/s and ms are printed beside the ratio).
 What each figure includes:
 - naive loop: for every usable action, assign it, then for every frame `scene.frame_set(f)` and read
   `pose_bone.matrix` of every mapped bone (the assignment is restored afterwards, outside the timing).
-- project extract: `operators.data.extract_dataset`, exactly what `bpy.ops.neural_ik.extract` runs before writing the
+- project extract: `blender.extract.extract_dataset`, exactly what `bpy.ops.neural_ik.extract` runs before writing the
   file: read the rig and the bone map, parse every action's curves, read the keys, NumPy FK, contacts, phase, task,
   input references and the 50 inputs, every float32/int32 array the dataset stores.
 - project extract + write: the same plus `Dataset.save` of the .npz into a temporary folder (the whole operator).

@@ -103,7 +103,7 @@ def shipped_model_ticks(bpy, objs, rig, passes=3):
 
 
 def blender_ik_anchor(bpy, obj, bone_map, mean_pose, frames_wanted):
-    """Blender's own IK solve of the same rig and targets, timed as the evaluation times it (operators/evaluate.py,
+    """Blender's own IK solve of the same rig and targets, timed as the evaluation times it (blender/evaluate.py,
     blender_ik.BaselineRig: limb IK + Copy Rotation on a copy of the armature that starts every frame from the mean
     pose, the reference playing its action as the moving targets): each `scene.frame_set` of the clip timed with the
     constraints on and with them muted, in passes over the clip (on, off, off, on, ...) so machine load hits both

@@ -1,6 +1,6 @@
 """Rotation conversions for the run-time tick, each a handful of whole-array NumPy calls (no per-element loops).
 
-On arrays of a few dozen rotations NumPy costs about half a microsecond per call whatever the size, so the tick's
+On arrays of a few dozen rotations a NumPy call costs about the same whatever the size, so the tick's
 budget is counted in calls: these helpers write quaternion <-> matrix maps as small constant matrices applied with
 one matmul (a rotation matrix is a quadratic form of its unit quaternion, a cross-product matrix is linear in its
 vector). Quaternions are (w, x, y, z) like Blender's; matrices act on column vectors.

@@ -26,7 +26,7 @@ chain whose target is beyond its reach it turns the chain's parent (Spine2 for t
 unbends the spine, just enough; only characters with a chain beyond reach pay for it, and on the shipped model's
 held-out clips it takes the share of ticks needing least squares from 100% to a few percent.
 
-At K = 1 NumPy costs about half a microsecond a call whatever the array size, so the run-time path is written to
+At K = 1 a NumPy call costs about the same whatever the array size, so the run-time path is written to
 make few calls: every buffer and view is made once per K (_Workspace), the vectors of a chain sit side by side so one
 matmul gives all their dot products, the elbow's new position comes from the limb plane without building its
 rotation, and the least-squares stage works on the same chain layout (joint positions and rotations straight from the

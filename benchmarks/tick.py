@@ -7,8 +7,9 @@ Absolute times move ~2x between machines of the same kind and with the machine's
 ratio to two anchors measured first in the same process:
 - IK: Blender's own IK constraint solve of the same rig and the same moving targets, set up as the evaluation's
   baseline (`blender/blender_ik.py` BaselineRig: limb IK + Copy Rotation on a copy of the armature, which starts
-  every frame from the mean pose while the original plays a demo clip as the targets) and timed as the evaluation
-  times it: one `scene.frame_set` per tick with the constraints on, minus the same with them muted;
+  every frame from the mean pose while the original plays the held-out demo clips, those of the shipped model's rows,
+  as the targets) and timed as the evaluation times it: one `scene.frame_set` per tick with the constraints on, minus
+  the same with them muted (its cost depends on the clip: 60-80 us from a run to a crouch on one machine);
 - update: `view_layer.update()` of the bare demo rig (Blender's own evaluation after one object is tagged).
 
 Without --model a 50-128-96-69 network with random weights is built on the demo rig (the cost does not depend on
@@ -24,6 +25,7 @@ together on the held-out clips (each character on its own frame).
 """
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -66,7 +68,6 @@ def shipped_model_ticks(bpy, objs, rig, passes=3):
     """Tick times (us) and the share of characters' ticks that needed least squares, with the shipped model and 2
     refinement iterations, on the demo clips it was validated on (held out of its training): targets placed on each
     frame before its tick. objs: the characters solved in one tick (character c is 7 c frames further on)."""
-    import json
 
     from live_helpers import place_targets
 
@@ -102,10 +103,10 @@ def shipped_model_ticks(bpy, objs, rig, passes=3):
     return np.array(times) * 1e6, least_squares / (len(times) * len(objs))
 
 
-def blender_ik_anchor(bpy, obj, bone_map, mean_pose, frames_wanted):
+def blender_ik_anchor(bpy, obj, bone_map, mean_pose, actions, frames_wanted):
     """Blender's own IK solve of the same rig and targets, timed as the evaluation times it (blender/evaluate.py,
     blender_ik.BaselineRig: limb IK + Copy Rotation on a copy of the armature that starts every frame from the mean
-    pose, the reference playing its action as the moving targets): each `scene.frame_set` of the clip timed with the
+    pose, the reference playing a clip as the moving targets): each `scene.frame_set` of each clip timed with the
     constraints on and with them muted, in passes over the clip (on, off, off, on, ...) so machine load hits both
     alike. Returns per-frame times in microseconds with the constraints on (N,) and muted (N,), and the anchor: the
     median over neighbouring (on, muted) passes of the difference of their medians, the IK constraints' own cost."""
@@ -113,31 +114,32 @@ def blender_ik_anchor(bpy, obj, bone_map, mean_pose, frames_wanted):
     from neural_ik.blender.blender_ik import BaselineRig
 
     scene = bpy.context.scene
-    action = (obj.animation_data and obj.animation_data.action) or bpy.data.actions[0]
-    action_layouts.assign_action(obj, action)
-    start, end = (int(round(v)) for v in action.frame_range)
-    frames = list(range(start + 1, end + 1))
-    rig = BaselineRig(scene, obj, bone_map, mean_pose, action).build()
     passes = []
-    try:
-        for p in range(2 * max(2, -(-frames_wanted // len(frames)))):
-            enabled = (p % 2 == 0) == (p // 2 % 2 == 0)        # on, off, off, on, on, off, ...
-            rig.set_constraints_enabled(enabled)
-            scene.frame_set(start)                          # untimed: the first evaluation after a toggle
-            times = np.empty(len(frames))
-            for i, f in enumerate(frames):
-                began = time.perf_counter()
-                scene.frame_set(f)
-                times[i] = time.perf_counter() - began
-            passes.append((enabled, times * 1e6))
-    finally:
-        rig.remove()
-        obj.animation_data_clear()
-        scene.frame_set(start)
+    for action in actions:
+        action_layouts.assign_action(obj, action)
+        start, end = (int(round(v)) for v in action.frame_range)
+        frames = list(range(start + 1, end + 1))
+        rig = BaselineRig(scene, obj, bone_map, mean_pose, action).build()
+        try:
+            for p in range(2 * max(2, -(-frames_wanted // (len(actions) * len(frames))))):
+                enabled = (p % 2 == 0) == (p // 2 % 2 == 0)        # on, off, off, on, on, off, ...
+                rig.set_constraints_enabled(enabled)
+                scene.frame_set(start)                          # untimed: the first evaluation after a toggle
+                times = np.empty(len(frames))
+                for i, f in enumerate(frames):
+                    began = time.perf_counter()
+                    scene.frame_set(f)
+                    times[i] = time.perf_counter() - began
+                passes.append((enabled, times * 1e6))
+        finally:
+            rig.remove()
+            obj.animation_data_clear()
+            scene.frame_set(start)
     on = [t for enabled, t in passes if enabled]
     off = [t for enabled, t in passes if not enabled]
     anchor = float(np.median([np.median(a) - np.median(b) for a, b in zip(on, off)]))
     return np.concatenate(on), np.concatenate(off), anchor
+
 
 def make_characters(bpy, count):
     """`count` demo rigs (copies of the first) with their own targets, side by side."""
@@ -195,8 +197,10 @@ def main(argv=None):
     bone_map = get_bone_map(obj)
     mean_pose = {bone_map[role]: np.asarray(mean_model.mean_pose[j], np.float64)
                  for j, role in enumerate(ROLES) if bone_map.get(role)}
-    anchor_action = obj.animation_data.action.name
-    constrained, muted, anchor = blender_ik_anchor(bpy, obj, bone_map, mean_pose, args.repeats // 2)
+    with open(os.path.join(REPO, "weights", "demo_metrics.json"), encoding="utf-8") as f:
+        anchor_clips = json.load(f)["validation_actions"]     # the held-out clips, as the shipped model's rows
+    constrained, muted, anchor = blender_ik_anchor(bpy, obj, bone_map, mean_pose,
+                                                   [bpy.data.actions[n] for n in anchor_clips], args.repeats // 2)
     obj.animation_data_clear()
     print(f"model {model.layer_sizes}, {args.repeats} repeats, medians / p99 in microseconds")
 
@@ -272,7 +276,7 @@ def main(argv=None):
         return f"{value / anchor:8.2f}x {value / update:8.2f}x"
 
     print(f"\nanchors, measured in this run on the demo rig (frame_set: per frame, {len(muted)} frames each of "
-          f"{anchor_action!r} and its moving targets):")
+          f"{', '.join(anchor_clips)} and their moving targets):")
     print(f"  Blender IK, frame_set with the constraints on     {np.median(constrained):9.1f} (p99 "
           f"{np.percentile(constrained, 99):7.1f})")
     print(f"  Blender IK, frame_set with the constraints muted  {np.median(muted):9.1f} (p99 {np.percentile(muted, 99):7.1f})")

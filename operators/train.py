@@ -1,124 +1,11 @@
-"""Train and Cancel: the dataset is loaded and prepared on the main thread, NumPy trains in a background thread.
-
-In the UI, `neural_ik.train` starts a thread that runs neural_network.trainer (pure NumPy, no bpy) and a
-`bpy.app.timers` callback on the main thread that redraws the sidebar while it runs and, when it ends, points the
-armature's model at the best checkpoint. Only state.training crosses the thread wall. In background mode
-(`blender -b`, the bpy module) timers never fire, so the operator trains synchronously and prints one progress line
-per epoch. Loading another file, disabling the add-on or quitting cancels the run and waits for the thread.
-"""
-
-import atexit
-import os
-import threading
+"""Train and Cancel: shells over blender/training.py (a background NumPy thread in the UI, synchronous headless)."""
 
 import bpy
-from bpy.app.handlers import persistent
 from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
 
-from .. import state
-from ..blender.armatures import chosen_armature
-from ..neural_network.data.dataset import Dataset
-from ..neural_network.data.files import FileRefused
-from ..neural_network.model import trainer
-from ..neural_network.model.losses import LossWeights
-from ..properties import get_bone_map
+from ..blender import training
+from ..blender.errors import DataError
 from .common import poll_no_training
-
-POLL_SECONDS = 0.25
-JOIN_SECONDS = 5.0
-
-
-def default_output_directory(dataset_path):
-    """The extension's user folder when installed as an extension, else a folder beside the dataset."""
-    try:
-        return bpy.utils.extension_path_user(__package__.rsplit(".", 1)[0], path="training", create=True)
-    except (ValueError, RuntimeError, TypeError):
-        folder = os.path.join(os.path.dirname(os.path.abspath(dataset_path)), "neural_ik_training")
-        os.makedirs(folder, exist_ok=True)
-        return folder
-
-
-def config_from_scene(settings, epochs, time_limit, seed, batch_size, learning_rate):
-    weights = LossWeights(fk=settings.weight_fk, pose=settings.weight_pose, contact=settings.weight_contact,
-                          limit=settings.weight_limit, slip=settings.weight_slip)
-    return trainer.TrainConfig(epochs=epochs, time_limit=time_limit, seed=seed,
-                               batch_size=batch_size or settings.batch_size,
-                               learning_rate=learning_rate or settings.learning_rate, loss_weights=weights)
-
-
-def armature_matches(obj, skeleton):
-    """True when the armature's bone map names the same bone for every role as the dataset's rig."""
-    if obj is None or obj.type != "ARMATURE":
-        return False
-    mapping = get_bone_map(obj)
-    return all(mapping[role] == bone for role, bone in zip(mapping, skeleton.bone_names))
-
-
-class _Run:
-    """The one training run of this Blender session: its thread and what to do on the main thread at the end."""
-    thread = None
-    armature_name = ""
-    scene_name = ""
-
-
-def _worker(run_trainer):
-    progress = state.training
-    try:
-        run_trainer.run()
-    except Exception as exc:     # noqa: BLE001 - the user gets the reason in the panel, not a traceback in a thread
-        progress.error = f"training failed: {exc}"
-        progress.message = progress.error
-    finally:
-        progress.running = False
-
-
-def _finish_on_main_thread():
-    """Point the armature at the best checkpoint (when there is one) and say so."""
-    progress = state.training
-    path = progress.checkpoint_path
-    obj = bpy.data.objects.get(_Run.armature_name) if _Run.armature_name else None
-    if path and os.path.exists(path) and not progress.error and obj is not None:
-        obj.neural_ik.model_path = path
-    _Run.thread = None
-    _redraw()
-
-
-def _redraw():
-    wm = getattr(bpy.context, "window_manager", None)
-    for window in getattr(wm, "windows", []):
-        for area in window.screen.areas:
-            if area.type == "VIEW_3D":
-                area.tag_redraw()
-
-
-def _poll():
-    """Timer on the main thread: redraw while the thread runs; finish once it has ended."""
-    thread = _Run.thread
-    if thread is not None and thread.is_alive():
-        _redraw()
-        return POLL_SECONDS
-    _finish_on_main_thread()
-    return None
-
-
-def stop_training(wait=True):
-    """Cancel a running training and wait for its thread (the best checkpoint stays on disk)."""
-    thread = _Run.thread
-    state.training.cancel.set()
-    if wait and thread is not None and thread is not threading.current_thread():
-        thread.join(JOIN_SECONDS)
-    if thread is not None and not thread.is_alive():
-        _Run.thread = None
-
-
-@persistent
-def _on_load_pre(*_args):
-    """Another file is about to replace this one: stop training; the model path belongs to the old file's armature."""
-    if _Run.thread is not None:
-        stop_training(wait=True)
-    _Run.armature_name = ""
-    if bpy.app.timers.is_registered(_poll):
-        bpy.app.timers.unregister(_poll)
 
 
 class NEURAL_IK_OT_train(bpy.types.Operator):
@@ -149,59 +36,19 @@ class NEURAL_IK_OT_train(bpy.types.Operator):
         return poll_no_training(cls, context)
 
     def execute(self, context):
-        if _Run.thread is not None and _Run.thread.is_alive():
-            self.report({"ERROR"}, "a training run is already going on: cancel it first")
-            return {"CANCELLED"}
         settings = context.scene.neural_ik
-        dataset_path = bpy.path.abspath(self.filepath or settings.dataset_path)
-        if not dataset_path:
-            self.report({"ERROR"}, "choose a dataset (.npz) to train on: extract one first")
-            return {"CANCELLED"}
-        directory = bpy.path.abspath(self.directory or settings.output_directory)
         try:
-            dataset = Dataset.load(dataset_path)
-            directory = directory or default_output_directory(dataset_path)
-            if not os.path.isdir(directory):
-                raise FileRefused(f"output folder {directory} does not exist")
-            if not os.access(directory, os.W_OK):
-                raise FileRefused(f"output folder {directory} is not writable")
-            config = config_from_scene(settings, self.epochs, self.time_limit, self.seed, self.batch_size,
-                                       self.learning_rate)
-            progress = state.training
-            progress.reset(self.epochs)
-            background = self.mode == "SYNC" or (self.mode == "AUTO" and bpy.app.background)
-            run_trainer = trainer.Trainer(dataset, config, directory, progress, resume=self.resume,
-                                          on_epoch=_print_epoch if background else None)
-        except (FileRefused, ValueError, OSError) as exc:
-            state.training.running = False
+            message, warning = training.start_training(
+                context, bpy.path.abspath(self.filepath or settings.dataset_path),
+                bpy.path.abspath(self.directory or settings.output_directory), self.epochs, self.time_limit, self.seed,
+                self.batch_size, self.learning_rate, self.resume, self.mode)
+        except DataError as exc:
             self.report({"ERROR"}, str(exc))
             return {"CANCELLED"}
-        obj = chosen_armature(context)
-        _Run.armature_name = obj.name if armature_matches(obj, dataset.skeleton) else ""
-        if obj is not None and not _Run.armature_name:
-            self.report({"WARNING"}, f"{obj.name}'s bone map differs from the dataset's rig: its model is left as is")
-        if background:
-            _Run.thread = None
-            _worker(run_trainer)
-            _finish_on_main_thread()
-            if state.training.error:
-                self.report({"ERROR"}, state.training.error)
-                return {"CANCELLED"}
-            self.report({"INFO"}, f"{state.training.message}; model {state.training.checkpoint_path}")
-            return {"FINISHED"}
-        _Run.thread = threading.Thread(target=_worker, args=(run_trainer,), name="neural_ik_training", daemon=True)
-        _Run.thread.start()
-        if not bpy.app.timers.is_registered(_poll):
-            bpy.app.timers.register(_poll, first_interval=POLL_SECONDS)
-        self.report({"INFO"}, f"training on {len(dataset)} frames in the background; results go to {directory}")
+        if warning:
+            self.report({"WARNING"}, warning)
+        self.report({"INFO"}, message)
         return {"FINISHED"}
-
-
-def _print_epoch(entry):
-    p = state.training
-    print(f"epoch {p.epoch}/{p.epochs}  loss {entry['train_loss']:.4f}  effector {entry['val_effector_cm_mean']:.2f} cm "
-          f"(p95 {entry['val_effector_cm_p95']:.1f})  inner {entry['val_inner_mpjpe_cm']:.2f} cm  "
-          f"rot {entry['val_effector_rotation_deg']:.1f} deg  {entry['seconds']:.0f} s", flush=True)
 
 
 class NEURAL_IK_OT_cancel_training(bpy.types.Operator):
@@ -212,14 +59,13 @@ class NEURAL_IK_OT_cancel_training(bpy.types.Operator):
 
     @classmethod
     def poll(cls, _context):
-        if _Run.thread is not None and _Run.thread.is_alive():
+        if training.is_running():
             return True
         cls.poll_message_set("Training is not running")
         return False
 
     def execute(self, _context):
-        stop_training(wait=True)
-        _finish_on_main_thread()
+        training.cancel_training()
         self.report({"INFO"}, "training cancelled; the best model so far is kept")
         return {"FINISHED"}
 
@@ -227,20 +73,9 @@ class NEURAL_IK_OT_cancel_training(bpy.types.Operator):
 classes = (NEURAL_IK_OT_train, NEURAL_IK_OT_cancel_training)
 
 
-def _stop_at_exit():
-    stop_training(wait=True)
-
-
 def register_extra():
-    if _on_load_pre not in bpy.app.handlers.load_pre:
-        bpy.app.handlers.load_pre.append(_on_load_pre)
-    atexit.register(_stop_at_exit)
+    training.register_handlers()
 
 
 def unregister_extra():
-    stop_training(wait=True)
-    if _on_load_pre in bpy.app.handlers.load_pre:
-        bpy.app.handlers.load_pre.remove(_on_load_pre)
-    if bpy.app.timers.is_registered(_poll):
-        bpy.app.timers.unregister(_poll)
-    atexit.unregister(_stop_at_exit)
+    training.unregister_handlers()

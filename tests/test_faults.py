@@ -115,7 +115,7 @@ def _no_stray_work():
     import bpy
 
     from neural_ik import state
-    from neural_ik.operators import train as train_ops
+    from neural_ik.blender import training as train_ops
 
     threads = [t.name for t in threading.enumerate() if "neural_ik" in t.name]
     assert not threads, threads
@@ -237,7 +237,7 @@ def test_unregistering_the_add_on_while_training(empty_scene, addon, tmp_path, c
 
     from neural_ik import state
     from neural_ik.neural_network.model import checkpoint, trainer
-    from neural_ik.operators import train as train_ops
+    from neural_ik.blender import training as train_ops
 
     path = tmp_path / "data.npz"
     synthetic_dataset(frames_per_action=60, actions=4, seed=1).save(path)

@@ -53,7 +53,7 @@ def test_thread_training_cancels_within_a_second_and_keeps_the_best(empty_scene,
     path, data = dataset_file
     obj = matching_armature(data)
     bpy.ops.neural_ik.train(filepath=path, directory=str(tmp_path), epochs=100000, batch_size=32, mode="THREAD")
-    from neural_ik.operators import train as train_module
+    from neural_ik.blender import training as train_module
     thread = train_module._Run.thread
     assert thread is not None and thread.is_alive() and state.training.running
     wait_for(lambda: state.training.epoch >= 2, thread)
@@ -71,7 +71,7 @@ def test_loading_another_file_stops_the_training_thread(empty_scene, dataset_fil
     path, data = dataset_file
     matching_armature(data)
     bpy.ops.neural_ik.train(filepath=path, directory=str(tmp_path), epochs=100000, mode="THREAD")
-    from neural_ik.operators import train as train_module
+    from neural_ik.blender import training as train_module
     thread = train_module._Run.thread
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
     assert not thread.is_alive()

@@ -202,7 +202,8 @@ def main(argv=None):
     constrained, muted, anchor = blender_ik_anchor(bpy, obj, bone_map, mean_pose,
                                                    [bpy.data.actions[n] for n in anchor_clips], args.repeats // 2)
     obj.animation_data_clear()
-    print(f"model {model.layer_sizes}, {args.repeats} repeats, medians / p99 in microseconds")
+    print(f"model {model.layer_sizes}, {args.repeats} repeats, medians / p99 in microseconds; {machine_load()} "
+          "before the anchors")
 
     rows = []
     x = np.random.default_rng(0).normal(size=(1, 50)).astype(np.float32)
@@ -312,6 +313,13 @@ def main(argv=None):
         print(f"{len(objs):>3} characters, 2 refinement its, shipped model, held-out clips ({100 * share:.0f}% LS): "
               f"total {median:8.1f} us (p99 {p99:8.1f}), per character {median / len(objs) / anchor:5.2f}x "
               f"({median / len(objs):6.1f} us)")
+    print(f"\n{machine_load()} at the end. Blender's evaluation (both anchors) has read up to ~2x slower in runs where "
+          "other jobs shared the cores, while the tick's own rows did not move: compare runs on an idle machine.")
+
+
+def machine_load():
+    cores = os.cpu_count() or 1
+    return f"machine load {os.getloadavg()[0]:.2f} (1-minute average) on {cores} cores"
 
 
 if __name__ == "__main__":

@@ -272,3 +272,74 @@ def test_auto_map_and_validate_never_raise(case, mapping):
         problems = bone_map.validate(candidate, bones)
         assert isinstance(problems, list) and all(isinstance(p, str) for p in problems)
         assert not any("internal error" in p for p in problems)
+
+
+# ---- legs that start with a short hip bone (names win over the place in the chain) ---------------------------------
+
+def _daz_style_bones():
+    """hip > lButtock > lThigh > lShin > lFoot (no toe bone), DAZ-style arms whose upper arm is 'lShldrBend'."""
+    bones = [("hip", None), ("pelvis", "hip"), ("abdomenLower", "hip"), ("abdomenUpper", "abdomenLower"),
+             ("chestLower", "abdomenUpper"), ("chestUpper", "chestLower"), ("neckLower", "chestUpper"),
+             ("neckUpper", "neckLower"), ("head", "neckUpper")]
+    heads = {"hip": (0, 0, 1.0), "pelvis": (0, 0, 0.98), "abdomenLower": (0, 0, 1.05), "abdomenUpper": (0, 0, 1.15),
+             "chestLower": (0, 0, 1.25), "chestUpper": (0, 0, 1.35), "neckLower": (0, 0, 1.5),
+             "neckUpper": (0, 0, 1.55), "head": (0, 0, 1.62)}
+    for s, x in (("l", 1.0), ("r", -1.0)):
+        bones += [(f"{s}Buttock", "pelvis"), (f"{s}Thigh", f"{s}Buttock"), (f"{s}Shin", f"{s}Thigh"),
+                  (f"{s}Foot", f"{s}Shin"), (f"{s}Collar", "chestUpper"), (f"{s}ShldrBend", f"{s}Collar"),
+                  (f"{s}ShldrTwist", f"{s}ShldrBend"), (f"{s}ForearmBend", f"{s}ShldrTwist"),
+                  (f"{s}Hand", f"{s}ForearmBend")]
+        heads.update({f"{s}Buttock": (0.05 * x, 0, 0.97), f"{s}Thigh": (0.09 * x, 0, 0.93),
+                      f"{s}Shin": (0.1 * x, 0, 0.5), f"{s}Foot": (0.1 * x, 0, 0.08),
+                      f"{s}Collar": (0.03 * x, 0, 1.45), f"{s}ShldrBend": (0.18 * x, 0, 1.45),
+                      f"{s}ShldrTwist": (0.3 * x, 0, 1.45), f"{s}ForearmBend": (0.45 * x, 0, 1.45),
+                      f"{s}Hand": (0.7 * x, 0, 1.45)})
+    return bones, heads
+
+
+def test_auto_map_names_win_over_a_short_hip_bone():
+    bones, heads = _daz_style_bones()
+    for positions in (heads, None):
+        result = bone_map.auto_map(bones, positions)
+        m = result.mapping
+        assert result.problems == []
+        for side, s in (("Left", "l"), ("Right", "r")):
+            assert (m[f"{side}Thigh"], m[f"{side}Shin"], m[f"{side}Foot"], m[f"{side}ToeBase"]) == \
+                (f"{s}Thigh", f"{s}Shin", f"{s}Foot", "")
+            assert (m[f"{side}Shoulder"], m[f"{side}Arm"], m[f"{side}ForeArm"], m[f"{side}Hand"]) == \
+                (f"{s}Collar", f"{s}ShldrBend", f"{s}ForearmBend", f"{s}Hand")
+
+
+def test_auto_map_reads_the_cmu_bvh_skeleton():
+    bones = [("Hips", None), ("LowerBack", "Hips"), ("Spine", "LowerBack"), ("Spine1", "Spine"), ("Neck", "Spine1"),
+             ("Neck1", "Neck"), ("Head", "Neck1")]
+    for side, s in (("Left", "L"), ("Right", "R")):
+        bones += [(f"{s}HipJoint", "Hips"), (f"{side}UpLeg", f"{s}HipJoint"), (f"{side}Leg", f"{side}UpLeg"),
+                  (f"{side}Foot", f"{side}Leg"), (f"{side}ToeBase", f"{side}Foot"), (f"{side}Shoulder", "Spine1"),
+                  (f"{side}Arm", f"{side}Shoulder"), (f"{side}ForeArm", f"{side}Arm"), (f"{side}Hand", f"{side}ForeArm")]
+    result = bone_map.auto_map(bones)
+    assert result.problems == []
+    m = result.mapping
+    assert [m[r] for r in ("Hips", "Spine", "Spine1", "Spine2", "NeckLower", "NeckUpper", "Head")] == \
+        ["Hips", "LowerBack", "Spine", "Spine1", "Neck", "Neck1", "Head"]
+    for side in ("Left", "Right"):
+        assert [m[side + r] for r in ("Thigh", "Shin", "Foot", "ToeBase", "Shoulder", "Arm", "ForeArm", "Hand")] == \
+            [f"{side}UpLeg", f"{side}Leg", f"{side}Foot", f"{side}ToeBase", f"{side}Shoulder", f"{side}Arm",
+             f"{side}ForeArm", f"{side}Hand"]
+    # the same skeleton renamed so no preset matches: the hierarchy reader still skips the hip joint
+    renamed = [(n.replace("LowerBack", "Waist"), p.replace("LowerBack", "Waist") if p else None) for n, p in bones]
+    m = bone_map.auto_map(renamed).mapping
+    assert (m["LeftThigh"], m["LeftShin"], m["LeftFoot"], m["LeftToeBase"]) == ("LeftUpLeg", "LeftLeg", "LeftFoot",
+                                                                                 "LeftToeBase")
+
+
+def test_a_map_one_bone_off_is_reported():
+    bones, _ = _daz_style_bones()
+    mapping = bone_map.auto_map(bones).mapping
+    shifted = dict(mapping, LeftThigh="lButtock", LeftShin="lThigh", LeftFoot="lShin", LeftToeBase="lFoot")
+    problems = " ".join(bone_map.validate(shifted, bones))
+    assert "LeftThigh is mapped to 'lButtock', whose name says a hip bone" in problems
+    assert "LeftShin is mapped to 'lThigh', whose name says LeftThigh" in problems
+    assert "LeftToeBase is mapped to 'lFoot', whose name says LeftFoot" in problems
+    swapped = dict(mapping, LeftHand="rHand", RightHand="lHand")
+    assert "whose name says the other side" in " ".join(bone_map.validate(swapped, bones))

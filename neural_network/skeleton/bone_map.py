@@ -40,6 +40,12 @@ PRESETS = {
         dict(zip(_LIMBS, ("mixamorig:LeftShoulder", "mixamorig:LeftArm", "mixamorig:LeftForeArm", "mixamorig:LeftHand",
                           "mixamorig:LeftUpLeg", "mixamorig:LeftLeg", "mixamorig:LeftFoot", "mixamorig:LeftToeBase"))),
         lambda n: n.replace("Left", "Right")),
+    "cmu_bvh": _sided(
+        {"Hips": "Hips", "Spine": "LowerBack", "Spine1": "Spine", "Spine2": "Spine1", "NeckLower": "Neck",
+         "NeckUpper": "Neck1", "Head": "Head"},
+        dict(zip(_LIMBS, ("LeftShoulder", "LeftArm", "LeftForeArm", "LeftHand", "LeftUpLeg", "LeftLeg", "LeftFoot",
+                          "LeftToeBase"))),
+        lambda n: n.replace("Left", "Right")),
     "cmu": _sided(
         {"Hips": "CC_Base_Hip", "Spine": "CC_Base_Waist", "Spine1": "CC_Base_Spine01", "Spine2": "CC_Base_Spine02",
          "NeckLower": "CC_Base_NeckTwist01", "NeckUpper": "CC_Base_NeckTwist02", "Head": "CC_Base_Head"},
@@ -62,7 +68,7 @@ PRESET_NAMES = tuple(PRESETS) + ("heuristic",)
 
 # Name tokens of bones that never play a role: twist/helper/IK bones, fingers and toes, face, end sites.
 _SKIP_TOKENS = {
-    "twist", "helper", "share", "roll", "ik", "fk", "pole", "ctrl", "mch", "target", "corrective", "bend",
+    "twist", "helper", "share", "roll", "ik", "fk", "pole", "ctrl", "mch", "target", "corrective",
     "end", "nub", "tip", "site", "top",
     "thumb", "index", "middle", "mid", "ring", "pinky", "pinkie", "little", "finger", "fingers", "big",
     "eye", "eyes", "jaw", "tongue", "teeth", "lip", "lips", "brow", "cheek", "nose", "ear", "face", "facial",
@@ -76,6 +82,55 @@ _TOKEN_RE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 def tokens(name):
     """Lower-case words of a bone name: 'CC_Base_L_MidToe1' -> ['cc', 'base', 'l', 'mid', 'toe', '1']."""
     return [t.lower() for t in _TOKEN_RE.findall(name)]
+
+
+# What a bone's name says it is, for the limb roles: names win over the bone's place in its chain (a leg that starts
+# with a short hip bone, hip > lButtock > lThigh, would otherwise map one bone off). "LegHelper" is a bone between
+# the hips and a thigh (CMU's LHipJoint, DAZ's lButtock): it plays no role.
+_LIMB_KINDS = ("Shoulder", "Arm", "ForeArm", "Hand", "Thigh", "Shin", "Foot", "ToeBase")
+
+
+def name_kind(name):
+    """The limb role a bone's name says ("Thigh", "Shin", "Foot", "ToeBase", "Shoulder", "Arm", "ForeArm", "Hand"),
+    "LegHelper" for a hip bone before a thigh, or None when the name says none of them."""
+    words = tokens(name)
+    joined = "".join(words)
+    has = set(words).__contains__
+    sided = bool(set(words) & (_LEFT_TOKENS | _RIGHT_TOKENS))
+    if any(w.startswith("toe") or w == "ball" for w in words):
+        return "ToeBase"
+    if has("foot") or has("ankle"):
+        return "Foot"
+    if has("thigh") or "upleg" in joined or "upperleg" in joined:
+        return "Thigh"
+    if has("shin") or has("calf") or has("knee") or "lowerleg" in joined or "lowleg" in joined or has("leg"):
+        return "Shin"
+    if has("buttock") or "hipjoint" in joined or (has("hip") and sided):
+        return "LegHelper"
+    if "forearm" in joined or "lowerarm" in joined or "lowarm" in joined or has("elbow"):
+        return "ForeArm"
+    if has("hand") or has("wrist"):
+        return "Hand"
+    if has("shldr") or "upperarm" in joined or "uparm" in joined or has("arm"):
+        return "Arm"
+    if has("shoulder") or has("clavicle") or has("collar"):
+        return "Shoulder"
+    return None
+
+
+def _role_kind(role):
+    """The limb kind of a role name ('LeftThigh' -> 'Thigh'), None for hips, spine, neck and head."""
+    for side in ("Left", "Right"):
+        if role.startswith(side) and role[len(side):] in _LIMB_KINDS:
+            return role[len(side):]
+    return None
+
+
+def _skipped(name):
+    """True for bones that never play a role (twist, helper, finger, face, end bones); 'bend' only without a limb
+    word (DAZ's lShldrBend is the upper arm)."""
+    words = set(tokens(name))
+    return bool(words & _SKIP_TOKENS) or ("bend" in words and name_kind(name) is None)
 
 
 def name_side(name):
@@ -211,6 +266,26 @@ def _validate(mapping, forest, with_hierarchy=True):
         parent_bone = clean[ROLES[p]]
         if parent_bone in forest and parent_bone != bone and not _is_ancestor(forest, parent_bone, bone):
             problems.append(f"{role} ('{bone}') is outside its chain: it does not hang below {ROLES[p]} ('{parent_bone}').")
+    problems.extend(_name_problems(clean))
+    return problems
+
+
+def _name_problems(mapping):
+    """A role put on a bone whose name says another limb role, a hip bone, or the other side."""
+    problems = []
+    for role in ROLES:
+        bone = mapping.get(role, "")
+        want = _role_kind(role)
+        if not bone or want is None:
+            continue
+        said = name_kind(bone)
+        if said == "LegHelper":
+            problems.append(f"{role} is mapped to '{bone}', whose name says a hip bone before the thigh.")
+        elif said is not None and said != want:
+            problems.append(f"{role} is mapped to '{bone}', whose name says {role[:-len(want)]}{said}.")
+        side = name_side(bone)
+        if side and side != (1 if role.startswith("Left") else -1):
+            problems.append(f"{role} is mapped to '{bone}', whose name says the other side.")
     return problems
 
 
@@ -285,7 +360,7 @@ class _HierarchyReader:
 
     def __init__(self, forest, positions):
         self.positions = positions
-        skipped = {b for b in forest if set(tokens(b)) & _SKIP_TOKENS}
+        skipped = {b for b in forest if _skipped(b)}
         self.parent = {}
         for bone in forest:
             if bone in skipped:
@@ -433,6 +508,7 @@ class _HierarchyReader:
         leg_chains = [self._leg_chain(self._path(leg_top, leg)) for leg in legs]
         has_ends = any(ended for _, ended in leg_chains)
         for side, (chain, _) in zip(self._sides(legs, [c for c, _ in leg_chains]), leg_chains):
+            chain = _named_chain(chain, ("Thigh", "Shin", "Foot"), "ToeBase") or chain
             if len(chain) < 3:
                 self.notes.append(f"The {side.lower()} leg has only {len(chain)} bone(s); expected thigh, shin and foot.")
                 continue
@@ -451,6 +527,11 @@ class _HierarchyReader:
                 chain = chain[:-1]
             arm_chains.append(chain)
         for side, chain in zip(self._sides(arms, arm_chains), arm_chains):
+            named = _named_chain(chain, ("Arm", "ForeArm", "Hand"), None, before="Shoulder")
+            chain = named or chain
+            if named is not None and named[0] is None:      # no bone before the arm: no shoulder role
+                mapping.update(zip((f"{side}Arm", f"{side}ForeArm", f"{side}Hand"), chain[1:]))
+                continue
             if len(chain) < 3:
                 self.notes.append(f"The {side.lower()} arm has only {len(chain)} bone(s); expected arm, forearm and hand.")
                 continue
@@ -510,6 +591,27 @@ class _HierarchyReader:
         if not pos:
             return None
         return sum(p[0] for p in pos) / len(pos)
+
+
+def _named_chain(chain, kinds, after=None, before=None):
+    """The bones of a limb chain whose names say `kinds` in order (e.g. thigh, shin, foot), or None when the names
+    do not say all of them. With `after` (the toe): the leg chain [thigh, shin, foot] + [toe] when a bone below the
+    foot is named a toe. With `before` (the shoulder): [shoulder or None, arm, forearm, hand], the shoulder being the
+    bone just above the arm (named or not)."""
+    found, start = [], 0
+    for kind in kinds:
+        index = next((i for i in range(start, len(chain)) if name_kind(chain[i]) == kind), None)
+        if index is None:
+            return None
+        found.append(chain[index])
+        start = index + 1
+    if after is not None:
+        toe = next((b for b in chain[start:] if name_kind(b) == after), None)
+        return found + ([toe] if toe else [])
+    if before is not None:
+        first = chain.index(found[0])
+        return [chain[first - 1] if first > 0 else None] + found
+    return found
 
 
 def _dist(a, b):

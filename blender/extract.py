@@ -28,6 +28,8 @@ NO_ARMATURE = "select an armature first (no armature is active or chosen in the 
 def usable_actions(obj, rig):
     """([(action, its parsed channels)], [notes]) for every action in the file, by name."""
     mapped = {rig.bone_names[b] for b in rig.role_bones if b >= 0}
+    if rig.driven:       # driven deform bones follow whatever bones the action keys (a control rig's controls)
+        mapped = set(rig.bone_names)
     usable, notes = [], []
     layouts = {}       # actions with the same curves (one rig's, one BVH folder's) are parsed once
     for action in sorted(bpy.data.actions, key=lambda a: a.name):
@@ -79,7 +81,11 @@ def extract_dataset(context, obj, mapping=None, actions=None):
         builder.add_batch(batch)
     if not builder.actions:
         raise DataError(f"no action of {obj.name!r} could be extracted: {'; '.join(notes[-3:])}")
-    dataset = builder.finish({"armature": obj.name, "bone_map": {r: mapping.get(r, "") for r in ROLES}})
+    extra = {"armature": obj.name, "bone_map": {r: mapping.get(r, "") for r in ROLES}}
+    if rig.driven:
+        extra["pose_source"] = f"evaluated ({'; '.join(rig.driven)})"
+        notes.append(f"read Blender's evaluated pose frame by frame: the mapped bones are driven ({'; '.join(rig.driven)})")
+    dataset = builder.finish(extra)
     return dataset, notes
 
 

@@ -21,8 +21,10 @@ from ..neural_network.geometry.armature_fk import (
     quaternion_axis_angles,
     quaternion_matrices,
 )
+from ..neural_network.geometry.rotations import matrix_to_quaternion
 from ..neural_network.skeleton.roles import EFFECTOR_ROLES, NUM_ROLES
 from ..neural_network.skeleton.skeleton import nearest_mapped_parents
+from . import evaluated_pose
 from .action_layouts import CHANNEL_WIDTHS, _channels_of, action_frame_range, action_slot_for
 from .rig_model import RigError, _link_masks, bone_chain, rotation_property
 
@@ -34,6 +36,10 @@ MOVING_TOLERANCE = 1e-6
 # (bones x frames) temporary stays below the allocator's mmap threshold (fresh pages for every temporary cost more
 # than the arithmetic: about 9x for a 23-bone quaternion-to-matrix step at 2500 frames; 4096 measured slower).
 BATCH_FRAMES = 2048
+
+# Evaluated pose (a driven rig): role offsets that move by more than this fraction of the rig height make an action's
+# links per frame (Blender's evaluated matrices are float32).
+EVALUATED_TOLERANCE = 1e-5
 
 def _current_channels(obj, names):
     """Current pose-bone channel values of `names` as {property: (width, len(names))}: what Blender uses where an
@@ -81,6 +87,7 @@ def read_pose_batches(rig, obj, actions, frame_start=None, frame_end=None, batch
     current = _current_channels(obj, names)
     layouts = {}
     batch_frames = BATCH_FRAMES if batch_frames is None else batch_frames
+    make_batch = _pose_batch if not rig.driven else _evaluated_pose_batch
     pending, pending_frames = [], 0
     for n, action in enumerate(actions):
         first, last = action_frame_range(action) if ranges is None else ranges[n]
@@ -92,10 +99,10 @@ def read_pose_batches(rig, obj, actions, frame_start=None, frame_end=None, batch
         pending.append((action, first, last, own))
         pending_frames += last - first + 1
         if pending_frames >= batch_frames:
-            yield _pose_batch(rig, obj, chain, names, current, pending, dtype, keep_rotations)
+            yield make_batch(rig, obj, chain, names, current, pending, dtype, keep_rotations)
             pending, pending_frames = [], 0
     if pending:
-        yield _pose_batch(rig, obj, chain, names, current, pending, dtype, keep_rotations)
+        yield make_batch(rig, obj, chain, names, current, pending, dtype, keep_rotations)
 
 def _pose_batch(rig, obj, chain, names, current, pending, dtype=np.float64, keep_rotations=None):
     counts = np.array([last - first + 1 for _, first, last, _ in pending])
@@ -127,6 +134,53 @@ def _pose_batch(rig, obj, chain, names, current, pending, dtype=np.float64, keep
         matrices = scaled / np.sqrt(np.sum(scaled * scaled, axis=0, keepdims=True))
     return PoseBatch([p[0] for p in pending], frames, starts, [(p[1], p[2]) for p in pending], animated, local,
                      matrices, heads, moving, matrix_rows)
+
+def _evaluated_pose_batch(rig, obj, chain, names, current, pending, dtype=np.float64, keep_rotations=None):
+    """The PoseBatch of a rig whose mapped bones are driven (rig.driven): Blender's evaluated pose of the chain's
+    bones (evaluated_pose; the scene is left as it was), with each role's local rotation taken against its *role*
+    parent (L_j = bridge_j^T R_p^T R_j with the rest skeleton's bridges; the hips' against their rest), so the role
+    chain's FK reproduces the evaluated orientations whatever Blender's parent links are. Actions whose role
+    offsets move (stretch) are marked moving: their per-frame bridges/offsets go into the dataset."""
+    counts = np.array([last - first + 1 for _, first, last, _ in pending])
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    frames = np.concatenate([np.arange(first, last + 1) for _, first, last, _ in pending])
+    order = {pb.name: i for i, pb in enumerate(obj.pose.bones)}
+    with evaluated_pose.KeptScene(bpy.context.scene, obj):
+        mats = evaluated_pose.evaluated_matrices(bpy.context.scene, obj, [(a, first, last) for a, first, last, _ in pending],
+                                                 [order[n] for n in names])
+    heads = mats[:, :3, 3].transpose(1, 0, 2)                                      # (3, K, N)
+    rot = mats[:, :3, :3]
+    rot = rot / np.sqrt(np.sum(rot * rot, axis=1, keepdims=True))                 # columns normalised
+    matrices = rot.transpose(1, 2, 0, 3)                                            # (3, 3, K, N)
+    K, N = len(names), len(frames)
+    local = np.zeros((4, K, N))
+    local[0] = 1.0
+    roles, ks = _role_positions(rig, chain)
+    world = np.moveaxis(rot[ks], -1, 0)                                              # (N, R, 3, 3)
+    skel = rig.skeleton
+    parents = nearest_mapped_parents(rig.role_mask)
+    place = {int(r): i for i, r in enumerate(roles)}
+    rel = np.empty_like(world)
+    for i, r in enumerate(roles.tolist()):
+        if parents[r] < 0:      # the hips: against their rest orientation
+            rest = rig.rest[rig.role_bones[r], :3, :3]
+            rel[:, i] = (rest / np.linalg.norm(rest, axis=0)).T @ world[:, i]
+        else:
+            rel[:, i] = skel.bridges[r].T @ np.swapaxes(world[:, place[int(parents[r])]], -1, -2) @ world[:, i]
+    local[:, ks] = np.moveaxis(matrix_to_quaternion(rel), -1, 0).transpose(0, 2, 1)
+    children = [i for i, r in enumerate(roles.tolist()) if parents[r] >= 0]
+    moving = np.zeros(len(pending), bool)
+    if children:
+        kj = ks[children]
+        kp = ks[[place[int(parents[roles[i]])] for i in children]]
+        d = heads[:, kj] - heads[:, kp]                                                  # (3, C, N)
+        offsets = rig.scale * np.einsum("ackn,akn->ckn", matrices[:, :, kp], d)          # R_p^T d
+        rest = skel.offsets[roles[children]].T[:, :, None]
+        rows = np.any(np.abs(offsets - rest) > EVALUATED_TOLERANCE * skel.height, axis=(0, 1))
+        moving = np.logical_or.reduceat(rows, starts[:-1])
+    animated = [{rig.bone_names[b] for b in rig.role_bones if b >= 0}] * len(pending)
+    return PoseBatch([p[0] for p in pending], frames, starts, [(p[1], p[2]) for p in pending], animated,
+                     local.astype(dtype), matrices.astype(dtype), heads.astype(dtype), moving)
 
 def _read_channels(rig, obj, chain, names, current, pending, starts, dtype=np.float64):
     """{property: (width, K, N)} channel values of the chain's bones for every frame of the pending actions, and

@@ -41,6 +41,7 @@ class RigModel:
     needed: np.ndarray          # bone indices in the ancestor closure of the mapped bones, parents first
     skeleton: Skeleton
     index: dict = field(default_factory=dict)   # bone name -> index
+    driven: list = field(default_factory=list)  # why the mapped bones' keys do not give their pose (see driven_reasons)
     rest_links: np.ndarray = None                # (B, 4, 4) rest_parent^-1 @ rest_j (rest_j for roots)
     level_cache: dict = field(default_factory=dict)
 
@@ -109,7 +110,8 @@ def read_rig(obj, bone_map, require_essentials=True):
     """Read an armature object and a {role: bone} map into a RigModel (with its core Skeleton).
 
     Raises RigError in plain words when the object is not an armature, a mapped bone does not exist, a bone is used
-    twice, a role's bone is not below its parent role's bone, or (require_essentials) an essential role is unmapped.
+    twice, a role's bone is not below its parent role's bone (allowed when the mapped bones are driven: then the
+    role chain is the roles', see driven_reasons), or (require_essentials) an essential role is unmapped.
     """
     if obj is None or obj.type != "ARMATURE":
         raise RigError("select an armature first" if obj is None else f"{obj.name!r} is not an armature")
@@ -149,7 +151,15 @@ def read_rig(obj, bone_map, require_essentials=True):
             problems.append(f"the bone map of {obj.name!r} lacks the essential roles {', '.join(missing)}")
     mask = role_bones >= 0
     role_parents = nearest_mapped_parents(mask)
+    needed = set()
+    for b in role_bones[mask]:
+        while b >= 0 and b not in needed:
+            needed.add(int(b))
+            b = parents[b]
+    driven = driven_reasons(obj, [names[b] for b in sorted(needed)])
     for r in range(NUM_ROLES):
+        if driven:
+            break
         p = role_parents[r]
         if mask[r] and p >= 0 and not _is_ancestor(parents, role_bones[p], role_bones[r]):
             problems.append(f"{ROLES[r]} bone {names[role_bones[r]]!r} is not below {ROLES[p]} bone "
@@ -157,16 +167,30 @@ def read_rig(obj, bone_map, require_essentials=True):
     if problems:
         raise RigError("; ".join(problems))
 
-    needed = set()
-    for b in role_bones[mask]:
-        while b >= 0 and b not in needed:
-            needed.add(int(b))
-            b = parents[b]
     C, s = character_basis(obj)
     rig = RigModel(obj.name, names, parents, rest, modes, C, s, mapping, role_bones,
-                   np.array(sorted(needed), dtype=np.int64), None, index)
+                   np.array(sorted(needed), dtype=np.int64), None, index, driven)
     rig.skeleton = _rest_skeleton(rig)
     return rig
+
+def driven_reasons(obj, bones):
+    """Why the keys of `bones` (the mapped bones and their ancestors) do not give what Blender shows, in words:
+    enabled constraints on them, drivers on their channels, NLA tracks on the armature. Empty for a plain rig (its
+    pose follows from its keys alone)."""
+    reasons = []
+    pose_bones = obj.pose.bones
+    constrained = [n for n in bones if any(not c.mute and c.influence > 0.0 for c in pose_bones[n].constraints)]
+    if constrained:
+        more = f" and {len(constrained) - 2} more" if len(constrained) > 2 else ""
+        reasons.append(f"constraints on {', '.join(repr(n) for n in constrained[:2])}{more}")
+    ad = obj.animation_data
+    if ad is not None:
+        paths = {f'pose.bones["{bpy.utils.escape_identifier(n)}"]' for n in bones}
+        if any(not d.mute and d.data_path.split("]", 1)[0] + "]" in paths for d in ad.drivers):
+            reasons.append("drivers on mapped bones")
+        if any(not t.mute and len(t.strips) for t in ad.nla_tracks):
+            reasons.append("NLA strips")
+    return reasons
 
 def _is_ancestor(parents, ancestor, bone):
     b = parents[bone]

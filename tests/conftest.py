@@ -56,3 +56,21 @@ def empty_scene(addon):
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
     return bpy.context.scene
+
+
+@pytest.fixture(scope="session")
+def rigify_file(addon, tmp_path_factory):
+    """A Rigify rig generated once per session from Blender's human meta-rig, saved to a .blend (tests open it)."""
+    from rigify_helpers import generate_rigify
+
+    path = tmp_path_factory.mktemp("rigify") / "rigify.blend"
+    generate_rigify(path)
+    return path
+
+
+@pytest.fixture
+def rigify_rig(rigify_file):
+    """The generated Rigify rig, freshly opened (the active object)."""
+    from rigify_helpers import open_rigify
+
+    return open_rigify(rigify_file)

@@ -22,6 +22,7 @@ from ..neural_network.geometry.rotations import (
 from . import action_layouts, pose_write, rig_model
 from .bone_maps import auto_map_object
 from .errors import DataError
+from .retarget import Retargeter, mark_source
 
 
 def check_bvh_file(path):
@@ -204,6 +205,9 @@ class BvhFolderImport:
         self.position = 0                   # files done (imported or skipped)
         self.imported, self.skipped = [], []
         self.target_name, self.hierarchy, self.target_rest, self.parents, self.modes = None, None, None, {}, {}
+        self.skeleton_name = None           # the first file's armature name (the skeleton later files share)
+        self.retargeter = None              # made on the first file of another skeleton (onto a given armature)
+        self.retarget_all = False           # tests: carry even files of the target's own skeleton through the roles
         self._pending = None                # snapshot before the file in progress; None between files
         if onto is not None:
             self._take_target(onto)
@@ -265,18 +269,30 @@ class BvhFolderImport:
             _remove_new_data(*before)
             self.skipped.append((name, "held no animated skeleton"))
             return
+        skeleton = arm_obj.name
+        retargeted = False
         if target is None:
             self._take_target(arm_obj)
-        elif _hierarchy(arm_obj.data) != self.hierarchy:
-            _remove_new_data(*before)
-            self.skipped.append((name, f"has a different skeleton than {target.name!r}"))
-            return
+            self.skeleton_name = skeleton
+        elif _hierarchy(arm_obj.data) != self.hierarchy or self.retarget_all:
+            try:
+                if self.retargeter is None:
+                    self.retargeter = Retargeter(target)
+                carried = self.retargeter.carry(arm_obj, action, os.path.splitext(name)[0])
+            except DataError as exc:
+                _remove_new_data(*before)
+                self.skipped.append((name, f"could not be retargeted onto {target.name!r}: {exc}"))
+                return
+            _remove_new_data(*before, keep_action=carried)
+            action, retargeted = carried, True
         else:
             _retarget_action(action, _rest_rotations(arm_obj.data), self.target_rest, self.parents, self.modes)
             arm_obj.animation_data.action = None
             _remove_new_data(*before, keep_action=action)
+            skeleton = self.skeleton_name or target.name
         action.name = os.path.splitext(name)[0]
         action.use_fake_user = True      # actions not assigned to anything must survive saving
+        mark_source(action, name, skeleton, retargeted)
         self.imported.append(action.name)
 
     def finish(self, context):

@@ -124,7 +124,8 @@ class NEURAL_IK_OT_import_bvh_folder(BvhImportRunner, bpy.types.Operator):
     bl_idname = "neural_ik.import_bvh_folder"
     bl_label = "Import BVH Folder"
     bl_description = ("Import every .bvh file of a folder with Blender's BVH importer as actions on one armature "
-                      "(files with a different skeleton or broken files are reported and skipped; Esc stops)")
+                      "(onto an armature of another skeleton each file is retargeted through both bone maps; broken "
+                      "files are reported and skipped; Esc stops)")
     bl_options = {"REGISTER", "UNDO"}
 
     directory: StringProperty(name="Folder", subtype="DIR_PATH", description="Folder holding .bvh files")
@@ -133,7 +134,8 @@ class NEURAL_IK_OT_import_bvh_folder(BvhImportRunner, bpy.types.Operator):
     files: StringProperty(name="Files", description="Comma-separated name patterns of the files to import (empty: all)")
     exclude: StringProperty(name="Exclude", description="Comma-separated name patterns of files to leave out")
     onto_active: BoolProperty(name="Onto Active Armature", default=False,
-                              description="Add the clips to the active armature (same skeleton) instead of a new one")
+                              description="Add the clips to the active armature instead of a new one (files of another "
+                                          "skeleton are retargeted onto it through both bone maps)")
     run_modal: BoolProperty(name="Run Modal", default=False, options={"HIDDEN", "SKIP_SAVE"},
                             description="Set when opened from the UI: import on a timer so the window stays responsive")
 

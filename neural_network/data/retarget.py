@@ -1,0 +1,256 @@
+"""Retargeting through the role maps: motion of one skeleton carried onto another in character space. Pure NumPy.
+
+Why: the network learns from the motion on the user's rig, and most motion (mocap libraries) is on other skeletons,
+with other rest poses (A-pose, T-pose, a BVH's arbitrary rest where every joint sits at zero rotation), bone rolls
+and axis conventions. None of that may leak into the result, so each side gets a *calibration*: for every mapped
+role a canonical frame in the bone's own local axes, K_j = [primary, secondary, third]:
+
+- primary: the bone's direction, i.e. the head of its next mapped role in the chain in the bone's rest frame (a
+  rigid offset, whatever the rest pose is); for end bones (hand, head, toe, a foot without toe) the parent's
+  direction seen from the bone, averaged over the rig's motion (a foot without toe: its own rest tail axis);
+- secondary: the hips' lateral axis (thigh to thigh); at elbows and knees the hinge axis (upper x lower bone
+  direction, averaged over the motion where the limb bends: the same anatomical axis on every rig); elsewhere the
+  parent's secondary axis carried into the bone by the mean parent-to-bone rotation of the motion (the rig's
+  typical pose has no twist between them), or its third axis where the secondary lies along the bone (clavicles).
+
+A role's canonical world frame at a frame is A_j = W_j K_j (W_j: the bone's character-space orientation). The
+retarget gives the target's bone the source's canonical frame: W_t,j = W_s,k K_s,k K_t,j^T (k: the source role
+that corresponds to j: the same role, except that the top spine bone (the chest) and the lowest correspond across
+rigs with different spine counts). So bone directions are carried over exactly and rolls through anatomy. Target
+roles the source lacks stay at rest relative to their parent; source roles the target lacks are dropped (their
+children take their world orientation). The hips trajectory is scaled by the ratio of leg lengths.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..skeleton.roles import NUM_ROLES, ROLE_INDEX, ROLES
+from ..skeleton.skeleton import nearest_mapped_parents
+
+_R = ROLE_INDEX
+SPINE = (_R["Spine"], _R["Spine1"], _R["Spine2"])
+NECK = (_R["NeckLower"], _R["NeckUpper"])
+# Chain children that give a role its direction, nearest first.
+_CHAIN = {
+    _R["Spine"]: ("Spine1", "Spine2", "NeckLower", "NeckUpper", "Head"),
+    _R["Spine1"]: ("Spine2", "NeckLower", "NeckUpper", "Head"),
+    _R["Spine2"]: ("NeckLower", "NeckUpper", "Head"),
+    _R["NeckLower"]: ("NeckUpper", "Head"),
+    _R["NeckUpper"]: ("Head",),
+}
+for _side in ("Left", "Right"):
+    _CHAIN[_R[_side + "Shoulder"]] = (_side + "Arm",)
+    _CHAIN[_R[_side + "Arm"]] = (_side + "ForeArm",)
+    _CHAIN[_R[_side + "ForeArm"]] = (_side + "Hand",)
+    _CHAIN[_R[_side + "Thigh"]] = (_side + "Shin",)
+    _CHAIN[_R[_side + "Shin"]] = (_side + "Foot",)
+    _CHAIN[_R[_side + "Foot"]] = (_side + "ToeBase",)
+_CHAIN = {j: tuple(_R[n] for n in names) for j, names in _CHAIN.items()}
+# Hinges: (upper role, lower role); both get the hinge axis (upper x lower direction) as their secondary axis.
+HINGES = tuple((_R[s + a], _R[s + b]) for s in ("Left", "Right") for a, b in (("Arm", "ForeArm"), ("Thigh", "Shin")))
+_HINGE_OF = {j: h for h in HINGES for j in h}
+FEET = (_R["LeftFoot"], _R["RightFoot"])
+MIN_BEND = 0.05          # mean |sin| of a hinge's bend below which the motion does not say its axis
+
+
+def _unit(v, eps=1e-9):
+    v = np.asarray(v, np.float64)
+    n = np.linalg.norm(v, axis=-1, keepdims=True)
+    return np.where(n > eps, v / np.maximum(n, eps), np.nan)
+
+
+def _frame(primary, secondary, fallback):
+    """Columns [p, s', p x s'] with s' the part of `secondary` across p (`fallback` where that part is small)."""
+    p = _unit(primary)
+    s = secondary - np.dot(secondary, p) * p
+    if np.linalg.norm(s) < 0.3 * max(np.linalg.norm(secondary), 1e-12):
+        s = fallback - np.dot(fallback, p) * p
+    s = _unit(s)
+    return np.stack([p, s, np.cross(p, s)], axis=-1)
+
+
+@dataclass
+class Calibration:
+    """One side of a retarget, in character space (metres, +Z up)."""
+    mask: np.ndarray              # (23,) bool
+    frames: np.ndarray            # (23, 3, 3) K_j: canonical axes in the bone's local axes (identity unmapped)
+    rest_rotations: np.ndarray    # (23, 3, 3) the mapped bones' rest orientations
+    rest_positions: np.ndarray    # (23, 3) their rest heads
+    leg_length: float             # thigh + shin, mean of both sides
+    planted_height: float = None  # how high the ankles sit when a foot is planted (None: the motion does not say)
+
+    @property
+    def parents(self):
+        return nearest_mapped_parents(self.mask)
+
+
+def _leg_length(mask, rest_positions):
+    lengths = []
+    for side in ("Left", "Right"):
+        t, s, f = _R[side + "Thigh"], _R[side + "Shin"], _R[side + "Foot"]
+        if mask[t] and mask[s] and mask[f]:
+            x = rest_positions
+            lengths.append(np.linalg.norm(x[s] - x[t]) + np.linalg.norm(x[f] - x[s]))
+    if not lengths:
+        raise ValueError("a retarget needs thigh, shin and foot on at least one side")
+    return float(np.mean(lengths))
+
+
+def planted_height(positions):
+    """How high the lower ankle sits when a foot is planted: the 5th percentile over frames of the lower foot head
+    (positions (N, 23, 3), character space); None without feet."""
+    feet = np.asarray(positions, np.float64)[:, list(FEET), 2]
+    lowest = np.nanmin(feet, axis=1) if feet.size else np.array([])
+    lowest = lowest[np.isfinite(lowest)]
+    return float(np.percentile(lowest, 5)) if len(lowest) else None
+
+
+def calibrate(mask, rest_rotations, rest_positions, rotations=None, positions=None):
+    """The Calibration of a rig from its rest (rotations (23, 3, 3), heads (23, 3), character space) and optionally
+    its motion: world rotations (N, 23, 3, 3) of the mapped bones (without motion the rest pose is the motion) and
+    heads (N, 23, 3) (they say how high the ankles sit on the ground).
+
+    Raises ValueError when the hips or a leg are unmapped (nothing could be carried over)."""
+    mask = np.asarray(mask, bool)
+    rest_r = np.asarray(rest_rotations, np.float64)
+    rest_x = np.asarray(rest_positions, np.float64)
+    if not mask[0]:
+        raise ValueError("a retarget needs the hips")
+    W = rest_r[None] if rotations is None else np.asarray(rotations, np.float64)
+    parents = nearest_mapped_parents(mask)
+    local = {}
+    for j in range(NUM_ROLES):
+        if not mask[j]:
+            continue
+        child = next((c for c in _CHAIN.get(j, ()) if mask[c]), None)
+        if child is not None:
+            local[j] = _unit(rest_r[j].T @ (rest_x[child] - rest_x[j]))
+    K = np.broadcast_to(np.eye(3), (NUM_ROLES, 3, 3)).copy()
+
+    def seen_from(j, p, axis_of_p):
+        """Mean over the motion of parent p's local axis (3,) seen in j's local axes."""
+        world = W[:, p] @ axis_of_p                                  # (N, 3)
+        return _unit(np.einsum("nji,nj->i", W[:, j], world) / len(W))
+
+    hinge_axis = {}
+    for upper, lower in HINGES:
+        if not (mask[upper] and mask[lower] and upper in local and lower in local):
+            continue
+        d_up = W[:, upper] @ local[upper]
+        d_low = W[:, lower] @ local[lower]
+        cross = np.cross(d_up, d_low)                                # (N, 3) world, |.| = sin(bend)
+        if np.mean(np.linalg.norm(cross, axis=-1)) < MIN_BEND:
+            continue
+        hinge_axis[upper] = _unit(np.einsum("nji,nj->i", W[:, upper], cross))
+        hinge_axis[lower] = _unit(np.einsum("nji,nj->i", W[:, lower], cross))
+
+    for j in range(NUM_ROLES):
+        if not mask[j]:
+            continue
+        if j == 0:
+            up = local.get(0)
+            left, right = _R["LeftThigh"], _R["RightThigh"]
+            if mask[left] and mask[right]:
+                lateral = rest_r[0].T @ (rest_x[left] - rest_x[right])
+            else:
+                lateral = rest_r[0].T @ np.array([1.0, 0.0, 0.0])
+            if up is None:
+                up = rest_r[0].T @ np.array([0.0, 0.0, 1.0])
+            K[0] = _frame(up, lateral, rest_r[0].T @ np.array([0.0, -1.0, 0.0]))
+            continue
+        p = parents[j]
+        primary = local.get(j)
+        if primary is None:
+            if j in FEET:
+                primary = np.array([0.0, 1.0, 0.0])                  # the foot's own rest tail axis
+            else:
+                primary = seen_from(j, p, K[p][:, 0])
+        secondary = hinge_axis.get(j)
+        if secondary is None:
+            secondary = seen_from(j, p, K[p][:, 1])
+            fallback = seen_from(j, p, K[p][:, 2])
+        else:
+            fallback = seen_from(j, p, K[p][:, 1])
+        K[j] = _frame(primary, secondary, fallback)
+    if not np.all(np.isfinite(K)):
+        bad = [ROLES[j] for j in range(NUM_ROLES) if not np.all(np.isfinite(K[j]))]
+        raise ValueError(f"could not calibrate {', '.join(bad)} (bones of zero length)")
+    height = planted_height(positions) if positions is not None else None
+    return Calibration(mask, K, rest_r, rest_x, _leg_length(mask, rest_x), height)
+
+
+def correspondence(source_mask, target_mask):
+    """(23,) source role giving each target role its orientation, -1 where the target role stays at rest relative to
+    its parent (or is unmapped). Spine and neck bones pair from both ends: lowest with lowest, top with top."""
+    source_mask = np.asarray(source_mask, bool)
+    target_mask = np.asarray(target_mask, bool)
+    out = np.where(source_mask & target_mask, np.arange(NUM_ROLES), -1)
+    out[~target_mask] = -1
+    for group in (SPINE, NECK):
+        src = [j for j in group if source_mask[j]]
+        dst = [j for j in group if target_mask[j]]
+        for j in group:
+            out[j] = -1
+        if not src or not dst:
+            continue
+        pairs = [(dst[0], src[0])]
+        if len(dst) > 1 and len(src) > 1:
+            pairs.append((dst[-1], src[-1]))
+            if len(dst) > 2 and len(src) > 2:
+                pairs.append((dst[1], src[1]))
+        elif len(dst) > 1 and group is SPINE:       # one source spine bone: it carries the chest
+            pairs = [(dst[-1], src[0])]
+        for d, s in pairs:
+            out[d] = s
+    return out
+
+
+def retarget(source, target, rotations, hips_position):
+    """Target motion from source motion.
+
+    source, target: Calibrations. rotations (N, 23, 3, 3): the source bones' character-space orientations;
+    hips_position (N, 3). Returns (local (N, 23, 3, 3): each target role's rotation relative to its nearest mapped
+    parent role's bone with every bone in between at rest (the hips: relative to its rest, i.e. Blender's
+    matrix_basis with the bones above the hips at rest); world (N, 23, 3, 3): the target bones' orientations
+    (identity where unmapped); hips_position (N, 3))."""
+    rotations = np.asarray(rotations, np.float64)
+    n = rotations.shape[0]
+    pairs = correspondence(source.mask, target.mask)
+    if pairs[0] < 0:
+        raise ValueError("both rigs need the hips mapped")
+    world = np.broadcast_to(np.eye(3), (n, NUM_ROLES, 3, 3)).copy()
+    local = world.copy()
+    parents = target.parents
+    rest = target.rest_rotations
+    for j in range(NUM_ROLES):
+        if not target.mask[j]:
+            continue
+        k = pairs[j]
+        p = parents[j]
+        if k >= 0:
+            world[:, j] = rotations[:, k] @ (source.frames[k] @ target.frames[j].T)
+            if p < 0:
+                local[:, j] = rest[j].T @ world[:, j]
+            else:
+                local[:, j] = (rest[j].T @ rest[p]) @ np.swapaxes(world[:, p], -1, -2) @ world[:, j]
+        else:
+            world[:, j] = world[:, p] @ (rest[p].T @ rest[j])
+    scale = target.leg_length / source.leg_length
+    hips = scale * np.asarray(hips_position, np.float64)
+    if source.planted_height is not None and target.planted_height is not None:
+        hips[:, 2] += target.planted_height - scale * source.planted_height
+    return local, world, hips
+
+
+def direction_errors(calibration, rotations, other_calibration, other_rotations):
+    """Angle (N, 23) in degrees between the bone directions (canonical primary axes in the world) of two motions of
+    the roles both map (NaN elsewhere): how far a retarget moved the bones."""
+    out = np.full(np.shape(rotations)[:2], np.nan)
+    both = np.asarray(calibration.mask) & np.asarray(other_calibration.mask)
+    for j in np.where(both)[0]:
+        a = np.asarray(rotations)[:, j] @ calibration.frames[j][:, 0]
+        b = np.asarray(other_rotations)[:, j] @ other_calibration.frames[j][:, 0]
+        out[:, j] = np.degrees(np.arccos(np.clip(np.sum(a * b, -1), -1.0, 1.0)))
+    return out
+

@@ -3,9 +3,11 @@ driven (constraints, drivers, NLA strips: a control rig such as Rigify, whose ke
 bones follow them through constraints), and keeping the scene as it was while doing so.
 
 The key-reading path (pose_read) stays the path of plain rigs; `rig_model.driven_reasons` says when this one is
-needed. Each action is assigned in turn (its slot on Blender 5), every frame evaluated with `scene.frame_set` and
-every bone's matrix read with one `foreach_get` on the evaluated object; frame, action, pose channels and the
-pose bones' custom properties (IK/FK switches) are put back afterwards.
+needed. Each action is assigned in turn (its slot on Blender 5), every frame evaluated with `frame_set` of a
+throwaway scene holding the armature alone (Blender evaluates the armature and what it depends on, not the user's
+meshes: faster than the scene's own frame_set, same matrices) and every bone's matrix read with one `foreach_get` on
+the evaluated object; frame, action, pose channels and the pose bones' custom properties (IK/FK switches) are put
+back afterwards.
 """
 
 import bpy
@@ -63,8 +65,9 @@ class KeptScene:
         pose_bones = obj.pose.bones
         for (bone, key), value in self.properties.items():
             pose_bones[bone][key] = value
-        obj.update_tag()
-        self.scene.frame_set(self.frame[0], subframe=self.frame[1])
+        obj.update_tag()       # Blender shows the restored pose on its next evaluation
+        if (self.scene.frame_current, self.scene.frame_subframe) != self.frame:
+            self.scene.frame_set(self.frame[0], subframe=self.frame[1])
         return False
 
 
@@ -86,13 +89,19 @@ def evaluated_matrices(scene, obj, jobs, bones):
     total = sum(last - first + 1 for _, first, last in jobs)
     buf = np.empty(count * 16, np.float32)
     raw = np.empty((total, len(bones), 4, 4), np.float32)       # column-major 4x4s, as foreach_get gives them
-    depsgraph = bpy.context.evaluated_depsgraph_get()
-    row = 0
-    for action, first, last in jobs:
-        _use_action(obj, action)
-        for f in range(first, last + 1):
-            scene.frame_set(f)
-            obj.evaluated_get(depsgraph).pose.bones.foreach_get("matrix", buf)
-            raw[row] = buf.reshape(count, 4, 4)[bones]
-            row += 1
+    own = bpy.data.scenes.new("Neural IK evaluation")            # the armature alone (and what it depends on): the
+    try:                                                          # user's meshes and other objects are not evaluated
+        own.render.fps, own.render.fps_base = scene.render.fps, scene.render.fps_base
+        own.collection.objects.link(obj)
+        layer = own.view_layers[0]
+        row = 0
+        for action, first, last in jobs:
+            _use_action(obj, action)
+            for f in range(first, last + 1):
+                own.frame_set(f)
+                obj.evaluated_get(layer.depsgraph).pose.bones.foreach_get("matrix", buf)
+                raw[row] = buf.reshape(count, 4, 4)[bones]
+                row += 1
+    finally:
+        bpy.data.scenes.remove(own)
     return raw.transpose(1, 3, 2, 0).astype(np.float64)       # (K, rows, columns, N)

@@ -43,7 +43,6 @@ def open_rigify(path):
 def key_controls(obj, name, frames=40, seed=0, amplitude=1.0):
     """An action `name` keyed on every frame 1..frames on the IK hand and foot controls and the torso (location and
     rotation): a walk-like sway, different per seed. Returns the action (left assigned to obj)."""
-    import bpy
 
     rng = np.random.default_rng(seed)
     phase = rng.uniform(0, 2 * math.pi, 8)

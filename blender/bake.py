@@ -13,7 +13,7 @@ from ..neural_network.data.files import FileRefused
 from ..neural_network.runtime.solver import Solver
 from ..neural_network.runtime.status import HELD, HELD_BAD_TARGETS, describe
 from ..neural_network.skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, ROLE_INDEX, TASKS
-from . import pose_read, pose_write, rig_model
+from . import action_layouts, pose_read, pose_write, rig_model
 from .errors import LiveError
 from .extract import action_task
 from .live import LiveCharacter, missing_targets
@@ -30,6 +30,7 @@ class BakeSource:
         self.hips_rotation, self.hips_position = hips_rotation, hips_position
         self.links = links              # (bridges (F, 23, 3, 3), offsets (F, 23, 3)) or None where the rest's hold
         self.inbetween = inbetween      # {bone: {property: (F, width)}} for pose_write.key_bone_values
+        self.keys_hips = False          # inbetween holds the hips and the bones above them that move them
 
 
 def bake_source(obj, rig, action, frame_start, frame_end, fps):
@@ -38,8 +39,27 @@ def bake_source(obj, rig, action, frame_start, frame_end, fps):
         obj, rig, action, frame_start, frame_end, fps)
     links = (sample.bridges, sample.offsets) if sample.moving_links else None
     bones = rig_model.inbetween_bones(rig)
+    above = moving_bones_above_hips(obj, rig, action)
+    if above:        # a root above the hips moves them: the hips are given as the source keys them, root and all
+        bones = bones + above + [rig.bone_names[int(rig.role_bones[0])]]
     inbetween = pose_read.read_bone_values(rig, obj, action, bones, frames[0], frames[-1]) if bones else {}
-    return BakeSource(frames, targets, hips_rot, hips_pos, contacts, task, links, inbetween)
+    source = BakeSource(frames, targets, hips_rot, hips_pos, contacts, task, links, inbetween)
+    source.keys_hips = bool(above)
+    return source
+
+
+def moving_bones_above_hips(obj, rig, action):
+    """Names of the hips bone's ancestors (a root bone) that the action animates, root first; [] for a driven rig
+    (its controls are written instead)."""
+    if rig.driven:
+        return []
+    animated = action_layouts.animated_bones(obj, action)
+    above = []
+    b = int(rig.parents[int(rig.role_bones[0])])
+    while b >= 0:
+        above.append(rig.bone_names[b])
+        b = int(rig.parents[b])
+    return [name for name in reversed(above) if name in animated]
 
 
 def bake_targets_from_action(obj, rig, action, frame_start, frame_end, fps):
@@ -96,7 +116,7 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
             source = bake_source(obj, rig, action, frame_start, frame_end, scene.render.fps / scene.render.fps_base)
             frames, targets, hips_rot, hips_pos = source.frames, source.targets, source.hips_rotation, source.hips_position
             contacts, task, links, inbetween = source.contacts, source.task, source.links, source.inbetween
-            name, desired = f"{action.name}.nik", contacts
+            name, desired, key_hips = f"{action.name}.nik", contacts, not source.keys_hips
         else:
             missing = missing_targets(obj)
             if missing:
@@ -111,7 +131,7 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
             bones = rig_model.inbetween_bones(rig) if links is not None else []
             inbetween = pose_read.current_bone_values(rig, obj, bones, len(frames)) if bones else {}
             hips_rot = hips_pos = None
-            contacts = None
+            contacts, key_hips = None, True
             desired = np.array([[settings.contact_left, settings.contact_right]], np.float64)
             task = TASKS.index(settings.task.lower())
             name = f"{obj.name}.nik"
@@ -125,7 +145,7 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
     except (FileRefused, rig_model.RigError) as exc:
         raise LiveError(str(exc)) from None
     held = int(np.count_nonzero(result.status & HELD))
-    action = pose_write.write_action(obj, rig, name, frames, result.local, hips_rot, hips_pos)
+    action = pose_write.write_action(obj, rig, name, frames, result.local, hips_rot, hips_pos, key_hips=key_hips)
     if inbetween:
         pose_write.key_bone_values(obj, action, frames, inbetween)
     ad = obj.animation_data_create()

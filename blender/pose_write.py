@@ -84,12 +84,13 @@ def write_pose(obj, rig, local_rotations, hips_rotation=None, hips_position=None
         pose_bones[rig.bone_names[int(rig.role_bones[0])]].location = hips_loc
     obj.update_tag()
 
-def write_action(obj, rig, name, frames, local_rotations, hips_rotation=None, hips_position=None):
+def write_action(obj, rig, name, frames, local_rotations, hips_rotation=None, hips_position=None, key_hips=True):
     """Key the mapped bones' rotations (F, 23, 3, 3) (and the hips' character-space transform) at `frames` into a
     NEW action (slotted on Blender 5) that is returned; the object's assigned action is not changed.
 
     The hips' location/rotation keys are solved against the current pose of the hips' parent (a rig whose hips
-    have an animated parent should have that parent's action assigned while baking).
+    have an animated parent should have that parent's action assigned while baking). key_hips=False leaves the hips
+    bone out (the caller keys it, as a bake from an action whose hips move under a root bone does).
     """
     frames = np.asarray(frames, dtype=np.float64)
     local_rotations = np.asarray(local_rotations, np.float64)
@@ -100,7 +101,7 @@ def write_action(obj, rig, name, frames, local_rotations, hips_rotation=None, hi
     frame_rot = _normalized_columns(frame[:3, :3])
     for r in range(NUM_ROLES):
         b = int(rig.role_bones[r])
-        if b < 0:
+        if b < 0 or (r == 0 and not key_hips):
             continue
         bone = rig.bone_names[b]
         mats = local_rotations[:, r]
@@ -121,7 +122,7 @@ def write_action(obj, rig, name, frames, local_rotations, hips_rotation=None, hi
             e = euler_sequence(mats, mode)
             for i in range(3):
                 _key_curve(container, path + "rotation_euler", i, bone, frames, e[:, i])
-    if hips_position is not None:
+    if hips_position is not None and key_hips:
         arm = (np.asarray(hips_position, np.float64) @ rig.basis) / rig.scale
         loc = np.linalg.solve(frame[:3, :3], (arm - frame[:3, 3]).T).T
         bone = rig.bone_names[hips_b]

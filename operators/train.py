@@ -17,7 +17,7 @@ class NEURAL_IK_OT_train(bpy.types.Operator):
 
     filepath: StringProperty(name="Dataset", subtype="FILE_PATH", description="Training set (.npz); empty: the scene's")
     directory: StringProperty(name="Output", subtype="DIR_PATH",
-                              description="Folder for model.npz, metrics.json and loss.png; empty: the scene's setting")
+                              description="Folder for model.npz, metrics.json and loss.svg; empty: the scene's setting")
     epochs: IntProperty(name="Epochs", min=1, default=300)
     time_limit: FloatProperty(name="Time Limit", min=0.0, default=0.0, description="Seconds; 0 for no limit")
     seed: IntProperty(name="Seed", min=0, default=0, description="Seed of the split, initialisation and batches")

@@ -10,6 +10,7 @@ import os
 import bpy
 
 from .. import state
+from ..neural_network.model.trainer import score as trainer_score
 from ..neural_network.skeleton import bone_map
 from ..neural_network.skeleton.roles import ROLES
 from ..properties import get_bone_map
@@ -191,7 +192,7 @@ class NEURAL_IK_PT_training(NeuralIKPanel, bpy.types.Panel):
                      directory=settings.output_directory or None, epochs=settings.epochs,
                      time_limit=settings.time_limit)
         draw_progress(layout, training)
-        draw_loss_curve(layout, training.plot_path)
+        draw_loss_curve(layout, training.history, training.plot_path)
         draw_best(layout, context, training)
 
 
@@ -355,33 +356,47 @@ def draw_tick_times(layout, session):
         wrapped_label(box, session.stop_reason, icon="INFO")
 
 
-_previews = None
+def recent_epochs(history, rows=5):
+    """The last `rows` epochs of a run as text for the panel: [(epoch, loss, effector cm, inner cm, is_best)], the
+    best epoch (the trainer's score: validation effector + inner-joint error) marked wherever it is."""
+    def score(h):
+        return trainer_score({"effector_cm_mean": h.get("val_effector_cm_mean", float("nan")),
+                              "inner_mpjpe_cm": h.get("val_inner_mpjpe_cm", float("nan"))})
+
+    scores = [score(h) for h in history]
+    finite = [i for i, v in enumerate(scores) if v == v]
+    best = min(finite, key=lambda i: scores[i]) if finite else -1
+    shown = list(range(max(len(history) - rows, 0), len(history)))
+    if best >= 0 and best not in shown:
+        shown = [best] + shown[1:]
+    out = []
+    for i in shown:
+        h = history[i]
+        epoch = h.get("epoch", i + 1)
+        out.append((format_number(epoch, "{:g}"), format_number(h.get("train_loss", float("nan"))),
+                    format_number(h.get("val_effector_cm_mean", float("nan")), "{:.2f}"),
+                    format_number(h.get("val_inner_mpjpe_cm", float("nan")), "{:.2f}"), i == best))
+    return out
 
 
-def loss_curve_icon(path):
-    """Icon id of the loss-curve PNG, reloaded when the file changes; 0 when there is none."""
-    global _previews
-    if _previews is None:
-        return 0
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return 0
-    key = f"{path}:{stat.st_mtime_ns}:{stat.st_size}"
-    preview = _previews.get(key)
-    if preview is None:
-        _previews.clear()
-        preview = _previews.load(key, path, "IMAGE")
-    return preview.icon_id
-
-
-def draw_loss_curve(layout, plot_path):
-    path = absolute(plot_path)
-    if not path or not os.path.isfile(path):
+def draw_loss_curve(layout, history, plot_path):
+    """The loss curve as numbers in Blender's own UI font (crisp at any UI scale, unlike a preview image): the last
+    epochs and the best one; the curve itself is the SVG the trainer writes beside the checkpoint."""
+    rows = recent_epochs(history)
+    if not rows:
         return
     box = layout.box()
-    box.label(text="Loss curve", icon="GRAPH")
-    box.template_icon(icon_value=loss_curve_icon(path), scale=9.0)
+    box.label(text="Recent epochs (validation error in cm)", icon="GRAPH")
+    col = box.column(align=True)
+    for cells, icon in [(("Epoch", "Loss", "Effector", "Inner"), "BLANK1")] + [
+            (r[:4], "CHECKMARK" if r[4] else "BLANK1") for r in rows]:
+        row = col.row(align=True)
+        row.label(text=cells[0], icon=icon)
+        for cell in cells[1:]:
+            row.label(text=cell)
+    path = absolute(plot_path)
+    if path and os.path.isfile(path):
+        box.operator("wm.path_open", text=f"Open {os.path.basename(path)}", icon="FILE_IMAGE").filepath = path
 
 
 classes = (
@@ -392,19 +407,3 @@ classes = (
     NEURAL_IK_PT_live,
     NEURAL_IK_PT_bake_export,
 )
-
-
-def register_extra():
-    global _previews
-    import bpy.utils.previews
-
-    _previews = bpy.utils.previews.new()
-
-
-def unregister_extra():
-    global _previews
-    if _previews is not None:
-        import bpy.utils.previews
-
-        bpy.utils.previews.remove(_previews)
-        _previews = None

@@ -4,7 +4,7 @@ The bpy module has a window and a screen but never draws a region, so a Panel ne
 Blender. `WindowManager.popmenu_begin__internal` (the C function behind `wm.popup_menu`) does hand out a real
 UILayout without a GPU; with the context overridden to the 3D viewport's sidebar region (the region the panels
 live in), each panel's own `draw()` runs against it: real `prop`, `prop_search`, `template_list` (which calls the
-UIList's `draw_item`), `progress` and `template_icon` calls. The popup is never shown (`popmenu_end__internal`
+UIList's `draw_item`) and `progress` calls. The popup is never shown (`popmenu_end__internal`
 needs a GPU), which leaves a little memory Blender reports at exit.
 
 Blender does not raise for a property or operator that does not exist, or for an exception inside a UIList
@@ -117,11 +117,11 @@ def training_state(monkeypatch):
 
 
 def write_loss_plot(path, history):
-    from neural_ik.neural_network.report import plot_png
+    from neural_ik.neural_network.report import plot_svg
 
     epochs = [h["epoch"] for h in history]
-    plot_png.loss_curve_png(path, epochs, {"train": [h["train_loss"] for h in history],
-                                           "validation": [h["val_loss"] for h in history]})
+    plot_svg.loss_curve_svg(path, epochs, {"train": [h["train_loss"] for h in history],
+                                           "validation": [h["val_effector_cm_mean"] for h in history]})
 
 
 def write_dataset(path, actions):
@@ -212,8 +212,9 @@ def test_training_running(empty_scene, training_state, capfd, tmp_path):
     empty_scene.neural_ik.armature = obj
     set_bone_map(obj, {role: role for role in ROLES})
     empty_scene.neural_ik.show_loss_weights = True
-    history = [{"epoch": e, "train_loss": 1.0 / e, "val_loss": 1.2 / e} for e in range(1, 6)]
-    plot = str(tmp_path / "loss.png")
+    history = [{"epoch": e, "train_loss": 1.0 / e, "val_effector_cm_mean": 3.0 + abs(e - 3),
+                "val_inner_mpjpe_cm": 2.0} for e in range(1, 8)]
+    plot = str(tmp_path / "loss.svg")
     write_loss_plot(plot, history)
     training_state.running = True
     training_state.epoch, training_state.epochs = 5, 20
@@ -223,12 +224,16 @@ def test_training_running(empty_scene, training_state, capfd, tmp_path):
     training_state.best_metrics = {"effector_cm_mean": 2.5, "inner_mpjpe_cm": 3.1, "frames": 100}
     training_state.message = "training"
     draw_everything(capfd)
-    # The loss curve is a real preview loaded from the PNG (icon ids are 0 without a GPU, the preview is real).
+    # The loss curve as UI text: the last five epochs, and the best one (epoch 3) kept in view and marked.
     import neural_ik.panels.main as main
 
-    main.loss_curve_icon(plot)
-    assert len(main._previews) == 1
-    assert tuple(next(iter(main._previews.values())).image_size) != (0, 0)
+    rows = main.recent_epochs(history)
+    assert [r[0] for r in rows] == ["3", "4", "5", "6", "7"] and [r[4] for r in rows] == [True] + [False] * 4
+    assert rows[0][1:4] == ("0.3333", "3.00", "2.00")
+    history.extend({"epoch": e, "train_loss": 0.1, "val_effector_cm_mean": 9.0, "val_inner_mpjpe_cm": 2.0}
+                   for e in range(8, 10))
+    assert [r[0] for r in main.recent_epochs(history)] == ["3", "6", "7", "8", "9"]
+    draw_everything(capfd)
     # A run that failed: the reason is drawn in words.
     training_state.running = False
     training_state.error = "the dataset holds no frames"

@@ -3,7 +3,7 @@
 `start_training` runs neural_network.model.trainer (pure NumPy, no bpy) in a thread and registers a `bpy.app.timers`
 callback on the main thread that redraws the sidebar while it runs and, when it ends, points the armature's model at
 the best checkpoint. Only state.training crosses the thread wall. In background mode (`blender -b`, the bpy module)
-timers never fire, so it trains synchronously and prints one progress line per epoch. Loading another file,
+timers never fire, so it trains synchronously and prints its progress (EpochLine). Loading another file,
 disabling the add-on or quitting cancels the run and waits for the thread (`register_handlers`).
 """
 
@@ -22,6 +22,7 @@ from ..neural_network.model.losses import LossWeights
 from ..properties import get_bone_map
 from .armatures import chosen_armature
 from .errors import DataError
+from .progress import ProgressLine, duration
 
 POLL_SECONDS = 0.25
 JOIN_SECONDS = 5.0
@@ -145,8 +146,8 @@ def start_training(context, dataset_path, directory, epochs, time_limit=0.0, see
         progress = state.training
         progress.reset(epochs)
         background = mode == "SYNC" or (mode == "AUTO" and bpy.app.background)
-        run_trainer = trainer.Trainer(dataset, config, directory, progress, resume=resume,
-                                      on_epoch=_print_epoch if background else None)
+        printer = EpochLine() if background else None
+        run_trainer = trainer.Trainer(dataset, config, directory, progress, resume=resume, on_epoch=printer)
     except (FileRefused, ValueError, OSError) as exc:
         state.training.running = False
         raise DataError(str(exc)) from None
@@ -158,6 +159,7 @@ def start_training(context, dataset_path, directory, epochs, time_limit=0.0, see
     if background:
         _Run.thread = None
         _worker(run_trainer)
+        printer.done()
         _finish_on_main_thread()
         if state.training.error:
             raise DataError(state.training.error)
@@ -175,11 +177,26 @@ def cancel_training():
     _finish_on_main_thread()
 
 
-def _print_epoch(entry):
-    p = state.training
-    print(f"epoch {p.epoch}/{p.epochs}  loss {entry['train_loss']:.4f}  effector {entry['val_effector_cm_mean']:.2f} cm "
-          f"(p95 {entry['val_effector_cm_p95']:.1f})  inner {entry['val_inner_mpjpe_cm']:.2f} cm  "
-          f"rot {entry['val_effector_rotation_deg']:.1f} deg  {entry['seconds']:.0f} s", flush=True)
+class EpochLine:
+    """Training progress in background mode: one line that updates (epoch, loss, validation error, time left);
+    with verbose (the CLI's --verbose) a line per epoch with every validation figure."""
+
+    def __init__(self):
+        self.line = ProgressLine()
+
+    def __call__(self, entry):
+        p = state.training
+        self.line.update(
+            f"training: epoch {p.epoch}/{p.epochs}, loss {entry['train_loss']:.4f}, validation effector "
+            f"{entry['val_effector_cm_mean']:.2f} cm, inner {entry['val_inner_mpjpe_cm']:.2f} cm, "
+            f"{duration(p.seconds_left)} left",
+            detail=f"epoch {p.epoch}/{p.epochs}  loss {entry['train_loss']:.4f}  effector "
+                   f"{entry['val_effector_cm_mean']:.2f} cm (p95 {entry['val_effector_cm_p95']:.1f})  inner "
+                   f"{entry['val_inner_mpjpe_cm']:.2f} cm  rot {entry['val_effector_rotation_deg']:.1f} deg  "
+                   f"{entry['seconds']:.0f} s")
+
+    def done(self):
+        self.line.done()
 
 
 def _stop_at_exit():

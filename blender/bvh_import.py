@@ -20,9 +20,10 @@ from ..neural_network.geometry.rotations import (
     quaternion_to_matrix,
 )
 from . import action_layouts, pose_write, rig_model
+from .action_sources import mark_source
 from .bone_maps import auto_map_object
 from .errors import DataError
-from .retarget import Retargeter, mark_source
+from .retarget import Retargeter
 
 
 def check_bvh_file(path):
@@ -277,7 +278,8 @@ class BvhFolderImport:
         elif _hierarchy(arm_obj.data) != self.hierarchy or self.retarget_all:
             try:
                 if self.retargeter is None:
-                    self.retargeter = Retargeter(target)
+                    self.retargeter = Retargeter(target, skip={a.name for a in bpy.data.actions
+                                                               if a.as_pointer() not in before[2]})
                 carried = self.retargeter.carry(arm_obj, action, os.path.splitext(name)[0])
             except DataError as exc:
                 _remove_new_data(*before)

@@ -12,6 +12,7 @@ from ..neural_network.data.dataset import DatasetBuilder, task_index
 from ..neural_network.data.files import FileRefused
 from ..neural_network.skeleton.roles import ROLES
 from . import action_layouts, pose_read, rig_model
+from .action_sources import action_source
 from .armatures import armature_to_use, check_armature
 from .bone_maps import bone_map_of
 from .errors import DataError
@@ -86,6 +87,9 @@ def extract_dataset(context, obj, mapping=None, actions=None):
         extra["pose_source"] = f"evaluated ({'; '.join(rig.driven)})"
         notes.append(f"read Blender's evaluated pose frame by frame: the mapped bones are driven ({'; '.join(rig.driven)})")
     dataset = builder.finish(extra)
+    sources = {a.name: action_source(a) for a, _ in chosen}      # library motion (BVH imports) or the user's own
+    for entry in dataset.meta["actions"]:
+        entry["source"] = sources.get(entry["name"], {"kind": "own"})
     return dataset, notes
 
 

@@ -5,37 +5,17 @@ the hips' location, and its in-between bones and the bones above the hips at res
 Raises DataError with a message for the user.
 """
 
-import json
-
 import bpy
 import numpy as np
 
 from ..neural_network.data import retarget as core
 from ..neural_network.skeleton.roles import ESSENTIAL_ROLES, ROLES
 from . import bone_maps, pose_read, pose_write, rig_model
+from .action_sources import action_source
 from .errors import DataError
+from .extract import usable_actions
 
-SOURCE_PROPERTY = "neural_ik_source"        # the JSON string every imported action carries
 CALIBRATION_FRAMES = 20000                  # frames of the target's own clips read to calibrate it
-
-
-def source_note(file_name, skeleton, retargeted):
-    """The JSON string of action[SOURCE_PROPERTY] (the contract with extraction and the panel)."""
-    return json.dumps({"kind": "library", "file": file_name, "skeleton": skeleton, "retargeted": bool(retargeted)})
-
-
-def action_source(action):
-    """The parsed source note of an action, or {"kind": "own"} for the user's own clips (no note, or an unreadable
-    one)."""
-    raw = action.get(SOURCE_PROPERTY) if hasattr(action, "get") else None
-    if isinstance(raw, str):
-        try:
-            note = json.loads(raw)
-        except ValueError:
-            note = None
-        if isinstance(note, dict) and note.get("kind") == "library":
-            return note
-    return {"kind": "own"}
 
 
 def _map_of(obj, stored):
@@ -63,12 +43,11 @@ def _calibration(rig, rotations=None, positions=None):
         raise DataError(str(exc)) from None
 
 
-def _own_motion(obj, rig):
+def _own_motion(obj, rig, skip=()):
     """(world rotations (N, 23, 3, 3), heads (N, 23, 3)) of the target's own clips (its library imports when it has
     no own clip), at most CALIBRATION_FRAMES frames; (None, None) when no action moves its mapped bones."""
-    from .extract import usable_actions
-
     usable, _ = usable_actions(obj, rig)
+    usable = [(a, c) for a, c in usable if a.name not in skip]
     own = [(a, c) for a, c in usable if action_source(a)["kind"] == "own"] or usable
     chunks, heads, count = [], [], 0
     for sample in pose_read.read_actions(rig, obj, [a for a, _ in own], channels=[c for _, c in own]):
@@ -86,13 +65,14 @@ def _own_motion(obj, rig):
 
 class Retargeter:
     """Carries imported actions onto one target armature: its map (stored, else auto-mapped, not stored) and its
-    calibration (from its own clips, else its rest pose) are read once; each source skeleton's map once."""
+    calibration (from its own clips, else its rest pose; not from the actions named in `skip`: a file being
+    imported) are read once; each source skeleton's map once."""
 
-    def __init__(self, target):
+    def __init__(self, target, skip=()):
         self.target_name = target.name
         self.mapping = _map_of(target, stored=True)
         self.rig = _read(target, self.mapping, f"the armature {target.name!r}")
-        self.calibration = _calibration(self.rig, *_own_motion(target, self.rig))
+        self.calibration = _calibration(self.rig, *_own_motion(target, self.rig, set(skip)))
         self._source_maps = {}
 
     def source_map(self, obj):
@@ -111,8 +91,15 @@ class Retargeter:
         sample = pose_read.read_action(src_rig, source, action)
         if not (np.all(np.isfinite(sample.rotations)) and np.all(np.isfinite(sample.hips_position))):
             raise DataError("its keys hold NaN or infinite values")
-        calibration = _calibration(src_rig, sample.rotations, sample.positions)
-        local, _world, hips = core.retarget(calibration, self.calibration, sample.rotations, sample.hips_position)
+        turn = core.upright_turn(sample.positions)             # a file written with another up axis
+        rotations, positions = turn @ sample.rotations, sample.positions @ turn.T
+        skel = src_rig.skeleton
+        try:
+            calibration = core.calibrate(skel.role_mask, turn @ skel.rest_rotations, skel.rest_positions @ turn.T,
+                                         rotations, positions)
+        except ValueError as exc:
+            raise DataError(str(exc)) from None
+        local, _world, hips = core.retarget(calibration, self.calibration, rotations, sample.hips_position @ turn.T)
         return write_retargeted(target, self.rig, name, sample.frames, local, hips)
 
 
@@ -141,8 +128,4 @@ def write_retargeted(obj, rig, name, frames, local, hips_position):
     if rest_values:
         pose_write.key_bone_values(obj, action, ends, rest_values)
     return action
-
-
-def mark_source(action, file_name, skeleton, retargeted):
-    action[SOURCE_PROPERTY] = source_note(file_name, skeleton, retargeted)
 

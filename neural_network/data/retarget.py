@@ -180,6 +180,26 @@ def calibrate(mask, rest_rotations, rest_positions, rotations=None, positions=No
     return Calibration(mask, K, rest_r, rest_x, _leg_length(mask, rest_x), height)
 
 
+def upright_turn(positions):
+    """(3, 3) quarter or half turn that stands a motion up: a BVH file written with another up axis than the
+    importer assumes comes in lying down. The axis nearest to the mean hips-to-head direction (positions (N, 23, 3))
+    goes to +Z; an upright motion gets the identity (its own lean is kept)."""
+    x = np.asarray(positions, np.float64)
+    up = np.nanmean(x[:, _R["Head"]] - x[:, _R["Hips"]], axis=0)
+    if not np.all(np.isfinite(up)) or np.linalg.norm(up) < 1e-9:
+        return np.eye(3)
+    k = int(np.argmax(np.abs(up)))
+    sign = np.sign(up[k])
+    if k == 2:
+        return np.eye(3) if sign > 0 else np.diag([1.0, -1.0, -1.0])
+    turn = np.zeros((3, 3))                     # maps axis k (with its sign) to +Z, +Z to -that axis, keeps the third
+    other = 1 - k if k < 2 else 0
+    turn[2, k] = sign
+    turn[k, 2] = -sign
+    turn[other, other] = 1.0
+    return turn
+
+
 def correspondence(source_mask, target_mask):
     """(23,) source role giving each target role its orientation, -1 where the target role stays at rest relative to
     its parent (or is unmapped). Spine and neck bones pair from both ends: lowest with lowest, top with top."""

@@ -1,0 +1,272 @@
+"""Retargeting through the role maps: the pure math (rest poses, rolls and axis conventions do not leak through), and
+in real Blender: a file onto its own skeleton reproduces it, Bandai onto the CMU rig and the demo rig and back keeps
+every bone's direction, feet stay on the ground, and the target rig is untouched."""
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+from conftest import BANDAI, CMU, need_mocap
+from synthetic import humanoid_skeleton
+
+from neural_ik.neural_network.data import retarget
+from neural_ik.neural_network.data.dataset import standing_height
+from neural_ik.neural_network.data.features import detect_contacts
+from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix
+from neural_ik.neural_network.skeleton.roles import FOOT_ROLES, NUM_ROLES, ROLE_INDEX
+
+CHAIN_PAIRS = [(a, b) for a, b in (
+    ("Spine", "Spine1"), ("Spine1", "Spine2"), ("Spine2", "NeckLower"), ("NeckLower", "NeckUpper"),
+    ("NeckUpper", "Head"), ("LeftShoulder", "LeftArm"), ("LeftArm", "LeftForeArm"), ("LeftForeArm", "LeftHand"),
+    ("RightShoulder", "RightArm"), ("RightArm", "RightForeArm"), ("RightForeArm", "RightHand"),
+    ("LeftThigh", "LeftShin"), ("LeftShin", "LeftFoot"), ("LeftFoot", "LeftToeBase"), ("RightThigh", "RightShin"),
+    ("RightShin", "RightFoot"), ("RightFoot", "RightToeBase"))]
+
+
+# ---- pure NumPy ---------------------------------------------------------------------------------------------------
+
+def _demo_rest():
+    """A humanoid skeleton's rest (character space, arbitrary bone orientations): mask, rotations, heads."""
+    skel = humanoid_skeleton(missing=())
+    return skel.role_mask, skel.rest_rotations, skel.rest_positions
+
+
+def _random_motion(rest, frames=40, seed=0):
+    """World rotations of a wobbling pose around the rest (FK through the rest links, small local turns)."""
+    mask, rest_r, _ = rest
+    rng = np.random.default_rng(seed)
+    parents = retarget.nearest_mapped_parents(mask)
+    world = np.empty((frames, NUM_ROLES, 3, 3))
+    local = axis_angle_to_matrix(rng.normal(0, 0.35, (frames, NUM_ROLES, 3)))
+    for j in range(NUM_ROLES):
+        p = parents[j]
+        base = rest_r[j] if p < 0 else world[:, p] @ (rest_r[p].T @ rest_r[j])
+        world[:, j] = base @ local[:, j]
+    return world
+
+
+def test_bone_rolls_and_axis_conventions_do_not_leak_through():
+    mask, rest_r, rest_x = _demo_rest()
+    motion = _random_motion((mask, rest_r, rest_x))
+    rng = np.random.default_rng(1)
+    turns = axis_angle_to_matrix(rng.normal(0, 1.5, (NUM_ROLES, 3)))     # other bone rolls and axes, same joints
+    other_rest = rest_r @ turns
+    source = retarget.calibrate(mask, rest_r, rest_x, motion)
+    target = retarget.calibrate(mask, other_rest, rest_x, motion @ turns)
+    local, world, hips = retarget.retarget(source, target, motion, np.zeros((len(motion), 3)))
+    assert np.allclose(world[:, mask], (motion @ turns)[:, mask], atol=1e-9)
+    back = retarget.retarget(target, source, world, hips)[1]
+    assert np.allclose(back[:, mask], motion[:, mask], atol=1e-9)
+
+
+def test_a_t_pose_source_puts_an_a_pose_target_in_its_t_pose():
+    mask, rest_r, rest_x = _demo_rest()
+    a_rest_r, a_rest_x = rest_r.copy(), rest_x.copy()
+    for side, sign in (("Left", 1.0), ("Right", -1.0)):      # arms 45 degrees down about the forward axis
+        down = axis_angle_to_matrix(np.array([0.0, sign * np.pi / 4, 0.0]))
+        arm = ROLE_INDEX[side + "Arm"]
+        pivot = rest_x[arm]
+        for role in ("Arm", "ForeArm", "Hand"):
+            j = ROLE_INDEX[side + role]
+            a_rest_r[j] = down @ rest_r[j]
+            a_rest_x[j] = pivot + down @ (rest_x[j] - pivot)
+    source = retarget.calibrate(mask, rest_r, rest_x)
+    target = retarget.calibrate(mask, a_rest_r, a_rest_x)
+    world = retarget.retarget(source, target, rest_r[None], rest_x[None, 0])[1]
+    for side in ("Left", "Right"):
+        arm, fore = ROLE_INDEX[side + "Arm"], ROLE_INDEX[side + "ForeArm"]
+        t_pose = rest_x[fore] - rest_x[arm]
+        moved = world[0, arm] @ (a_rest_r[arm].T @ (a_rest_x[fore] - a_rest_x[arm]))
+        cos = np.dot(t_pose, moved) / np.linalg.norm(t_pose) / np.linalg.norm(moved)
+        assert np.degrees(np.arccos(np.clip(cos, -1.0, 1.0))) < 1e-4
+
+
+def test_spine_and_neck_pair_from_both_ends():
+    three = np.ones(NUM_ROLES, bool)
+    two = three.copy()
+    two[[ROLE_INDEX["Spine2"], ROLE_INDEX["NeckUpper"]]] = False
+    pairs = retarget.correspondence(two, three)           # Bandai-like source onto a CMU-like target
+    assert pairs[ROLE_INDEX["Spine"]] == ROLE_INDEX["Spine"]
+    assert pairs[ROLE_INDEX["Spine2"]] == ROLE_INDEX["Spine1"]   # the chest carries the chest
+    assert pairs[ROLE_INDEX["Spine1"]] == -1 and pairs[ROLE_INDEX["NeckUpper"]] == -1
+    assert pairs[ROLE_INDEX["LeftHand"]] == ROLE_INDEX["LeftHand"]
+    back = retarget.correspondence(three, two)
+    assert back[ROLE_INDEX["Spine1"]] == ROLE_INDEX["Spine2"] and back[ROLE_INDEX["Spine2"]] == -1
+
+
+# ---- real Blender -------------------------------------------------------------------------------------------------
+
+def _rig_state(obj):
+    """A hash of what must not change on the target: rest, bone map, preset, and every action's keys."""
+    import bpy
+
+    from neural_ik.blender import action_layouts
+
+    h = hashlib.sha256()
+    for b in obj.data.bones:
+        h.update(b.name.encode())
+        h.update(np.array(b.matrix_local, np.float64).tobytes())
+    h.update(json.dumps({i.role: i.bone for i in obj.neural_ik.bone_map}, sort_keys=True).encode())
+    h.update(obj.neural_ik.preset.encode())
+    for action in sorted(bpy.data.actions, key=lambda a: a.name):
+        for fc in sorted(action_layouts.all_action_fcurves(action), key=lambda f: (f.data_path, f.array_index)):
+            co = np.empty(2 * len(fc.keyframe_points), np.float32)
+            fc.keyframe_points.foreach_get("co", co)
+            h.update(f"{action.name}{fc.data_path}{fc.array_index}".encode())
+            h.update(co.tobytes())
+    h.update(str(obj.animation_data.action.name if obj.animation_data and obj.animation_data.action else "").encode())
+    return h.hexdigest()
+
+
+def _sample(obj, action, mapping=None):
+    from neural_ik.blender import bone_maps, pose_read, rig_model
+
+    rig = rig_model.read_rig(obj, mapping or bone_maps.bone_map_of(obj))
+    return rig, pose_read.read_action(rig, obj, action)
+
+
+def _directions(positions):
+    out = {}
+    for a, b in CHAIN_PAIRS:
+        d = positions[:, ROLE_INDEX[b]] - positions[:, ROLE_INDEX[a]]
+        if np.all(np.isfinite(d)):
+            out[(a, b)] = d / np.linalg.norm(d, axis=-1, keepdims=True)
+    return out
+
+
+def _direction_errors(pos_a, pos_b):
+    """{(parent, child): max angle in degrees} over the chain links both motions have."""
+    da, db = _directions(pos_a), _directions(pos_b)
+    return {k: float(np.degrees(np.arccos(np.clip(np.sum(da[k] * db[k], -1), -1, 1))).max()) for k in da if k in db}
+
+
+def _import(folder, files, onto=None, retarget_all=False):
+    import bpy
+
+    from neural_ik.blender.bvh_import import BvhFolderImport
+
+    importer = BvhFolderImport(bpy.context, str(folder), 0.01, files, "", onto)
+    importer.retarget_all = retarget_all
+    return importer.run(bpy.context)
+
+
+def _demo_bvh(tmp_path, action_name="walk_0"):
+    """The demo rig with one action, that action exported as BVH with Blender's exporter: (rig, action, folder)."""
+    import bpy
+
+    from neural_ik.blender import action_layouts
+
+    bpy.ops.neural_ik.create_demo_rig(seed=0)
+    rig = bpy.context.scene.neural_ik.armature
+    names = sorted(a.name for a in bpy.data.actions)
+    keep = next(n for n in names if n.startswith(action_name.split("_")[0]))
+    for name in names:
+        if name != keep:
+            bpy.data.actions.remove(bpy.data.actions[name])
+    action = bpy.data.actions[keep]
+    action_layouts.assign_action(rig, action)
+    first, last = action_layouts.action_frame_range(action)
+    bpy.context.view_layer.objects.active = rig
+    folder = tmp_path / "bvh"
+    folder.mkdir()
+    bpy.ops.export_anim.bvh(filepath=str(folder / "demo_clip.bvh"), frame_start=first, frame_end=last,
+                            global_scale=100.0, rotate_mode="NATIVE")
+    return rig, action, folder
+
+
+def test_a_file_onto_its_own_skeleton_is_reproduced(empty_scene, tmp_path):
+    import bpy
+
+    from neural_ik.blender import bone_maps, rig_model
+
+    rig, action, folder = _demo_bvh(tmp_path)
+    _, reference = _sample(rig, action)
+    _, imported, skipped = _import(folder, "", onto=rig, retarget_all=True)
+    assert skipped == [] and imported == ["demo_clip"]
+    new = bpy.data.actions["demo_clip"]
+    assert json.loads(new["neural_ik_source"]) == {"kind": "library", "file": "demo_clip.bvh",
+                                                    "skeleton": "demo_clip", "retargeted": True}
+    _, carried = _sample(rig, new)
+    height = standing_height(rig_model.read_rig(rig, bone_maps.bone_map_of(rig)).skeleton)
+    n = min(len(reference.positions), len(carried.positions))
+    assert np.nanmax(np.abs(carried.positions[:n] - reference.positions[:n])) < 1e-4 * height
+
+
+@pytest.fixture
+def bandai_and_cmu(empty_scene):
+    """A Bandai walk on its own armature and the CMU rig with two of its clips."""
+    import bpy
+
+    need_mocap(BANDAI)
+    need_mocap(CMU)
+    bandai, _, _ = _import(BANDAI, "dataset-1_walk_normal_001")
+    bandai_action = bpy.data.actions["dataset-1_walk_normal_001"]
+    cmu, _, _ = _import(CMU, "005_01,006_01")
+    return bandai, bandai_action, cmu
+
+
+def _round_trip(source, action, target):
+    """source action -> target -> source; returns (action on target, action back on source)."""
+    from neural_ik.blender.retarget import Retargeter
+
+    there = Retargeter(target).carry(source, action, "there")
+    back = Retargeter(source).carry(target, there, "back")
+    return there, back
+
+
+@pytest.mark.parametrize("onto", ["cmu", "demo"])
+def test_bandai_onto_another_rig_and_back_keeps_every_bone_direction(bandai_and_cmu, onto):
+    import bpy
+
+    bandai, action, cmu = bandai_and_cmu
+    if onto == "demo":
+        bpy.ops.neural_ik.create_demo_rig(seed=0)
+        target = bpy.context.scene.neural_ik.armature
+    else:
+        target = cmu
+    before = _rig_state(target)
+    there, back = _round_trip(bandai, action, target)
+    _, original = _sample(bandai, action)
+    _, there_s = _sample(target, there)
+    _, back_s = _sample(bandai, back)
+    errors = _direction_errors(original.positions, back_s.positions)
+    assert len(errors) >= 12 and max(errors.values()) < 3.0, errors
+    limbs = {k: v for k, v in _direction_errors(original.positions, there_s.positions).items() if "Spine" not in k[0]}
+    assert max(limbs.values()) < 3.0, limbs                         # on the other rig too (its spine bends apart)
+    feet = there_s.positions[:, list(FOOT_ROLES)]
+    if onto == "demo":                                              # its ground is the armature's origin
+        assert feet[..., 2].min() > -0.01
+    src_contacts = detect_contacts(original.positions[:, list(FOOT_ROLES)], 0.0, 30.0, 1.7)
+    dst_contacts = detect_contacts(feet, 0.0, 30.0, 1.7)
+    assert src_contacts.sum() > 20 and np.mean(src_contacts == dst_contacts) > 0.9
+    bpy.data.actions.remove(there)
+    bpy.data.actions.remove(back)
+    assert _rig_state(target) == before                             # rest, map and actions untouched
+
+
+def test_import_onto_another_skeleton_leaves_the_rig_untouched(bandai_and_cmu):
+    import bpy
+
+    bandai, _, cmu = bandai_and_cmu
+    bpy.data.objects.remove(bandai)
+    for obj in list(bpy.data.objects):
+        obj.select_set(False)
+    bpy.context.view_layer.objects.active = cmu
+    before = _rig_state(cmu)
+    actions_before = {a.name for a in bpy.data.actions}
+    bpy.ops.neural_ik.import_bvh_folder(directory=BANDAI, global_scale=0.01, onto_active=True,
+                                        files="dataset-1_bow_normal_001,dataset-2_run_normal_001")
+    new = sorted({a.name for a in bpy.data.actions} - actions_before)
+    assert new == ["dataset-1_bow_normal_001", "dataset-2_run_normal_001"]
+    for name in new:
+        note = json.loads(bpy.data.actions[name]["neural_ik_source"])
+        assert note["kind"] == "library" and note["retargeted"] is True and note["file"] == name + ".bvh"
+    assert [o.name for o in bpy.data.objects if o.type == "ARMATURE"] == [cmu.name]
+    # the rig's own state is the same once the new actions are left out of the hash
+    for name in new:
+        bpy.data.actions[name].name = "zz_" + name
+    after = _rig_state(cmu)
+    for name in new:
+        bpy.data.actions.remove(bpy.data.actions["zz_" + name])
+    assert _rig_state(cmu) == before and after != before

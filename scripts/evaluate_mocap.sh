@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Train on real motion capture and evaluate on held-out clips, side by side with Blender's IK constraint.
 #
-#   bash scripts/evaluate_mocap.sh bandai|cmu [out-folder]
+#   bash scripts/evaluate_mocap.sh bandai|cmu|cmu+bandai [out-folder]
 #
 # Held out of training entirely (unseen styles and motions); the evaluation uses 10 (Bandai) / 3 (CMU) of them.
+# cmu+bandai: the CMU rig's 8 training clips plus all 280 Bandai files retargeted onto it, trained for 10 minutes
+# (TIME_LIMIT seconds), evaluated on the same 3 held-out CMU clips as `cmu`.
 # Reads ../shared/mocap (never copied); writes only into the out folder (default out/<set>).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-set_name=${1:?usage: evaluate_mocap.sh bandai|cmu [out-folder]}
+set_name=${1:?usage: evaluate_mocap.sh bandai|cmu|cmu+bandai [out-folder]}
 out=${2:-out/$set_name}
 py=${PYTHON:-.venv/bin/python}
 case "$set_name" in
@@ -18,18 +20,23 @@ case "$set_name" in
 dataset-1_punch_normal_001,dataset-1_dance-short_normal_001,dataset-1_respond_normal_001,\
 dataset-2_wave-both-hands_youthful_001,dataset-2_raise-up-left-hand_youthful_001,dataset-2_run_youthful_001"
     ;;
-  cmu)
+  cmu|cmu+bandai)
     folder=../shared/mocap/cmu
     held_out="005_10,006_01,006_14"
     evaluate="$held_out"
     ;;
-  *) echo "evaluate_mocap.sh: unknown set $set_name (bandai or cmu)" >&2; exit 2 ;;
+  *) echo "evaluate_mocap.sh: unknown set $set_name (bandai, cmu or cmu+bandai)" >&2; exit 2 ;;
 esac
 mkdir -p "$out"
 start=$(date +%s)
 "$py" scripts/nik.py import-bvh "$folder" --scale 0.01 --exclude "$held_out" --save "$out/train.blend"
+train_args=()
+if [ "$set_name" = cmu+bandai ]; then
+  "$py" scripts/nik.py import-bvh ../shared/mocap/bandai --scale 0.01 --blend "$out/train.blend" --save "$out/train.blend"
+  train_args=(--time-limit "${TIME_LIMIT:-600}")
+fi
 "$py" scripts/nik.py extract --blend "$out/train.blend" --out "$out/dataset.npz"
-"$py" scripts/nik.py train --dataset "$out/dataset.npz" --out "$out"
+"$py" scripts/nik.py train --dataset "$out/dataset.npz" --out "$out" "${train_args[@]}"
 trained=$(date +%s)
 "$py" scripts/nik.py evaluate --blend "$out/train.blend" --bvh-folder "$folder" --files "$evaluate" \
   --model "$out/model.npz" --refine 4 --json "$out/evaluation.json" --png "$out/evaluation.png"

@@ -99,12 +99,26 @@ class Dataset:
             "mapped_roles": int(self.skeleton.role_mask.sum()),
             "moving_links": self.has_moving_links,
             "fps": self.meta.get("fps"),
+            "own_actions": int(self.own_action_mask().sum()),
         }
+
+    def own_action_mask(self):
+        """(A,) bool per action name: True for the rig's own motion (the user's clips, and BVH files of the rig's own
+        skeleton), False for library motion retargeted from another skeleton (the meta's per-action "source" written
+        by extraction: {"kind": "library", "retargeted": true}). Mirrored copies ("<name> (mirrored)") take their
+        original's kind."""
+        retargeted = {a.get("name"): bool((a.get("source") or {}).get("retargeted", False))
+                      for a in self.meta.get("actions", []) if isinstance(a, dict)}
+        names = [str(n) for n in self.arrays["action_names"]]
+        return np.array([not retargeted.get(n[:-len(" (mirrored)")] if n.endswith(" (mirrored)") else n, False)
+                         for n in names], dtype=bool)
 
     def summary_text(self):
         s = self.summary()
         tasks = ", ".join(f"{t} {c}" for t, c in s["frames_per_task"].items() if c)
-        return (f"{s['frames']} frames from {s['actions']} actions of rig {s['rig']!r} "
+        library = s["actions"] - s["own_actions"]
+        kinds = f" ({s['own_actions']} of its own, {library} retargeted)" if library else ""
+        return (f"{s['frames']} frames from {s['actions']} actions{kinds} of rig {s['rig']!r} "
                 f"({s['mapped_roles']}/{NUM_ROLES} roles; {tasks})")
 
     def subset(self, rows):
@@ -113,10 +127,11 @@ class Dataset:
         arrays = {k: (v[rows] if k in ROW_ARRAYS or k in OPTIONAL_ROW_ARRAYS else v) for k, v in self.arrays.items()}
         return Dataset(arrays, dict(self.meta), self.skeleton, self.feature_spec)
 
-    def split_by_action(self, seed=0, val_fraction=0.1):
+    def split_by_action(self, seed=0, val_fraction=0.1, among=None):
         """(train, validation) with whole actions on one side, so validation frames are never neighbours of training
         frames. At least one action goes to each side when there are two or more; a single action is split into its
-        first and last part instead.
+        first and last part instead. among: action indices validation may take (the user's own clips); the
+        fraction is then of their frames.
 
         Validation is spread over several clips: with four or more actions, an action longer than a third of the
         validation budget stays in training, so one long clip (a 1900-frame dance among 300-frame walks) cannot
@@ -129,9 +144,12 @@ class Dataset:
             cut = n - max(1, int(round(n * val_fraction))) if n > 1 else n
             return self.subset(np.arange(cut)), self.subset(np.arange(cut, n))
         rng = np.random.default_rng(seed)
-        order = rng.permutation(present)
         frames = np.bincount(action, minlength=len(names))
         target = val_fraction * len(self)
+        if among is not None:
+            present = np.intersect1d(present, np.asarray(among, dtype=np.int64))
+            target = val_fraction * frames[present].sum()
+        order = rng.permutation(present)
         val, total = [], 0
         for a in order:
             if len(present) >= 4 and frames[a] > target / 3:

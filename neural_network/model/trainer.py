@@ -50,6 +50,9 @@ class TrainConfig:
     input_noise: float = 0.01           # Gaussian noise on the normalised inputs
     mirror: bool = True                 # also train on the left/right mirror image of every training frame
     val_fraction: float = 0.1           # share of actions held out whole
+    own_share: float = 0.25             # share of each epoch's rows drawn from the rig's own clips when the dataset
+                                        # also holds retargeted library motion (own rows repeat; 0: rows as they come)
+    own_validation_min: int = 4         # validation comes from the own clips alone when there are at least this many
     seed: int = 0
     patience: int = 20                  # epochs without improvement before stopping early (0: never) ...
     patience_steps: int = 4000          # ... and at least this many steps (a small dataset's epoch is a few steps)
@@ -275,12 +278,20 @@ class Trainer:
             raise ValueError(f"the dataset needs at least 4 rows of {NUM_INPUTS} inputs, it has shape {inputs.shape}")
         if not np.all(np.isfinite(inputs)):
             raise ValueError("the dataset's inputs hold NaN or infinite numbers")
-        train_set, val_set = dataset.split_by_action(seed=config.seed, val_fraction=config.val_fraction)
+        own = dataset.own_action_mask()
+        mixed = bool(own.any() and not own.all())
+        among = np.where(own)[0] if mixed and own.sum() >= config.own_validation_min else None
+        self.validation_note = "own clips" if among is not None else "all clips"
+        train_set, val_set = dataset.split_by_action(seed=config.seed, val_fraction=config.val_fraction, among=among)
         self.mirror_note = "off"
         if config.mirror:      # validation stays the recorded motion only
             train_set, mirror = augment.with_mirror(train_set)
             self.mirror_note = f"skipped: {mirror.reason}" if mirror.reason else "on"
         self.train = TrainingArrays(train_set)
+        self.own_rows = train_set.own_action_mask()[self.train.action] if mixed else None
+        self.sources = {"own_frames": int(own[np.asarray(dataset.action)].sum()),
+                        "retargeted_frames": int((~own)[np.asarray(dataset.action)].sum()),
+                        "validation": self.validation_note}
         self.val = TrainingArrays(val_set)
         self.stats = data_statistics(self.train, config)
         self.train.attach_mean_pose(self.stats["mean_pose"])
@@ -310,7 +321,7 @@ class Trainer:
         meta = {"training": self.config.to_json(), "metrics": metrics or {}, "history": self.history,
                 "losses": self.config.loss_weights.to_json(), "validation_actions": self._val_action_names(),
                 "train_frames": int(len(self.train)), "validation_frames": int(len(self.val)),
-                "mirror": self.mirror_note}
+                "mirror": self.mirror_note, "sources": self.sources}
         return Model(skeleton=self.dataset.skeleton, feature_spec=self.dataset.feature_spec,
                      weights=[w.copy() for w in (weights or self.weights)],
                      input_mean=self.stats["input_mean"], input_std=self.stats["input_std"],
@@ -407,6 +418,21 @@ class Trainer:
         checkpoint.save_model(self.paths["model"], model)
         return True
 
+    def _epoch_rows(self):
+        """Row indices of one epoch: every row once, the own clips' rows repeated so they make `own_share` of the
+        epoch when library motion would drown them (a dozen own clips against thousands of library frames)."""
+        rows = np.arange(len(self.train))
+        share = self.config.own_share
+        if self.own_rows is None or not 0.0 < share < 1.0:
+            return rows
+        own, library = rows[self.own_rows], rows[~self.own_rows]
+        wanted = int(round(share / (1.0 - share) * len(library)))
+        if len(own) == 0 or wanted <= len(own):
+            return rows
+        repeats, extra = divmod(wanted, len(own))
+        picked = np.random.default_rng(self.config.seed).choice(own, extra, replace=False)
+        return np.concatenate([library, np.tile(own, repeats), picked])
+
     def _report(self, **values):
         for key, value in values.items():
             setattr(self.progress, key, value)
@@ -416,8 +442,8 @@ class Trainer:
         p = self.progress
         self._t0 = time.perf_counter()
         half = max(c.batch_size // 2, 1)
-        candidates = np.arange(len(self.train))
-        steps = max(len(self.train) // (2 * half), 1)
+        candidates = self._epoch_rows()
+        steps = max(len(candidates) // (2 * half), 1)
         self._report(running=True, epochs=c.epochs, message="training", checkpoint_path="", plot_path="")
         stopped = "epochs"
         epoch = self.start_epoch
@@ -478,7 +504,8 @@ class Trainer:
         summary = {"stopped": stopped, "seconds": round(seconds, 2), "best": self.best_metrics,
                    "settings": c.to_json(), "history": self.history, "train_frames": int(len(self.train)),
                    "validation_frames": int(len(self.val)), "validation_actions": self._val_action_names(),
-                   "mirror": self.mirror_note, "rig_fingerprint": self.dataset.skeleton.fingerprint()}
+                   "mirror": self.mirror_note, "rig_fingerprint": self.dataset.skeleton.fingerprint(),
+                   "sources": self.sources}
         save_json(self.paths["metrics"], summary)
         self._write_plot()
         self._report(running=False, message=f"finished ({stopped}): best effector "

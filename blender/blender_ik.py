@@ -1,4 +1,4 @@
-"""Blender's own IK constraint set up as the baseline Neural IK is compared with (../shared/notes/blender-ik-baseline.md).
+"""Blender's own IK constraint set up as the baseline Neural IK is compared with (docs/blender-ik-baseline.md).
 
 On a COPY of the armature (the reference keeps playing its action and serves as the targets):
 - the hips (and every bone no solver owns: root, pelvis, twist and finger bones) follow the reference's action;

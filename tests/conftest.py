@@ -11,7 +11,8 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 from addon_loader import isolate_user_resources, load_package  # noqa: E402
 
 isolate_user_resources()
-MOCAP = os.path.normpath(os.path.join(REPO, "..", "shared", "mocap"))
+# The real motion capture (../shared/mocap); NEURAL_IK_MOCAP points elsewhere (a missing folder: run as a fresh clone)
+MOCAP = os.path.normpath(os.environ.get("NEURAL_IK_MOCAP") or os.path.join(REPO, "..", "shared", "mocap"))
 BANDAI = os.path.join(MOCAP, "bandai")
 CMU = os.path.join(MOCAP, "cmu")
 
@@ -47,6 +48,15 @@ def addon():
     from addon_loader import load_addon
 
     return load_addon()
+
+
+@pytest.fixture(scope="session")
+def demo_bvh(addon, tmp_path_factory):
+    """A folder of BVH files written from the demo rig's actions by Blender's own exporter (tests/demo_bvh.py):
+    motion capture the project makes itself, for tests of general behaviour. Link the files, never edit them."""
+    from demo_bvh import export_demo_bvh
+
+    return export_demo_bvh(tmp_path_factory.mktemp("demo_bvh"))
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """The data operators on bad input (plain messages, nothing partial left behind) and the dataset file's round trip
-and refusals. Real Blender, real mocap files (skipped when ../shared/mocap is absent)."""
+and refusals. Real Blender, on BVH files written from the demo rig by Blender's exporter (tests/demo_bvh.py)."""
 
 import json
 import os
@@ -7,8 +7,29 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import BANDAI, CMU, need_mocap
-from test_rig_io import BANDAI_FILES, BANDAI_MAP, gather, state_hash, use_map
+from test_rig_io import gather, state_hash, use_map
+
+OTHER_SKELETON = """HIERARCHY
+ROOT Pelvis
+{
+  OFFSET 0 0 0
+  CHANNELS 6 Xposition Yposition Zposition Zrotation Xrotation Yrotation
+  JOINT Chest
+  {
+    OFFSET 0 10 0
+    CHANNELS 3 Zrotation Xrotation Yrotation
+    End Site
+    {
+      OFFSET 0 10 0
+    }
+  }
+}
+MOTION
+Frames: 2
+Frame Time: 0.033333
+0 90 0 0 0 0 0 0 0
+0 91 0 0 0 0 0 0 0
+"""
 
 
 def _import(folder, scale=0.01):
@@ -17,23 +38,24 @@ def _import(folder, scale=0.01):
     return bpy.ops.neural_ik.import_bvh_folder(directory=str(folder), global_scale=scale)
 
 
-def _bandai_armature(tmp_path, files=BANDAI_FILES[:2]):
+def _demo_armature(tmp_path, demo_bvh, count=2):
+    """The first `count` demo BVH files (walk, run, ...) imported with the add-on's operator, bone map set."""
     import bpy
 
-    _import(gather(tmp_path, need_mocap(BANDAI), files))
+    _import(gather(tmp_path, demo_bvh.folder, demo_bvh.files[:count]))
     obj = bpy.context.active_object
-    use_map(obj, BANDAI_MAP)
+    use_map(obj, demo_bvh.bone_map)
     return obj
 
 
-def test_extract_operator_writes_a_dataset_that_loads_back_equal(empty_scene, tmp_path):
+def test_extract_operator_writes_a_dataset_that_loads_back_equal(demo_bvh, empty_scene, tmp_path):
     import bpy
 
     from neural_ik.neural_network.data.dataset import Dataset
     from neural_ik.neural_network.data.features import NUM_INPUTS
     from neural_ik.neural_network.skeleton.roles import TASKS
 
-    obj = _bandai_armature(tmp_path)
+    obj = _demo_armature(tmp_path, demo_bvh)
     before = state_hash(obj)
     out = tmp_path / "set.npz"
     assert bpy.ops.neural_ik.extract(filepath=str(out)) == {"FINISHED"}
@@ -64,29 +86,29 @@ def test_extract_operator_writes_a_dataset_that_loads_back_equal(empty_scene, tm
     assert "frames" in data.summary_text()
 
 
-def test_task_override_property_wins_over_the_name(empty_scene, tmp_path):
+def test_task_override_property_wins_over_the_name(demo_bvh, empty_scene, tmp_path):
     import bpy
 
     from neural_ik.blender.extract import extract_dataset
     from neural_ik.neural_network.skeleton.roles import TASKS
 
-    obj = _bandai_armature(tmp_path)
-    walk = bpy.data.actions["dataset-1_walk_normal_001"]
+    obj = _demo_armature(tmp_path, demo_bvh)
+    walk = bpy.data.actions["walk_normal_03"]
     walk.neural_ik_task = "JUMP"
     data, _ = extract_dataset(bpy.context, obj)
     names = list(data.action_names)
     assert set(data.task[data.action == names.index(walk.name)]) == {TASKS.index("jump")}
-    assert set(data.task[data.action == names.index("dataset-1_run_normal_001")]) == {TASKS.index("locomotion")}
+    assert set(data.task[data.action == names.index("run_easy_01")]) == {TASKS.index("locomotion")}
 
 
-def test_load_refuses_truncated_wrong_kind_and_wrong_version(empty_scene, tmp_path):
+def test_load_refuses_truncated_wrong_kind_and_wrong_version(demo_bvh, empty_scene, tmp_path):
     import bpy
 
     from neural_ik.blender.extract import extract_dataset
     from neural_ik.neural_network.data.dataset import Dataset
     from neural_ik.neural_network.data.files import FileRefused, save_npz
 
-    obj = _bandai_armature(tmp_path, BANDAI_FILES[:1])
+    obj = _demo_armature(tmp_path, demo_bvh, 1)
     data, _ = extract_dataset(bpy.context, obj)
     good = tmp_path / "good.npz"
     data.save(good)
@@ -114,13 +136,15 @@ def test_load_refuses_truncated_wrong_kind_and_wrong_version(empty_scene, tmp_pa
     with pytest.raises(FileRefused, match="inputs holds non-finite"):
         Dataset.load(not_finite)
     mask = tmp_path / "mask.npz"
-    save_npz(mask, dict(data.arrays, role_mask=np.ones(23, bool)), data.meta)
+    flipped = np.asarray(data.arrays["role_mask"]).copy()
+    flipped[5] = not flipped[5]                     # a role the skeleton maps said unmapped (or the reverse)
+    save_npz(mask, dict(data.arrays, role_mask=flipped), data.meta)
     with pytest.raises(FileRefused, match="role_mask does not match"):
         Dataset.load(mask)
     assert zipfile.is_zipfile(good)
 
 
-def test_extract_bad_input_gives_plain_messages_and_no_file(empty_scene, tmp_path):
+def test_extract_bad_input_gives_plain_messages_and_no_file(demo_bvh, empty_scene, tmp_path):
     import bpy
 
     out = tmp_path / "never.npz"
@@ -133,7 +157,7 @@ def test_extract_bad_input_gives_plain_messages_and_no_file(empty_scene, tmp_pat
         bpy.ops.neural_ik.extract(filepath=str(out))
     assert not out.exists()
 
-    obj = _bandai_armature(tmp_path, BANDAI_FILES[:1])
+    obj = _demo_armature(tmp_path, demo_bvh, 1)
     # an unwritable path: a folder that does not exist, and a path below a regular file
     for target in (tmp_path / "missing" / "set.npz", tmp_path / "file.txt" / "set.npz"):
         (tmp_path / "file.txt").write_text("x")
@@ -154,7 +178,7 @@ def test_extract_bad_input_gives_plain_messages_and_no_file(empty_scene, tmp_pat
     from neural_ik.blender.extract import extract_dataset
 
     data, notes = extract_dataset(bpy.context, obj)
-    assert list(data.action_names) == [os.path.splitext(BANDAI_FILES[0])[0]]
+    assert list(data.action_names) == [os.path.splitext(demo_bvh.files[0])[0]]
     assert any("stray-walk" in n and "none of the mapped bones" in n for n in notes)
     assert bpy.ops.neural_ik.extract(filepath=str(out)) == {"FINISHED"}
     assert out.exists()
@@ -169,12 +193,12 @@ def test_extract_bad_input_gives_plain_messages_and_no_file(empty_scene, tmp_pat
         bpy.ops.neural_ik.extract(filepath=str(out2))
     assert not out2.exists()
     # unmapped essentials
-    use_map(obj, dict(BANDAI_MAP, LeftHand="", RightFoot=""))
+    use_map(obj, dict(demo_bvh.bone_map, LeftHand="", RightFoot=""))
     with pytest.raises(RuntimeError, match="lacks the essential roles LeftHand, RightFoot"):
         bpy.ops.neural_ik.extract(filepath=str(out2))
 
 
-def test_import_folder_bad_input(empty_scene, tmp_path):
+def test_import_folder_bad_input(demo_bvh, empty_scene, tmp_path):
     import bpy
 
     empty = tmp_path / "empty"
@@ -185,11 +209,11 @@ def test_import_folder_bad_input(empty_scene, tmp_path):
         _import(tmp_path / "nowhere")
     assert len(bpy.data.objects) == 0
 
-    folder = gather(tmp_path, need_mocap(BANDAI), BANDAI_FILES[:2], "mixed")
-    os.symlink(os.path.join(need_mocap(CMU), "006_08.bvh"), folder / "zz_cmu.bvh")      # another skeleton
+    folder = gather(tmp_path, demo_bvh.folder, demo_bvh.files[:2], "mixed")
+    (folder / "zz_other.bvh").write_text(OTHER_SKELETON)      # another skeleton
     (folder / "notes.bvh").write_text("this is not motion capture\n")
     (folder / "a_binary.bvh").write_bytes(bytes(range(256)) * 4)
-    text = (need_mocap(BANDAI) and open(os.path.join(BANDAI, BANDAI_FILES[2]), encoding="utf-8").read())
+    text = open(demo_bvh.path(demo_bvh.files[2]), encoding="utf-8").read()
     (folder / "cut.bvh").write_text(text[: int(len(text) * 0.7)])
     (folder / "cut_header.bvh").write_text(text[: text.index("MOTION") // 2])
     objects_before = len(bpy.data.objects)
@@ -197,7 +221,7 @@ def test_import_folder_bad_input(empty_scene, tmp_path):
     arm = [o for o in bpy.data.objects if o.type == "ARMATURE"]
     assert len(arm) == 1 and len(bpy.data.objects) == objects_before + 1     # the temporary imports are gone
     assert len(bpy.data.armatures) == 1
-    assert sorted(a.name for a in bpy.data.actions) == sorted(os.path.splitext(f)[0] for f in BANDAI_FILES[:2])
+    assert sorted(a.name for a in bpy.data.actions) == sorted(os.path.splitext(f)[0] for f in demo_bvh.files[:2])
     assert all(a.use_fake_user for a in bpy.data.actions)
     assert bpy.context.scene.neural_ik.armature == arm[0]
 
@@ -207,7 +231,7 @@ def test_import_folder_bad_input(empty_scene, tmp_path):
         bpy.data.objects.remove(o)
     _, imported, skipped = import_bvh_files(bpy.context, str(folder), 0.01)
     reasons = dict(skipped)
-    assert "different skeleton" in reasons["zz_cmu.bvh"]
+    assert "skeleton" in reasons["zz_other.bvh"]            # a different skeleton (no roles to map)
     assert "not a BVH file" in reasons["notes.bvh"] and "not" in reasons["a_binary.bvh"]
     assert "truncated" in reasons["cut.bvh"] and "truncated" in reasons["cut_header.bvh"]
     assert len(imported) == 2

@@ -1,13 +1,11 @@
 """Import BVH Folder in Blender's window: the modal runner (one file per TIMER event, progress, Esc) driven with
-stand-in context and events, since timers never fire in the bpy module. Real Blender, real Bandai files."""
+stand-in context and events, since timers never fire in the bpy module. Real Blender, on BVH files written from the
+demo rig by Blender's exporter (tests/demo_bvh.py)."""
 
 import types
 
 import numpy as np
-from conftest import BANDAI, need_mocap
-from test_rig_io import BANDAI_FILES, gather
-
-FILES = BANDAI_FILES[:3]
+from test_rig_io import gather
 
 
 class StandInWindowManager:
@@ -74,8 +72,8 @@ def _runner(folder):
 TIMER, ESC = types.SimpleNamespace(type="TIMER"), types.SimpleNamespace(type="ESC")
 
 
-def _folder(tmp_path):
-    folder = gather(tmp_path, need_mocap(BANDAI), FILES)
+def _folder(tmp_path, files):
+    folder = gather(tmp_path, files.folder, files.files[:3])
     (folder / "cut.bvh").write_text("HIERARCHY\nROOT Hips\n{\n")     # sorted first: a skipped file before the rest
     return folder
 
@@ -98,12 +96,13 @@ def _actions():
     return result
 
 
-def test_modal_import_gives_the_synchronous_result(empty_scene, tmp_path):
+def test_modal_import_gives_the_synchronous_result(demo_bvh, empty_scene, tmp_path):
     import bpy
 
     from neural_ik.blender.bvh_import import import_bvh_files, import_messages
 
-    folder = _folder(tmp_path)
+    folder = _folder(tmp_path, demo_bvh)
+    FILES = demo_bvh.files[:3]
     # run_modal as the file browser sets it: in background mode (the bpy module) the operator still runs synchronously
     assert bpy.ops.neural_ik.import_bvh_folder(directory=str(folder), global_scale=0.01, run_modal=True) == {"FINISHED"}
     sync_actions = _actions()
@@ -137,12 +136,13 @@ def test_modal_import_gives_the_synchronous_result(empty_scene, tmp_path):
     assert bpy.context.scene.neural_ik.armature == armatures[0] and bpy.context.view_layer.objects.active == armatures[0]
 
 
-def test_escape_keeps_the_first_file_and_leaves_nothing_stray(empty_scene, tmp_path):
+def test_escape_keeps_the_first_file_and_leaves_nothing_stray(demo_bvh, empty_scene, tmp_path):
     import bpy
 
     from neural_ik.blender.bvh_import import _data_snapshot
 
-    folder = gather(tmp_path, need_mocap(BANDAI), FILES)
+    FILES = demo_bvh.files[:3]
+    folder = gather(tmp_path, demo_bvh.folder, FILES)
     first = sorted(FILES)[0]
     context, runner = StandInContext(), _runner(folder)
     assert runner.invoke(context, None) == {"RUNNING_MODAL"}
@@ -165,10 +165,10 @@ def test_escape_keeps_the_first_file_and_leaves_nothing_stray(empty_scene, tmp_p
     assert wm.timers == [] and wm.ended == 1 and context.workspace.texts[-1] is None
 
 
-def test_escape_before_any_file_changes_nothing(empty_scene, tmp_path):
+def test_escape_before_any_file_changes_nothing(demo_bvh, empty_scene, tmp_path):
     import bpy
 
-    context, runner = StandInContext(), _runner(gather(tmp_path, need_mocap(BANDAI), FILES[:1]))
+    context, runner = StandInContext(), _runner(gather(tmp_path, demo_bvh.folder, demo_bvh.files[:1]))
     assert runner.invoke(context, None) == {"RUNNING_MODAL"}
     assert runner.modal(context, ESC) == {"CANCELLED"}
     assert len(bpy.data.objects) == 0 and len(bpy.data.actions) == 0

@@ -1,24 +1,24 @@
-"""Importing BVH clips by name pattern, and onto an armature that already holds clips of the same skeleton."""
+"""Importing BVH clips by name pattern, and onto an armature that already holds clips of the same skeleton (on BVH
+files written from the demo rig by Blender's exporter, tests/demo_bvh.py)."""
 
 import pytest
-from conftest import BANDAI, need_mocap
 
 
-def test_files_exclude_and_onto_active(empty_scene):
+def test_files_exclude_and_onto_active(demo_bvh, empty_scene):
     import bpy
 
-    folder = need_mocap(BANDAI)
-    bpy.ops.neural_ik.import_bvh_folder(directory=folder, global_scale=0.01, files="walk_normal_001,run_normal",
-                                        exclude="dataset-2")
+    folder = demo_bvh.folder
+    bpy.ops.neural_ik.import_bvh_folder(directory=folder, global_scale=0.01, files="walk_normal,run_easy",
+                                        exclude="_04")
     rig = bpy.context.scene.neural_ik.armature
     first = sorted(a.name for a in bpy.data.actions)
-    assert first == ["dataset-1_run_normal_001", "dataset-1_walk_normal_001"]   # dataset-2 excluded
+    assert first == ["run_easy_01", "walk_normal_03"]          # walk_normal_04 excluded
     bones = {b.name: tuple(b.head_local) for b in rig.data.bones}
 
-    bpy.ops.neural_ik.import_bvh_folder(directory=folder, global_scale=0.01, files="dataset-1_bow_tired_001",
+    bpy.ops.neural_ik.import_bvh_folder(directory=folder, global_scale=0.01, files="idle_stand_01",
                                         onto_active=True)
     assert [o.name for o in bpy.data.objects if o.type == "ARMATURE"] == [rig.name]   # no second armature
-    assert sorted(a.name for a in bpy.data.actions) == sorted(first + ["dataset-1_bow_tired_001"])
+    assert sorted(a.name for a in bpy.data.actions) == sorted(first + ["idle_stand_01"])
     assert {b.name: tuple(b.head_local) for b in rig.data.bones} == bones            # the rig itself is untouched
     assert rig.animation_data.action.name in first                                    # its assigned action too
 

@@ -1,4 +1,5 @@
-"""Reading rigs and actions (blender.rig_model, pose_read, pose_write) against Blender itself, on real motion capture:
+"""Reading rigs and actions (blender.rig_model, pose_read, pose_write) against Blender itself, on real motion capture
+(Bandai's and CMU's skeletons) and on BVH files written from the demo rig (tests/demo_bvh.py, for what any rig does):
 positions and orientations read without frame_set equal
 Blender's evaluated pose_bone.head/matrix; FK on the extracted rotations reproduces them; extraction changes nothing;
 written poses and actions read back exactly.
@@ -257,15 +258,15 @@ def test_retarget_keeps_world_rotations_of_every_file(empty_scene, tmp_path):
     assert differing > 0, "the chosen files should include one whose end bones' rest orientation differs"
 
 
-def test_write_pose_and_action_read_back(empty_scene, tmp_path):
+def test_write_pose_and_action_read_back(demo_bvh, empty_scene, tmp_path):
     import bpy
 
     from neural_ik.blender import pose_read, pose_write, rig_model
     from neural_ik.neural_network.geometry.rotations import angle_between, axis_angle_to_matrix
 
-    folder = gather(tmp_path, need_mocap(BANDAI), BANDAI_FILES[:1])
+    folder = gather(tmp_path, demo_bvh.folder, demo_bvh.files[:1])
     obj, _, _ = import_folder(bpy.context, folder)
-    rig = rig_model.read_rig(obj, BANDAI_MAP)
+    rig = rig_model.read_rig(obj, demo_bvh.bone_map)
     mask = rig.role_mask
     rng = np.random.default_rng(3)
     local = axis_angle_to_matrix(rng.normal(scale=0.8, size=(23, 3)))
@@ -296,21 +297,22 @@ def test_write_pose_and_action_read_back(empty_scene, tmp_path):
     assert np.max(np.abs(sample.hips_position - hips_pos_seq)) < 1e-5
 
 
-def test_read_rig_refuses_bad_maps(empty_scene, tmp_path):
+def test_read_rig_refuses_bad_maps(demo_bvh, empty_scene, tmp_path):
     import bpy
 
     from neural_ik.blender import rig_model
 
-    folder = gather(tmp_path, need_mocap(BANDAI), BANDAI_FILES[:1])
+    folder = gather(tmp_path, demo_bvh.folder, demo_bvh.files[:1])
     obj, _, _ = import_folder(bpy.context, folder)
+    good = demo_bvh.bone_map
     with pytest.raises(rig_model.RigError, match="'Nope'.*not in armature"):
-        rig_model.read_rig(obj, dict(BANDAI_MAP, LeftHand="Nope"))
+        rig_model.read_rig(obj, dict(good, LeftHand="Nope"))
     with pytest.raises(rig_model.RigError, match="mapped to both"):
-        rig_model.read_rig(obj, dict(BANDAI_MAP, RightHand="Hand_L"))
+        rig_model.read_rig(obj, dict(good, RightHand="LeftHand"))
     with pytest.raises(rig_model.RigError, match="lacks the essential roles LeftFoot"):
-        rig_model.read_rig(obj, dict(BANDAI_MAP, LeftFoot=""))
+        rig_model.read_rig(obj, dict(good, LeftFoot=""))
     with pytest.raises(rig_model.RigError, match="is not below"):
-        rig_model.read_rig(obj, dict(BANDAI_MAP, LeftShin="LowerLeg_R", RightShin="LowerLeg_L"))
+        rig_model.read_rig(obj, dict(good, LeftShin="RightShin", RightShin="LeftShin"))
 
 
 def test_sparse_keys_modifiers_and_muted_curves_read_as_blender_evaluates(empty_scene):

@@ -101,7 +101,8 @@ def task_name(task):
 
 
 def dataset_summary(meta):
-    """Plain facts about a dataset's metadata: actions, frames, frames per task, rig, frame rate."""
+    """Plain facts about a dataset's metadata: actions, frames, frames per task, rig, frame rate, and how many actions
+    are library motion retargeted from another skeleton (the rest is the rig's own)."""
     actions = meta.get("actions") or []
     per_task = {}
     frames = 0
@@ -123,6 +124,7 @@ def dataset_summary(meta):
         "rig": rig,
         "source": str(source),
         "fps": meta.get("fps"),
+        "retargeted": sum(1 for a in actions if isinstance(a.get("source"), dict) and a["source"].get("retargeted")),
     }
 
 

@@ -276,6 +276,9 @@ def draw_dataset(layout, settings):
     facts = dataset_summary(meta)
     col = box.column(align=True)
     col.label(text=f"{facts['actions']} actions, {facts['frames']} frames", icon="FILE_MOVIE")
+    if facts["retargeted"]:
+        col.label(text=f"{facts['actions'] - facts['retargeted']} own, {facts['retargeted']} retargeted library",
+                  icon="BLANK1")
     for task, frames in facts["per_task"]:
         col.label(text=f"{task.capitalize()}: {frames} frames", icon="BLANK1")
     if facts["rig"]:

@@ -10,10 +10,11 @@ import numpy as np
 
 from ..neural_network.data.features import detect_contacts
 from ..neural_network.data.files import FileRefused
+from ..neural_network.geometry import kinematics
 from ..neural_network.runtime.solver import Solver
 from ..neural_network.runtime.status import HELD, HELD_BAD_TARGETS, describe
 from ..neural_network.skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, ROLE_INDEX, TASKS
-from . import action_layouts, pose_read, pose_write, rig_model
+from . import action_layouts, control_rig, evaluated_pose, pose_read, pose_write, rig_model
 from .errors import LiveError
 from .extract import action_task
 from .live import LiveCharacter, missing_targets
@@ -38,7 +39,7 @@ def bake_source(obj, rig, action, frame_start, frame_end, fps):
     frames, targets, hips_rot, hips_pos, contacts, task, sample = _targets_from_action(
         obj, rig, action, frame_start, frame_end, fps)
     links = (sample.bridges, sample.offsets) if sample.moving_links else None
-    bones = rig_model.inbetween_bones(rig)
+    bones = rig_model.inbetween_bones(rig) if not rig.driven else []     # a control rig: its controls are keyed
     above = moving_bones_above_hips(obj, rig, action)
     if above:        # a root above the hips moves them: the hips are given as the source keys them, root and all
         bones = bones + above + [rig.bone_names[int(rig.role_bones[0])]]
@@ -98,6 +99,20 @@ def bake_targets_from_empties(context, obj, rig, frame_start, frame_end):
     return frames, targets
 
 
+def measured_controls(context, obj, rig):
+    """The rig's ControlRig with its offsets measured (None for a rig whose mapped bones are written directly): the
+    switches set to what the solver needs and the action taken off while measuring; everything put back."""
+    controls = control_rig.control_rig(obj, rig)
+    if controls is not None:
+        with evaluated_pose.KeptScene(context.scene, obj):
+            if obj.animation_data is not None:
+                obj.animation_data.action = None
+            controls.set_switches()
+            controls.measure()
+        controls.saved_switches = None      # KeptScene put them back
+    return controls
+
+
 def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iterations=4):
     """Solve frames frame_start..frame_end (0: the source action's or the scene's first / last) and write them as a
     new action, assigned to the armature. Targets: the effectors of the action called `source_action` (its hips and
@@ -106,6 +121,7 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
     try:
         rig = rig_of(obj)
         model, data = model_of(obj, rig)
+        controls = measured_controls(context, obj, rig)
         settings = obj.neural_ik
         scene = context.scene
         inbetween = {}
@@ -127,7 +143,7 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
             if end < start:
                 raise LiveError(f"the frame range {start}-{end} is empty")
             frames, targets = bake_targets_from_empties(context, obj, rig, start, end)
-            links = pose_read.current_links(obj, rig)        # in-between bones stay as they are now
+            links = pose_read.current_links(obj, rig) if not rig.driven else None   # in-between bones stay as now
             bones = rig_model.inbetween_bones(rig) if links is not None else []
             inbetween = pose_read.current_bone_values(rig, obj, bones, len(frames)) if bones else {}
             hips_rot = hips_pos = None
@@ -142,10 +158,19 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
                               refine_iterations=refine_iterations, dt=1.0 / 30, contact=contacts)
         if hips_rot is None:
             hips_rot, hips_pos = result.hips_rotation, result.hips_position
-    except (FileRefused, rig_model.RigError) as exc:
+    except (FileRefused, rig_model.RigError, control_rig.ControlRigError) as exc:
         raise LiveError(str(exc)) from None
     held = int(np.count_nonzero(result.status & HELD))
-    action = pose_write.write_action(obj, rig, name, frames, result.local, hips_rot, hips_pos, key_hips=key_hips)
+    if controls is not None:      # a control rig: key its controls so that its deform bones take the solved pose
+        pose = kinematics.forward(rig.skeleton, result.local, np.asarray(hips_rot, np.float64),
+                                  np.asarray(hips_pos, np.float64), *(links if links is not None else (None, None)))
+        action, _slot, container = action_layouts.new_action(obj, name)
+        action.use_fake_user = True
+        scales = control_rig.role_scales(rig.skeleton, pose.offsets) if links is not None else None
+        controls.key(container, frames, controls.control_pose(
+            control_rig.deform_worlds(rig, pose.rotations, pose.positions, scales)))
+    else:
+        action = pose_write.write_action(obj, rig, name, frames, result.local, hips_rot, hips_pos, key_hips=key_hips)
     if inbetween:
         pose_write.key_bone_values(obj, action, frames, inbetween)
     ad = obj.animation_data_create()

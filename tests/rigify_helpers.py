@@ -42,7 +42,8 @@ def open_rigify(path):
 
 def key_controls(obj, name, frames=40, seed=0, amplitude=1.0):
     """An action `name` keyed on every frame 1..frames on the IK hand and foot controls and the torso (location and
-    rotation): a walk-like sway, different per seed. Returns the action (left assigned to obj)."""
+    rotation): a walk-like sway, different per seed, hands and feet within reach (no IK stretch). Returns the action
+    (left assigned to obj)."""
 
     rng = np.random.default_rng(seed)
     phase = rng.uniform(0, 2 * math.pi, 8)
@@ -54,14 +55,14 @@ def key_controls(obj, name, frames=40, seed=0, amplitude=1.0):
         a = amplitude
         torso = pb["torso"]
         torso.location = (0.03 * a * math.sin(t + phase[0]), 0.05 * a * math.sin(t + phase[1]),
-                          -0.06 * a * (1 - math.cos(t + phase[2])))
+                          -0.04 - 0.06 * a * (1 - math.cos(t + phase[2])))      # knees bent: feet within reach
         torso.rotation_quaternion = (1.0, 0.08 * a * math.sin(t + phase[3]), 0.05 * a * math.sin(t), 0.1 * a * math.cos(t))
         torso.keyframe_insert("location", frame=f)
         torso.keyframe_insert("rotation_quaternion", frame=f)
         for k, (bone, sign) in enumerate((("hand_ik.L", 1), ("hand_ik.R", -1))):
             b = pb[bone]
-            b.location = (0.08 * a * math.sin(t + phase[4 + k]), -0.15 * a * (1 + math.sin(t + sign)),
-                          0.12 * a * math.cos(t + phase[6 + k]))
+            b.location = (-sign * (0.15 + 0.05 * a * math.sin(t + phase[4 + k])), -0.1 * a * (1 + math.sin(t + sign)),
+                          0.1 * a * math.cos(t + phase[6 + k]))           # toward the body: within the arm's reach
             b.keyframe_insert("location", frame=f)
         for k, (bone, sign) in enumerate((("foot_ik.L", 1), ("foot_ik.R", -1))):
             b = pb[bone]

@@ -62,3 +62,47 @@ def test_extract_reads_the_evaluated_deform_bones_and_leaves_the_scene(rigify_ri
                               dataset.hips_rotation.astype(np.float64), dataset.hips_position.astype(np.float64),
                               dataset.arrays.get("bridges"), dataset.arrays.get("offsets"))
     assert np.max(np.abs(pose.positions - expected)) < 1e-4 * height
+
+
+def _deform_effectors(obj, action, frames):
+    """(F, 5, 3) heads of the DEF- hands, feet and head from Blender's evaluated pose with `action` assigned alone."""
+    from live_helpers import assign_action
+
+    from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLES
+
+    assign_action(obj, action)
+    return _evaluated_heads(obj, frames, [RIGIFY_MAP[ROLES[r]] for r in EFFECTOR_ROLES])
+
+
+def test_bake_keys_the_controls_and_the_deform_bones_land_on_the_source(rigify_rig):
+    import bpy
+    from live_helpers import assign_action, linear_model_for
+
+    from neural_ik.blender import models, pose_read, rig_model
+
+    obj = rigify_rig
+    actions = [key_controls(obj, f"clip{k}", frames=16, seed=k, amplitude=1.0 + 0.2 * k) for k in range(3)]
+    source = actions[2]
+    assign_action(obj, actions[0])
+    bpy.context.scene.frame_set(3)
+    assert bpy.ops.neural_ik.auto_map() == {"FINISHED"}
+    rig = rig_model.read_rig(obj, RIGIFY_MAP)
+    samples = list(pose_read.read_actions(rig, obj, actions[:2]))
+    models.loaded_models[obj.name] = ("", linear_model_for(rig.skeleton, samples), None)
+    frames = list(range(1, 17))
+    want = _deform_effectors(obj, source, frames)       # before the bake: the baked action keys the switches to FK
+    try:
+        assert bpy.ops.neural_ik.bake(source_action=source.name, refine_iterations=4) == {"FINISHED"}
+    finally:
+        models.loaded_models.pop(obj.name, None)
+    baked = obj.animation_data.action
+    assert baked.name == f"{source.name}.nik"
+    from neural_ik.blender.action_layouts import all_action_fcurves
+
+    keyed = {fc.data_path.split('"')[1] for fc in all_action_fcurves(baked)}
+    assert not any(name.startswith("DEF-") for name in keyed)
+    assert {"hand_fk.L", "torso", "upper_arm_parent.L", "thigh_parent.R"} <= keyed       # controls and FK switches
+    got = _deform_effectors(obj, baked, frames)         # the baked action alone, switches as it keys them
+    miss = np.linalg.norm(got - want, axis=-1) * rig.scale
+    assert np.max(miss) < 1e-3, np.max(miss)
+    print(f"baked DEF- effectors vs source: max {1e3 * np.max(miss):.4f} mm")

@@ -1,8 +1,8 @@
 """The run-time ONNX graph: raw target world matrices in, local quaternions out, in one ONNX Runtime call.
 
 The exported file (onnx_export.py) keeps the game-engine contract, 50 inputs -> 69 clamped deltas. Live ticks use this
-second graph, built in memory from the same Model, because ONNX Runtime runs a small node in about 0.2 us while a
-NumPy call on a tiny array costs 0.5-1 us plus Python: the whole input builder and output conversion of the solver
+second graph, built in memory from the same Model, because ONNX Runtime runs a small node in less than half of what
+a NumPy call on a tiny array costs, and without Python between them: the whole input builder and output conversion of the solver
 (inputs.InputBuilder, q = q_mean * exp(delta)) as about 60 graph nodes is several times faster than as NumPy calls.
 The node count is the cost (session options change nothing measurable), so every stage is written in as few nodes as
 it can be: products with constant 0/1 matrices instead of Gather/Reshape runs, biases folded into Gemms, the hips'
@@ -30,8 +30,8 @@ is a constant of the graph, folded into the linear map: a live group holds chara
 Stages (each a function below): character space, the heading and the features (the matrices turned into the root
 frame, one features map), contacts, axis-angles, the network, the hips, q = q_mean * exp(delta) (and the pose buffers,
 one ScatterND into the unmapped bones' rotations), the check. Tensors stay 2-D where they meet a constant matrix, so
-ONNX Runtime fuses MatMul + Add into one Gemm. At one character the cost is ~0.25 us per node (55 after fusion) plus
-~1.7 us a call; at 50 the per-character arithmetic counts too, so the constant matrices (~52k floats) are kept small.
+ONNX Runtime fuses MatMul + Add into one Gemm. At one character the cost is a fixed amount per node (55 after fusion)
+plus one per call; at 50 the per-character arithmetic counts too, so the constant matrices (~52k floats) are kept small.
 
 The rig's bridges/offsets enter only through the builder's constant matrix (the thigh-to-thigh axis the heading is made
 from); a session whose in-between bones stand off their rest pose builds its graph from a skeleton holding their
@@ -67,7 +67,7 @@ FEET_COLUMNS = [16 * 4 + 12 + a for a in range(3)] + [16 * 5 + 12 + a for a in r
 HIPS_ROWS = 16                                                        # the root's 16 entries start here in vec
 QUATERNIONS = 4 * NUM_ROLES + 4                                       # q_ext: every role's quaternion, then the hips'
 ROLE_COLUMNS = 24            # the 23 roles' angles padded to a multiple of 8 (not 32: at K = 50 the Sin, Cos, Sqrt
-                             # and Div on them cost 6 us a tick less; numbers measured bitwise the same alone or batched)
+                             # and Div on them cost measurably less each tick; numbers measured bitwise the same alone or batched)
 
 
 def check_limits(height):
@@ -78,8 +78,8 @@ def check_limits(height):
 
 
 CHECK_BOUNDS = (1.0, 1.0, -NEAR_HALF_TURN)
-# Up to this many characters the check's 3 K comparisons are cheaper in Python (0.26 us at K = 1) than as NumPy calls
-# (1.2 us); at K = 50 Python takes 3.4 us.
+# Up to this many characters the check's 3 K comparisons are cheaper in Python than as NumPy calls (about 5x at
+# K = 1); at K = 50 Python costs about three times the NumPy calls.
 PYTHON_CHECK_CHARACTERS = 16
 
 
@@ -190,8 +190,8 @@ def _character_space(g):
     """The seven world matrices into character space, flattened: vec (K, 84), their top three rows.
 
     The 28 rows of the seven transposed matrices times C^T in one (28, 4) @ (4, 3) product per character: as
-    (K, 7, 4, 4) @ (K, 1, 4, 4) ONNX Runtime makes 7 tiny products per character (0.66 us each at K = 50, against
-    0.11 for this)."""
+    (K, 7, 4, 4) @ (K, 1, 4, 4) ONNX Runtime makes 7 tiny products per character, each about six times this
+    product's cost at K = 50)."""
     g.node("MatMul", ["world", "to_character_t"], "matrices_t")             # rows = columns of C @ W, top three entries
     return g.node("Reshape", ["matrices_t", g.ints("shape_vec", [-1, VEC])], "vec")
 

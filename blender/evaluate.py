@@ -18,7 +18,7 @@ import bpy
 import numpy as np
 
 from ..neural_network.geometry.rotations import chordal_mean
-from ..neural_network.report import eval_report, metrics
+from ..neural_network.report import eval_report, metrics, plot_svg
 from ..neural_network.skeleton.roles import ROLES
 from . import action_layouts, blender_ik
 from .armatures import armature_to_use
@@ -27,6 +27,7 @@ from .bone_maps import stored_or_preset_map
 from .bvh_import import import_bvh, import_bvh_files, import_messages, list_bvh_files, remove_imported
 from .errors import DataError, EvaluationError, LiveError
 from .extract import action_task
+from .progress import ProgressLine, duration
 from .rig_model import RigError, character_basis
 
 METHOD_LABELS = {
@@ -182,8 +183,9 @@ def solve_network(context, obj, action, frames, refine):
     return baked, spent / len(frames)
 
 
-def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path="", refine=2):
-    """{method: (Motion, seconds per frame)} plus "reference" for one clip. The scene's current frame is kept."""
+def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path="", refine=2, on_method=None):
+    """{method: (Motion, seconds per frame)} plus "reference" for one clip; on_method(method) is called before each
+    method runs (progress)."""
     scene = context.scene
     names = role_bone_names(bone_map)
     frames = action_frames(action)
@@ -201,6 +203,8 @@ def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path
                             "positions": {role: positions[:, j] for j, role in enumerate(ROLES) if bone_map.get(role)},
                             "axes": {role: axes[:, j] for j, role in enumerate(ROLES) if bone_map.get(role)}}
     for method in methods:
+        if on_method is not None and (model_path or method not in ("network", "refined")):
+            on_method(method)
         if method in ("network", "refined"):
             if not model_path:
                 continue
@@ -293,99 +297,191 @@ class Collector:
         return report, frames, actions
 
 
-def write_png(path, report, frames, actions):
-    """Error over frames per clip and a bar chart per role, through neural_network/plot_png."""
-    eval_report.evaluation_png(path, report, frames, actions)
+def write_chart(path, report, frames, actions):
+    """Error over frames per clip and a bar chart per role, as SVG (neural_network/report/plot_svg)."""
+    plot_svg.evaluation_svg(path, report, frames, actions)
 
 
 NO_ARMATURE = "choose an armature to evaluate (or give a BVH folder)"
 
 
-def run_evaluation(context, options, notes=None):
-    """The whole evaluation; options is a dict of the operator's settings. Returns the report dict; `notes` (a list)
-    receives warnings in words (BVH files the import skipped)."""
-    scene = context.scene
-    methods = []
-    model_path = bpy.path.abspath(options.get("model_path", "")) if options.get("model_path") else ""
-    if model_path:
-        if not os.path.isfile(model_path):
-            raise EvaluationError(f"model {model_path} does not exist")
-        methods += ["network", "refined"] if options.get("refine_iterations", 2) > 0 else ["network"]
-    if options.get("baseline", True):
-        methods.append("blender_ik")
-        if options.get("poles", True):
-            methods.append("blender_ik_poles")
-    if options.get("start_pose", False):
-        methods.append("start_pose")
-    if not methods:
-        raise EvaluationError("nothing to evaluate: give a model or turn the Blender IK baseline on")
-    collector = Collector(tuple(methods))
-    refine = int(options.get("refine_iterations", 2))
-    folder = bpy.path.abspath(options.get("bvh_folder", "")) if options.get("bvh_folder") else ""
-    t0 = time.perf_counter()
-    if folder and model_path:
-        # the network needs the armature it was trained on: the folder goes onto one armature (its first file's)
-        # through the add-on's own importer, and the clips are the actions whose names match `files`
-        # With an armature given (the one the model was trained on), the clips are added to it; else the folder
-        # goes onto a new armature (its first file's). The clips are the actions the import added.
-        onto = armature_to_use(context, EvaluationError, options["armature"], NO_ARMATURE) if options.get("armature") else None
+class Evaluation:
+    """The evaluation as steps, one clip each (every method on it), so Blender's window can show a progress bar and
+    stop on Esc: Evaluation(context, options, notes), then step() until `done`, then finish() -> the report;
+    abandon() stops and puts everything back. options is a dict of the operator's settings; `notes` (a list) receives
+    warnings in words (BVH files the import skipped). In background mode each method of each clip updates one
+    progress line (blender.progress). Raises EvaluationError (or OSError/ValueError from writing the files)."""
+
+    def __init__(self, context, options, notes=None):
+        self.context, self.notes = context, notes
+        self.frame = context.scene.frame_current
+        self.actions_before = set(bpy.data.actions)
+        self.user_armature_import = bool(options.get("armature") and options.get("bvh_folder"))
+        self.position, self.items, self.restore = 0, [], None
+        self.started = time.perf_counter()
+        self.line = ProgressLine() if bpy.app.background else None
         try:
+            self._prepare(options)
+        except DataError as exc:
+            self.close()
+            raise EvaluationError(str(exc)) from None
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def count(self):
+        return len(self.items)
+
+    @property
+    def done(self):
+        return self.position >= self.count
+
+    def name(self, index=None):
+        """The name of clip `index` (default: the next one)."""
+        item = self.items[self.position if index is None else index]
+        return os.path.basename(item)[:-4] if isinstance(item, str) else item.name
+
+    def _prepare(self, options):
+        context = self.context
+        methods = []
+        model_path = bpy.path.abspath(options.get("model_path", "")) if options.get("model_path") else ""
+        if model_path:
+            if not os.path.isfile(model_path):
+                raise EvaluationError(f"model {model_path} does not exist")
+            methods += ["network", "refined"] if options.get("refine_iterations", 2) > 0 else ["network"]
+        if options.get("baseline", True):
+            methods.append("blender_ik")
+            if options.get("poles", True):
+                methods.append("blender_ik_poles")
+        if options.get("start_pose", False):
+            methods.append("start_pose")
+        if not methods:
+            raise EvaluationError("nothing to evaluate: give a model or turn the Blender IK baseline on")
+        self.methods, self.model_path = methods, model_path
+        self.collector = Collector(tuple(methods))
+        self.refine = int(options.get("refine_iterations", 2))
+        self.options = options
+        folder = bpy.path.abspath(options.get("bvh_folder", "")) if options.get("bvh_folder") else ""
+        if folder and model_path:
+            # the network needs the armature it was trained on: with an armature given (the one the model was
+            # trained on) the folder's clips are added to it, else the folder goes onto a new armature (its first
+            # file's) through the add-on's own importer. The clips are the actions the import added.
+            onto = (armature_to_use(context, EvaluationError, options["armature"], NO_ARMATURE)
+                    if options.get("armature") else None)
             target, imported, skipped = import_bvh_files(context, folder, 0.01, options.get("files", ""), onto=onto)
+            if self.notes is not None:
+                self.notes.extend(text for level, text in import_messages(target, imported, skipped)
+                                  if level == "WARNING")
+            added = [bpy.data.actions[name] for name in imported]
+            if not added:
+                raise EvaluationError(f"nothing was imported from {folder}")
+            options = dict(options, armature=target.name, actions=",".join(a.name for a in added))
+            folder = ""
+        if folder:
+            names = list_bvh_files(folder, options.get("files", ""), max_files=options.get("max_files", 0))
+            self.items = [os.path.join(folder, n) for n in names]
+            first = import_bvh(self.items[0])
+            self.bone_map = bone_map_for(first)
+            remove_imported(first)
+            self.mean_pose = _mean_pose(options, self.bone_map, model_path, None)
+            self.obj = None
+            return
+        obj = armature_to_use(context, EvaluationError, options.get("armature", ""), NO_ARMATURE)
+        self.bone_map = bone_map_for(obj)
+        self.items = _actions(obj, self.bone_map, options.get("actions", ""))
+        self.mean_pose = _mean_pose(options, self.bone_map, model_path, (obj, self.items))
+        self.obj = obj
+        previous = obj.animation_data.action if obj.animation_data else None
+        self.restore = (previous, _saved_settings(context, obj))
+        _store_model(obj, self.bone_map, model_path)
+
+    def step(self):
+        """Evaluate the next clip with every method."""
+        context, scene = self.context, self.context.scene
+        name = self.name()
+        clip = f"clip {self.position + 1} of {self.count} ({name})"
+
+        def on_method(method):
+            if self.line is not None:
+                label = METHOD_LABELS.get(method, method)
+                self.line.update(f"evaluating: {clip}, {label}", detail=f"evaluate {clip}: {label}")
+
+        item = self.items[self.position]
+        try:
+            if isinstance(item, str):        # a BVH file, imported for this clip only
+                obj = import_bvh(item)
+                try:
+                    _store_model(obj, self.bone_map, self.model_path)
+                    action = obj.animation_data.action
+                    results = evaluate_clip(context, obj, action, self.bone_map, self.mean_pose, self.methods,
+                                            self.model_path, self.refine, on_method)
+                    task = action_task(action)
+                finally:
+                    _remove_baked(obj)
+                    remove_imported(obj)
+            else:
+                results = evaluate_clip(context, self.obj, item, self.bone_map, self.mean_pose, self.methods,
+                                        self.model_path, self.refine, on_method)
+                task = action_task(item)
         except DataError as exc:
             raise EvaluationError(str(exc)) from None
-        if notes is not None:
-            notes.extend(text for level, text in import_messages(target, imported, skipped) if level == "WARNING")
-        new = [target]
-        added = [bpy.data.actions[name] for name in imported]
-        if not added:
-            raise EvaluationError(f"nothing was imported from {folder}")
-        options = dict(options, armature=new[0].name, actions=",".join(a.name for a in added))
-        folder = ""
-    if folder:
-        names = list_bvh_files(folder, options.get("files", ""), max_files=options.get("max_files", 0))
-        paths = [os.path.join(folder, n) for n in names]
-        first = import_bvh(paths[0])
-        bone_map = bone_map_for(first)
-        remove_imported(first)
-        mean_pose = _mean_pose(options, bone_map, model_path, None)
-        for path in paths:
-            obj = import_bvh(path)
-            try:
-                _store_model(obj, bone_map, model_path)
-                action = obj.animation_data.action
-                results = evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path, refine)
-                collector.add(os.path.basename(path)[:-4], action_task(action), results, _fps(scene), _mask(bone_map))
-            finally:
-                _remove_baked(obj)
-                remove_imported(obj)
-    else:
-        obj = armature_to_use(context, EvaluationError, options.get("armature", ""), NO_ARMATURE)
-        bone_map = bone_map_for(obj)
-        chosen = _actions(obj, bone_map, options.get("actions", ""))
-        mean_pose = _mean_pose(options, bone_map, model_path, (obj, chosen))
-        previous = obj.animation_data.action if obj.animation_data else None
-        saved = _saved_settings(context, obj)
+        self.collector.add(name, task, results, _fps(scene), _mask(self.bone_map))
+        self.position += 1
+
+    def finish(self):
+        """The report of every clip (JSON and PNG written when asked); everything is put back."""
+        global last_report
         try:
-            _store_model(obj, bone_map, model_path)
-            for action in chosen:
-                results = evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path, refine)
-                collector.add(action.name, action_task(action), results, _fps(scene), _mask(bone_map))
+            while not self.done:
+                self.step()
+            collector = self.collector
+            limits = limits_from(self.mean_pose, self.bone_map, self.model_path,
+                                 _concatenate(collector.motions["reference"]).local_rotations
+                                 if not self.model_path else None)
+            seconds = time.perf_counter() - self.started
+            report, frames, actions = collector.report(limits, {"model": self.model_path,
+                                                                "refine_iterations": self.refine, "seconds": seconds})
+            options = self.options
+            if options.get("json_path"):
+                eval_report.write_json(bpy.path.abspath(options["json_path"]), report)
+            if options.get("svg_path"):
+                write_chart(bpy.path.abspath(options["svg_path"]), report, frames, actions)
         finally:
+            self.close()
+        if self.line is not None:
+            self.line.done(f"evaluated {self.count} clips ({sum(collector.lengths)} frames) in {duration(seconds)}")
+        last_report = report
+        return report
+
+    def abandon(self):
+        """Stop (Esc, a failure): nothing is written; the scene is as it was."""
+        if self.line is not None:
+            self.line.done()
+        self.close()
+
+    def close(self):
+        """Put back what the run changed: the armature's action and settings, the scene's frame, and the clips
+        imported onto the user's armature."""
+        if self.restore is not None:
+            previous, saved = self.restore
+            obj = self.obj
             if previous is not None:
                 action_layouts.assign_action(obj, previous)
             elif obj.animation_data is not None:
                 obj.animation_data.action = None
-            _restore_settings(context, obj, saved)
-    limits = limits_from(mean_pose, bone_map, model_path,
-                         _concatenate(collector.motions["reference"]).local_rotations if not model_path else None)
-    report, frames, actions = collector.report(limits, {"model": model_path, "refine_iterations": refine,
-                                                        "seconds": time.perf_counter() - t0})
-    report["seconds"] = time.perf_counter() - t0
-    if options.get("json_path"):
-        eval_report.write_json(bpy.path.abspath(options["json_path"]), report)
-    if options.get("png_path"):
-        write_png(bpy.path.abspath(options["png_path"]), report, frames, actions)
-    return report
+            _restore_settings(self.context, obj, saved)
+            self.restore = None
+        self.context.scene.frame_set(self.frame)      # playing the clips moved it; the user's frame stays theirs
+        if self.user_armature_import:                  # clips imported onto the user's armature go with the run
+            for action in [a for a in bpy.data.actions if a not in self.actions_before]:
+                bpy.data.actions.remove(action)
+            self.user_armature_import = False
+
+
+def run_evaluation(context, options, notes=None):
+    """The whole evaluation at once (what the operator does headless). Returns the report dict."""
+    return Evaluation(context, options, notes).finish()
 
 
 def _fps(scene):
@@ -483,23 +579,9 @@ last_report = {}
 
 
 def evaluate(context, options, notes=None):
-    """run_evaluation as the Evaluate operator runs it: the scene's frame is put back afterwards, and clips imported
-    onto the user's armature leave with the run. Returns the report; raises EvaluationError (or OSError/ValueError
-    from writing the files)."""
-    global last_report
-    frame = context.scene.frame_current
-    actions_before = set(bpy.data.actions)
-    try:
-        report = run_evaluation(context, options, notes)
-    except DataError as exc:
-        raise EvaluationError(str(exc)) from None
-    finally:
-        context.scene.frame_set(frame)      # playing the clips moved it; the user's frame stays theirs
-        if options.get("armature") and options.get("bvh_folder"):   # clips imported onto the user's armature go
-            for action in [a for a in bpy.data.actions if a not in actions_before]:
-                bpy.data.actions.remove(action)
-    last_report = report
-    return report
+    """run_evaluation as the Evaluate operator runs it headless. Returns the report; raises EvaluationError (or
+    OSError/ValueError from writing the files)."""
+    return run_evaluation(context, options, notes)
 
 
 def summary(report):

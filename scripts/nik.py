@@ -3,10 +3,15 @@
     blender -b file.blend --python scripts/nik.py -- <command> [options]
     python scripts/nik.py <command> [options]          (with `pip install bpy==5.0.1`)
 
-Every command prints one line of reason and exits non-zero on failure. `python scripts/nik.py --help` lists them.
+On any error a command prints one line on stderr, `nik <command>: error: <reason>`, nothing on stdout, and exits
+non-zero; inputs are checked before Blender reads them, so a refused command writes nothing. Blender's own report
+lines ("Info: ...") and messages stay out of the output unless --verbose is given (warnings are kept); long work
+shows one progress line. `python scripts/nik.py --help` lists the commands.
 """
 
 import argparse
+import io
+import math
 import os
 import sys
 
@@ -15,6 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from addon_loader import exit_crashes_after_python, exit_process, isolate_user_resources, load_addon  # noqa: E402
 
 COMMANDS = {}
+BLEND_MAGICS = (b"BLENDER", b"\x1f\x8b", b"\x28\xb5\x2f\xfd")     # plain, gzip- and zstd-compressed .blend
+NPZ_MAGIC = b"PK\x03\x04"                                              # .npz is a zip archive
 
 
 def command(name, help_text):
@@ -29,25 +36,206 @@ class CommandError(Exception):
     """A failure with a message for the user (printed as one line)."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line, `nik <command>: error: <reason>` (no usage block)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+# ---- output: the CLI's own lines, Blender's kept out --------------------------------------------------------------
+
+
+class Output:
+    """Where the CLI writes (`out`, `err`: the process's stdout and stderr as they were at start) and what it keeps
+    from Blender. Without verbose, file descriptors 1 and 2 then point at the null device, so what Blender's C code
+    prints (file reads, its exit messages) stays out; Python's sys.stdout/sys.stderr are these streams, and
+    run_operator catches the report lines Blender prints for an operator called from Python."""
+    out = sys.stdout
+    err = sys.stderr
+    verbose = False
+
+    @classmethod
+    def start(cls, verbose):
+        cls.verbose = verbose
+        if verbose:
+            return
+        import warnings
+
+        warnings.simplefilter("ignore")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            cls.out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="replace")
+            cls.err = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            os.close(null)
+        except (OSError, ValueError):        # no real descriptors (an embedding host): keep the streams as they are
+            cls.out, cls.err = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = cls.out, cls.err
+
+
+def say(text):
+    Output.out.write(text + "\n")
+    Output.out.flush()
+
+
 def run_operator(op, **kwargs):
-    """Call a bpy.ops operator; turn its error report into a CommandError with Blender's message."""
+    """Call a bpy.ops operator; turn its error report into a CommandError with Blender's message. The report lines
+    Blender prints for it are kept: warnings are passed on, the rest only with --verbose."""
+    captured, saved = io.StringIO(), (sys.stdout, sys.stderr)
+    sys.stdout = captured
+    sys.stderr = captured if not Output.verbose else sys.stderr     # an operator's own traceback
     try:
         result = op(**kwargs)
     except RuntimeError as exc:
-        message = str(exc).strip().splitlines()
-        raise CommandError(message[-1] if message else "operator failed") from None
+        message = [line for line in str(exc).strip().splitlines()
+                   if line.strip() and not line.startswith("Location:")]
+        reason = message[-1].strip() if message else "operator failed"
+        for prefix in ("Error: ", "Warning: "):
+            reason = reason[len(prefix):] if reason.startswith(prefix) else reason
+        raise CommandError(reason) from None
+    finally:
+        sys.stdout, sys.stderr = saved
+    for line in captured.getvalue().splitlines():
+        if Output.verbose or line.startswith("Warning"):
+            say(line)
     if "FINISHED" not in result:
         raise CommandError(f"{op.idname_py()} did not finish ({', '.join(sorted(result))})")
     return result
 
 
-def open_blend(path):
+# ---- checks of inputs and outputs, before Blender reads or writes anything -----------------------------------
+
+
+def input_file(path, what, magics=(), suffixes=()):
+    """Refuse a path that is missing, a folder, empty or not the kind of file its first bytes say."""
+    if not path:
+        raise CommandError(f"give the {what}")
+    if not os.path.exists(path):
+        raise CommandError(f"{path} does not exist")
+    if os.path.isdir(path):
+        raise CommandError(f"{path} is a folder, not a {what}")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(16)
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not head:
+        raise CommandError(f"{path} is empty")
+    if suffixes and path.lower().endswith(suffixes) and not magics:
+        return os.path.abspath(path)
+    if magics and not head.startswith(magics):
+        raise CommandError(f"{path} is not a {what}")
+    return os.path.abspath(path)
+
+
+def input_blend(path):
+    return input_file(path, ".blend file", BLEND_MAGICS)
+
+
+def input_model(path):
+    """A checkpoint (.npz) or an .onnx file (its contents are checked when it is loaded)."""
+    if path.lower().endswith(".onnx"):
+        return input_file(path, "model (.npz or .onnx)")
+    return input_file(path, "model (.npz checkpoint or .onnx)", (NPZ_MAGIC,))
+
+
+def input_folder(path, what="folder"):
+    if not path:
+        raise CommandError(f"give the {what}")
+    if not os.path.exists(path):
+        raise CommandError(f"{path} does not exist")
+    if not os.path.isdir(path):
+        raise CommandError(f"{path} is a file, not a {what}")
+    return os.path.abspath(path)
+
+
+def output_file(path, what="output file"):
+    """Refuse an output path that is a folder or whose folder does not exist; returns the absolute path."""
+    if not path:
+        return ""
+    full = os.path.abspath(path)
+    if os.path.isdir(full):
+        raise CommandError(f"{path} is a folder: give a file name for the {what}")
+    folder = os.path.dirname(full)
+    if not os.path.isdir(folder):
+        raise CommandError(f"folder of {path} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise CommandError(f"folder of {path} is not writable")
+    return full
+
+
+def check_output_folders(*paths):
+    """Fail early, before any work, when an output file's folder does not exist (or the path is a folder)."""
+    for path in paths:
+        output_file(path)
+
+
+_made_folders = []
+
+
+def make_folder(path):
+    """Create an output folder (and remember it: a failed command removes it again when it is still empty)."""
+    full = os.path.abspath(path)
+    if os.path.exists(full) and not os.path.isdir(full):
+        raise CommandError(f"{path} is a file, not a folder")
+    missing = []
+    walk = full
+    while not os.path.exists(walk):
+        missing.append(walk)
+        walk = os.path.dirname(walk)
+    try:
+        os.makedirs(full, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(f"cannot create {path}: {exc.strerror or exc}") from None
+    _made_folders.extend(missing)
+    return full
+
+
+def remove_made_folders():
+    for folder in _made_folders:        # deepest first
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
+    _made_folders.clear()
+
+
+def number(kind, low=None, high=None, low_open=False):
+    """argparse type: an int or a finite float within [low, high] (low excluded with low_open)."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'a whole number' if kind is int else 'a number'}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if low is not None and (value <= low if low_open else value < low):
+            raise argparse.ArgumentTypeError(f"{text} must be {'above' if low_open else 'at least'} {low}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{text} must be at most {high}")
+        return value
+    return parse
+
+
+def blender():
+    """Load Blender and the add-on (after a command's own checks, so bad input is refused at once); returns bpy."""
+    load_addon()
     import bpy
 
+    from neural_ik.blender import progress
+
+    progress.Console.stream, progress.Console.verbose = Output.out, Output.verbose
+    return bpy
+
+
+def open_blend(path):
+    bpy = blender()
     if path:
-        if not os.path.isfile(path):
-            raise CommandError(f"{path} does not exist")
-        bpy.ops.wm.open_mainfile(filepath=os.path.abspath(path))
+        run_operator(bpy.ops.wm.open_mainfile, filepath=input_blend(path))
 
 
 def active_armature(name=None):
@@ -76,15 +264,8 @@ def save_blend(path):
     import bpy
 
     if path:
-        bpy.ops.wm.save_as_mainfile(filepath=os.path.abspath(path), check_existing=False)
-        print(f"saved {path}")
-
-
-def check_output_folders(*paths):
-    """Fail early, before any work, when the folder of an output file does not exist."""
-    for path in paths:
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise CommandError(f"folder of {path} does not exist")
+        run_operator(bpy.ops.wm.save_as_mainfile, filepath=os.path.abspath(path), check_existing=False)
+        say(f"saved {path}")
 
 
 # ---- commands are added below, one block each -----------------------------------------------------------------
@@ -97,9 +278,10 @@ def _evaluate_command(parser):
     parser.add_argument("--actions", default="", help="comma-separated action names (default: all of the rig)")
     parser.add_argument("--bvh-folder", default="", help="evaluate BVH files of this folder instead, one at a time")
     parser.add_argument("--files", default="", help="comma-separated name patterns within --bvh-folder")
-    parser.add_argument("--max-files", type=int, default=0, help="at most this many files (0: all)")
+    parser.add_argument("--max-files", type=number(int, 0), default=0, help="at most this many files (0: all)")
     parser.add_argument("--model", default="", help="checkpoint to evaluate (default: Blender IK baseline only)")
-    parser.add_argument("--refine", type=int, default=2, help="refinement iterations of the refined network row")
+    parser.add_argument("--refine", type=number(int, 0, 50), default=2,
+                        help="refinement iterations of the refined network row (0-50)")
     parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
                         help="also run Blender's IK constraint (without and with poles)")
     parser.add_argument("--poles", action=argparse.BooleanOptionalAction, default=True,
@@ -108,79 +290,91 @@ def _evaluate_command(parser):
     parser.add_argument("--train-folder", default="", help="BVH folder of training clips for the baseline's start pose "
                         "(used when no --model is given)")
     parser.add_argument("--train-files", default="", help="comma-separated name patterns within --train-folder")
-    parser.add_argument("--train-max", type=int, default=20, help="at most this many training files for the start pose")
+    parser.add_argument("--train-max", type=number(int, 0), default=20,
+                        help="at most this many training files for the start pose")
     parser.add_argument("--json", default="", help="write the full results here")
-    parser.add_argument("--png", default="", help="write the error-over-frames and per-role chart here")
+    parser.add_argument("--svg", default="", help="write the error-over-frames and per-role chart here (SVG)")
 
     def run(args):
-        import bpy
-
+        if not args.blend and not args.bvh_folder:
+            raise CommandError("give --blend FILE or --bvh-folder DIR")
+        if args.blend:
+            input_blend(args.blend)
+        folder = input_folder(args.bvh_folder, "BVH folder") if args.bvh_folder else ""
+        model = input_model(args.model) if args.model else ""
+        train_folder = input_folder(args.train_folder, "folder of training BVH files") if args.train_folder else ""
+        json_path, svg_path = output_file(args.json, "results"), output_file(args.svg, "chart")
+        if not model and not args.baseline:
+            raise CommandError("nothing to evaluate: give --model or leave the Blender IK baseline on")
+        bpy = blender()
         if args.blend:
             open_blend(args.blend)
-        elif not args.bvh_folder:
-            raise CommandError("give --blend FILE or --bvh-folder DIR")
         armature = active_armature(args.armature).name if args.blend else ""
-        check_output_folders(args.json, args.png)
-        run_operator(bpy.ops.neural_ik.evaluate, armature=armature, actions=args.actions,
-                     bvh_folder=os.path.abspath(args.bvh_folder) if args.bvh_folder else "", files=args.files,
-                     max_files=args.max_files, model_path=os.path.abspath(args.model) if args.model else "",
-                     refine_iterations=args.refine, baseline=args.baseline, poles=args.poles,
-                     start_pose=args.start_pose,
-                     mean_pose_folder=os.path.abspath(args.train_folder) if args.train_folder else "",
-                     mean_pose_files_pattern=args.train_files, mean_pose_files=args.train_max,
-                     json_path=os.path.abspath(args.json) if args.json else "",
-                     png_path=os.path.abspath(args.png) if args.png else "")
+        run_operator(bpy.ops.neural_ik.evaluate, armature=armature, actions=args.actions, bvh_folder=folder,
+                     files=args.files, max_files=args.max_files, model_path=model, refine_iterations=args.refine,
+                     baseline=args.baseline, poles=args.poles, start_pose=args.start_pose,
+                     mean_pose_folder=train_folder, mean_pose_files_pattern=args.train_files,
+                     mean_pose_files=args.train_max, json_path=json_path, svg_path=svg_path)
         if args.json:
-            print(f"results written to {args.json}")
-        if args.png:
-            print(f"chart written to {args.png}")
+            say(f"results written to {args.json}")
+        if args.svg:
+            say(f"chart written to {args.svg}")
     return run
 
 
-@command("train", "Train the network on an extracted dataset; writes model.npz, metrics.json and loss.png")
+@command("train", "Train the network on an extracted dataset; writes model.npz, metrics.json and loss.svg")
 def _train_command(parser):
     parser.add_argument("--dataset", required=True, help="dataset .npz written by the extract command")
     parser.add_argument("--out", required=True, help="output folder (created when missing)")
-    parser.add_argument("--epochs", type=int, default=300, help="number of epochs (default 300; early stop ends sooner)")
-    parser.add_argument("--time-limit", type=float, default=0.0, help="stop after this many seconds (0: no limit)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the action split, initialisation and batches")
-    parser.add_argument("--batch", type=int, default=256, help="rows per step (default 256)")
-    parser.add_argument("--lr", type=float, default=2e-3, help="learning rate (default 0.002)")
+    parser.add_argument("--epochs", type=number(int, 1), default=300,
+                        help="number of epochs (default 300; early stop ends sooner)")
+    parser.add_argument("--time-limit", type=number(float, 0.0), default=0.0,
+                        help="stop after this many seconds (0: no limit)")
+    parser.add_argument("--seed", type=number(int, 0), default=0,
+                        help="seed of the action split, initialisation and batches")
+    parser.add_argument("--batch", type=number(int, 2), default=256, help="rows per step (default 256)")
+    parser.add_argument("--lr", type=number(float, 0.0, low_open=True), default=2e-3,
+                        help="learning rate (default 0.002)")
     parser.add_argument("--resume", action="store_true", help="continue the run saved in --out")
     parser.add_argument("--blend", default="", help="open this .blend first; its armature's model becomes the result")
     parser.add_argument("--armature", help="armature name in the .blend")
     parser.add_argument("--save", default="", help="save the .blend here afterwards")
 
     def run(args):
-        import bpy
+        save = output_file(args.save, ".blend file")
+        dataset = input_file(args.dataset, "dataset (.npz)", (NPZ_MAGIC,))
+        if args.blend:
+            input_blend(args.blend)
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            raise CommandError(f"{args.out} is a file, not a folder")
+        bpy = blender()
+        from neural_ik.neural_network.data.dataset import Dataset
+        from neural_ik.neural_network.data.files import FileRefused
 
-        check_output_folders(args.save)
-        if not os.path.isfile(args.dataset):
-            raise CommandError(f"{args.dataset} does not exist")
-        if args.epochs < 1 or args.batch < 2 or args.lr <= 0 or args.time_limit < 0:
-            raise CommandError("--epochs and --batch must be positive, --lr above 0, --time-limit 0 or more")
         try:
-            os.makedirs(args.out, exist_ok=True)
-        except OSError as exc:
-            raise CommandError(f"cannot create {args.out}: {exc.strerror or exc}") from None
+            Dataset.load(dataset)           # refuse a foreign or broken file before the output folder is made
+        except (FileRefused, ValueError, OSError) as exc:
+            raise CommandError(str(exc)) from None
         if args.blend:
             open_blend(args.blend)
             active_armature(args.armature)
-        run_operator(bpy.ops.neural_ik.train, filepath=os.path.abspath(args.dataset), directory=os.path.abspath(args.out),
-                     epochs=args.epochs, time_limit=args.time_limit, seed=args.seed, batch_size=args.batch,
-                     learning_rate=args.lr, resume=args.resume, mode="SYNC")
+        out = make_folder(args.out)
+        run_operator(bpy.ops.neural_ik.train, filepath=dataset, directory=out, epochs=args.epochs,
+                     time_limit=args.time_limit, seed=args.seed, batch_size=args.batch, learning_rate=args.lr,
+                     resume=args.resume, mode="SYNC")
         from neural_ik import state
 
-        print(state.training.message)
-        print(f"model: {state.training.checkpoint_path}")
-        save_blend(args.save)
+        say(state.training.message)
+        say(f"model: {state.training.checkpoint_path}")
+        save_blend(save)
     return run
 
 
 @command("import-bvh", "Import every .bvh file of a folder as actions on one armature (and auto-map it)")
 def _import_bvh_command(parser):
     parser.add_argument("folder", help="folder holding .bvh files")
-    parser.add_argument("--scale", type=float, default=1.0, help="scale of the files (0.01 for centimetre data)")
+    parser.add_argument("--scale", type=number(float, 0.0, low_open=True), default=1.0,
+                        help="scale of the files (0.01 for centimetre data)")
     parser.add_argument("--save", default="", help="save the result as this .blend")
     parser.add_argument("--files", default="", help="comma-separated name patterns of files to import (default: all)")
     parser.add_argument("--exclude", default="", help="comma-separated name patterns of files to leave out")
@@ -188,16 +382,18 @@ def _import_bvh_command(parser):
     parser.add_argument("--armature", help="with --blend: the armature to import onto")
 
     def run(args):
-        import bpy
-
         check_output_folders(args.save)
+        input_folder(args.folder, "folder of .bvh files")
+        if args.blend:
+            input_blend(args.blend)
+        bpy = blender()
         if args.blend:
             open_blend(args.blend)
             active_armature(args.armature)
         run_operator(bpy.ops.neural_ik.import_bvh_folder, directory=os.path.abspath(args.folder),
                      global_scale=args.scale, files=args.files, exclude=args.exclude, onto_active=bool(args.blend))
         obj = bpy.context.scene.neural_ik.armature
-        print(f"imported {len(bpy.data.actions)} actions onto {obj.name!r}")
+        say(f"imported {len(bpy.data.actions)} actions onto {obj.name!r}")
         save_blend(args.save)
     return run
 
@@ -209,31 +405,30 @@ def _extract_command(parser):
     parser.add_argument("--out", default="dataset.npz", help="dataset file to write")
 
     def run(args):
-        import bpy
-
+        out = output_file(args.out, "dataset")
+        if args.blend:
+            input_blend(args.blend)
+        bpy = blender()
         open_blend(args.blend)
         active_armature(args.armature or None)
-        run_operator(bpy.ops.neural_ik.extract, filepath=os.path.abspath(args.out))
+        run_operator(bpy.ops.neural_ik.extract, filepath=out)
         from neural_ik.neural_network.data.dataset import Dataset
 
-        print(f"wrote {Dataset.load(os.path.abspath(args.out)).summary_text()} to {args.out}")
+        say(f"wrote {Dataset.load(out).summary_text()} to {args.out}")
     return run
 
 
 @command("create-demo-rig", "Add the demo rig with its procedural actions (idle, walk, run, crouch, reach, grab, jump)")
 def _create_demo_rig_command(parser):
-    parser.add_argument("--seed", type=int, default=0, help="seed of the procedural motion (same seed, same keys)")
+    parser.add_argument("--seed", type=number(int, 0), default=0, help="seed of the procedural motion (same seed, same keys)")
     parser.add_argument("--save", default="", help="save the result as this .blend")
 
     def run(args):
-        import bpy
-
-        if args.seed < 0:
-            raise CommandError("--seed must be 0 or more")
         check_output_folders(args.save)
+        bpy = blender()
         run_operator(bpy.ops.neural_ik.create_demo_rig, seed=args.seed)
         obj = bpy.context.scene.neural_ik.armature
-        print(f"created {obj.name!r}: {len(obj.data.bones)} bones, {len(bpy.data.actions)} actions (seed {args.seed})")
+        say(f"created {obj.name!r}: {len(obj.data.bones)} bones, {len(bpy.data.actions)} actions (seed {args.seed})")
         save_blend(args.save)
     return run
 
@@ -246,14 +441,19 @@ def _export_command(parser):
     parser.add_argument("--out", required=True, help="the .onnx file to write (the sidecar .json goes beside it)")
 
     def run(args):
-        import bpy
-
+        out = output_file(args.out, ".onnx file")
+        if not out.lower().endswith(".onnx"):
+            raise CommandError(f"{args.out} does not end in .onnx")
+        if args.blend:
+            input_blend(args.blend)
+        model = input_model(args.model) if args.model else ""
+        bpy = blender()
         open_blend(args.blend)
         active_armature(args.armature)
-        if args.model:
-            run_operator(bpy.ops.neural_ik.load_model, filepath=os.path.abspath(args.model))
-        run_operator(bpy.ops.neural_ik.export_onnx, filepath=os.path.abspath(args.out))
-        print(f"wrote {args.out}")
+        if model:
+            run_operator(bpy.ops.neural_ik.load_model, filepath=model)
+        run_operator(bpy.ops.neural_ik.export_onnx, filepath=out)
+        say(f"wrote {args.out} and its .json sidecar")
     return run
 
 
@@ -263,22 +463,28 @@ def _bake_command(parser):
     parser.add_argument("--armature", help="armature name in the .blend")
     parser.add_argument("--model", default="", help="checkpoint (.npz) or .onnx (default: the armature's)")
     parser.add_argument("--source-action", default="", help="re-solve this action's effectors (default: the targets)")
-    parser.add_argument("--start", type=int, default=0, help="first frame (0: the source's or the scene's)")
-    parser.add_argument("--end", type=int, default=0, help="last frame (0: the source's or the scene's)")
-    parser.add_argument("--refine", type=int, default=4, help="refinement iterations (0: network only)")
+    parser.add_argument("--start", type=number(int, 0), default=0, help="first frame (0: the source's or the scene's)")
+    parser.add_argument("--end", type=number(int, 0), default=0, help="last frame (0: the source's or the scene's)")
+    parser.add_argument("--refine", type=number(int, 0, 50), default=4, help="refinement iterations (0: network only)")
     parser.add_argument("--save", default="", help="save the .blend here afterwards")
 
     def run(args):
-        import bpy
-
         check_output_folders(args.save)
+        if args.start and args.end and args.end < args.start:
+            raise CommandError(f"--end {args.end} is before --start {args.start}")
+        if args.blend:
+            input_blend(args.blend)
+        model = input_model(args.model) if args.model else ""
+        bpy = blender()
         open_blend(args.blend)
         obj = active_armature(args.armature)
-        if args.model:
-            run_operator(bpy.ops.neural_ik.load_model, filepath=os.path.abspath(args.model))
+        if args.source_action and args.source_action not in bpy.data.actions:
+            raise CommandError(f"there is no action called {args.source_action!r}")
+        if model:
+            run_operator(bpy.ops.neural_ik.load_model, filepath=model)
         run_operator(bpy.ops.neural_ik.bake, source_action=args.source_action, frame_start=args.start,
                      frame_end=args.end, refine_iterations=args.refine)
-        print(f"baked {obj.animation_data.action.name!r}")
+        say(f"baked {obj.animation_data.action.name!r}")
         save_blend(args.save)
     return run
 
@@ -286,85 +492,107 @@ def _bake_command(parser):
 @command("demo", "The main job on the embedded default: demo rig -> extract -> train -> export -> evaluate")
 def _demo_command(parser):
     parser.add_argument("--out", default=os.path.join("out", "demo"), help="folder for every file the demo writes")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the training actions (held-out ones use seed+1)")
-    parser.add_argument("--epochs", type=int, default=200, help="training epochs at most (default 200)")
-    parser.add_argument("--time-limit", type=float, default=300.0, help="training stops after this many seconds")
-    parser.add_argument("--refine", type=int, default=2, help="refinement iterations of the refined rows")
+    parser.add_argument("--seed", type=number(int, 0), default=0,
+                        help="seed of the training actions (held-out ones use seed+1)")
+    parser.add_argument("--epochs", type=number(int, 1), default=200, help="training epochs at most (default 200)")
+    parser.add_argument("--time-limit", type=number(float, 0.0), default=300.0,
+                        help="training stops after this many seconds (0: no limit)")
+    parser.add_argument("--refine", type=number(int, 0, 50), default=2, help="refinement iterations of the refined rows")
     parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
                         help="also run Blender's IK constraint on the same frames")
 
     def run(args):
-        import json
         import time
 
-        import bpy
-
-        out = os.path.abspath(args.out)
-        try:
-            os.makedirs(out, exist_ok=True)
-        except OSError as exc:
-            raise CommandError(f"cannot create {out}: {exc.strerror or exc}") from None
-        paths = {name: os.path.join(out, name) for name in
-                 ("dataset.npz", "model.onnx", "evaluation.json", "evaluation.png", "train.blend", "heldout.blend")}
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            raise CommandError(f"{args.out} is a file, not a folder")
+        bpy = blender()
+        out = make_folder(args.out)
+        names = ("dataset.npz", "model.npz", "model.onnx", "evaluation.json", "evaluation.svg", "train.blend",
+                 "heldout.blend")
+        paths = {name: os.path.join(out, name) for name in names}
         started = time.perf_counter()
 
         def step(text):
-            print(f"[{time.perf_counter() - started:6.1f} s] {text}", flush=True)
+            say(f"[{time.perf_counter() - started:5.0f} s] {text}")
 
-        step(f"demo rig with procedural actions (seed {args.seed}) for training")
-        bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
+        say(f"Neural IK demo: train on the demo rig's motion (seed {args.seed}), then measure on unseen motion "
+            f"(seed {args.seed + 1}) next to Blender's IK")
+        run_operator(bpy.ops.wm.read_homefile, use_empty=True, use_factory_startup=True)
         run_operator(bpy.ops.neural_ik.create_demo_rig, seed=args.seed)
         rig = active_armature()
-        step(f"extract {len(bpy.data.actions)} actions of {rig.name!r}")
+        step(f"demo rig {rig.name!r}: {len(rig.data.bones)} bones, {len(bpy.data.actions)} actions")
         run_operator(bpy.ops.neural_ik.extract, filepath=paths["dataset.npz"])
         from neural_ik import state
         from neural_ik.neural_network.data.dataset import Dataset
 
-        print("    " + Dataset.load(paths["dataset.npz"]).summary_text())
-        step(f"train (at most {args.epochs} epochs, {args.time_limit:.0f} s)")
+        step("extracted " + Dataset.load(paths["dataset.npz"]).summary_text().split(" of rig ")[0])
         run_operator(bpy.ops.neural_ik.train, filepath=paths["dataset.npz"], directory=out, epochs=args.epochs,
                      time_limit=args.time_limit, seed=args.seed, mode="SYNC")
-        print("    " + state.training.message)
+        best = state.training.message.split(": ", 1)[-1]
+        step(f"trained {len(state.training.history)} epochs ({best} on the validation actions)")
         model_path = state.training.checkpoint_path
-        step("export ONNX + JSON sidecar")
         run_operator(bpy.ops.neural_ik.export_onnx, filepath=paths["model.onnx"])
-        save_blend(paths["train.blend"])
-        step(f"evaluate on held-out actions (demo seed {args.seed + 1}), network and Blender IK side by side")
-        bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
+        step("exported the model to ONNX with its JSON sidecar")
+        save_blend_quietly(paths["train.blend"])
+        run_operator(bpy.ops.wm.read_homefile, use_empty=True, use_factory_startup=True)
         run_operator(bpy.ops.neural_ik.create_demo_rig, seed=args.seed + 1)
         held_out = active_armature()
+        step(f"evaluate on the {len(bpy.data.actions)} actions of seed {args.seed + 1}, read back from Blender's "
+             "evaluated pose")
         run_operator(bpy.ops.neural_ik.evaluate, armature=held_out.name, model_path=model_path,
                      refine_iterations=args.refine, baseline=args.baseline, poles=args.baseline,
-                     json_path=paths["evaluation.json"], png_path=paths["evaluation.png"])
-        save_blend(paths["heldout.blend"])
-        with open(os.path.join(out, "metrics.json")) as handle:
-            metrics = json.load(handle)
-        step("done")
-        print(f"model: {model_path}\nonnx: {paths['model.onnx']} (+ .json sidecar)\n"
-              f"training metrics: {os.path.join(out, 'metrics.json')} ({len(metrics)} entries), loss plot: "
-              f"{os.path.join(out, 'loss.png')}\nevaluation: {paths['evaluation.json']}, {paths['evaluation.png']}")
+                     json_path=paths["evaluation.json"], svg_path=paths["evaluation.svg"])
+        save_blend_quietly(paths["heldout.blend"])
+        say(f"(seed {args.seed}, {len(state.training.history)} epochs, {args.refine} refinement iterations: the "
+            "README's table 'nik.py demo')")
+        say(f"files in {args.out}: dataset.npz, model.npz (+ metrics.json, loss.svg), model.onnx (+ model.json),\n"
+            "    evaluation.json, evaluation.svg, train.blend, heldout.blend")
     return run
 
 
+def save_blend_quietly(path):
+    import bpy
+
+    run_operator(bpy.ops.wm.save_as_mainfile, filepath=os.path.abspath(path), check_existing=False)
+
+
 def main(argv):
-    parser = argparse.ArgumentParser(prog="nik", description="Neural IK: learned full-body IK for Blender rigs")
-    sub = parser.add_subparsers(dest="command", metavar="command")
+    parser = Parser(prog="nik", description="Neural IK: learned full-body IK for Blender rigs")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--verbose", action="store_true",
+                        help="print every step (a line per epoch, clip and method) and Blender's own messages")
+    sub = parser.add_subparsers(dest="command", metavar="command", parser_class=Parser)
     runners = {}
     for name, (help_text, setup) in COMMANDS.items():
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text, parents=[common])
         runners[name] = setup(sub_parser)
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
         return 2
+    Output.start(args.verbose)
     isolate_user_resources()
+    failure = None
     try:
-        load_addon()
         runners[args.command](args)
     except CommandError as exc:
-        print(f"nik {args.command}: error: {exc}", file=sys.stderr)
+        failure = str(exc)
+    except KeyboardInterrupt:
+        failure = "interrupted"
+    except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, the traceback with --verbose
+        if Output.verbose:
+            import traceback
+
+            traceback.print_exc(file=Output.err)
+        failure = f"unexpected {type(exc).__name__}: {exc} (run again with --verbose for the traceback)"
+    if failure is not None:
+        remove_made_folders()
+        Output.err.write(f"nik {args.command}: error: {failure}\n")
+        Output.err.flush()
         return 1
     return 0
+
 
 
 def _argv():

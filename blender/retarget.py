@@ -9,8 +9,19 @@ import bpy
 import numpy as np
 
 from ..neural_network.data import retarget as core
+from ..neural_network.geometry.rotations import (
+    axis_angle_to_matrix,
+    blender_axis_angle,
+    chordal_mean,
+    euler_to_matrix,
+    matrix_to_axis_angle,
+    matrix_to_euler,
+    matrix_to_quaternion,
+    quaternion_to_matrix,
+)
 from ..neural_network.skeleton.roles import ESSENTIAL_ROLES, ROLES
-from . import bone_maps, pose_read, pose_write, rig_model
+from ..neural_network.skeleton.skeleton import nearest_mapped_parents
+from . import action_layouts, bone_maps, pose_read, pose_write, rig_model
 from .action_sources import action_source
 from .errors import DataError
 from .extract import usable_actions
@@ -33,34 +44,104 @@ def _read(obj, mapping, what):
         raise DataError(f"{what}: {exc}") from None
 
 
-def _calibration(rig, rotations=None, positions=None):
-    skel = rig.skeleton
-    if rotations is None:              # no motion: the rest pose is the motion (its ankles stand on the ground)
-        positions = skel.rest_positions[None]
-    try:
-        return core.calibrate(skel.role_mask, skel.rest_rotations, skel.rest_positions, rotations, positions)
-    except ValueError as exc:
-        raise DataError(str(exc)) from None
-
-
-def _own_motion(obj, rig, skip=()):
-    """(world rotations (N, 23, 3, 3), heads (N, 23, 3)) of the target's own clips (its library imports when it has
-    no own clip), at most CALIBRATION_FRAMES frames; (None, None) when no action moves its mapped bones."""
+def _own_actions(obj, rig, skip=()):
+    """The target's own clips (its library imports when it has no own clip): [(action, channels)], never the
+    actions named in `skip`."""
     usable, _ = usable_actions(obj, rig)
     usable = [(a, c) for a, c in usable if a.name not in skip]
-    own = [(a, c) for a, c in usable if action_source(a)["kind"] == "own"] or usable
-    chunks, heads, count = [], [], 0
-    for sample in pose_read.read_actions(rig, obj, [a for a, _ in own], channels=[c for _, c in own]):
+    return [(a, c) for a, c in usable if action_source(a)["kind"] == "own"] or usable
+
+
+def _own_motion(obj, rig, own):
+    """(world rotations (N, 23, 3, 3), heads (N, 23, 3), [actions read]) of the clips `own`, at most
+    CALIBRATION_FRAMES frames; (None, None, []) when none can be read."""
+    chunks, heads, used, count = [], [], [], 0
+    for (action, _), sample in zip(own, pose_read.read_actions(rig, obj, [a for a, _ in own],
+                                                               channels=[c for _, c in own])):
         if not np.all(np.isfinite(sample.rotations)):
             continue
         chunks.append(sample.rotations)
         heads.append(sample.positions)
+        used.append(action)
         count += len(sample.rotations)
         if count >= CALIBRATION_FRAMES:
             break
     if not chunks:
-        return None, None
-    return np.concatenate(chunks)[:CALIBRATION_FRAMES], np.concatenate(heads)[:CALIBRATION_FRAMES]
+        return None, None, []
+    return np.concatenate(chunks)[:CALIBRATION_FRAMES], np.concatenate(heads)[:CALIBRATION_FRAMES], used
+
+
+def _mode_matrices(values, mode):
+    values = np.asarray(values, np.float64)
+    if mode == "QUATERNION":
+        return quaternion_to_matrix(values / np.maximum(np.linalg.norm(values, axis=-1, keepdims=True), 1e-12))
+    if mode == "AXIS_ANGLE":
+        axis = values[:, 1:] / np.maximum(np.linalg.norm(values[:, 1:], axis=-1, keepdims=True), 1e-12)
+        return axis_angle_to_matrix(axis * values[:, :1])
+    return euler_to_matrix(values, mode)
+
+
+def _mode_values(matrix, mode):
+    if mode == "QUATERNION":
+        return matrix_to_quaternion(matrix)
+    if mode == "AXIS_ANGLE":
+        return blender_axis_angle(matrix_to_axis_angle(matrix))
+    return matrix_to_euler(matrix, mode)
+
+
+def typical_pose(obj, rig, actions):
+    """{bone: {property: (width,)}}: the unmapped bones the mapped ones hang from (in-between bones such as CMU's
+    pelvis, bones above the hips), each at its mean over `actions` (rotation: chordal mean in the bone's mode;
+    location and scale: mean); at rest (identity) without actions. Retargeted clips key them so, which keeps the
+    rig's usual proportions between hips, thighs and spine where its own clips move such bones far from rest."""
+    mapped = {int(b) for b in rig.role_bones if b >= 0}
+    bones = [rig.bone_names[int(b)] for b in rig.needed if int(b) not in mapped]
+    out = {}
+    if not bones:
+        return out
+    gathered = {bone: {} for bone in bones}
+    for action in actions:
+        first, last = action_layouts.action_frame_range(action)
+        for bone, props in pose_read.read_bone_values(rig, obj, action, bones, first, last).items():
+            for prop, value in props.items():
+                gathered[bone].setdefault(prop, []).append(value)
+    for bone in bones:
+        mode = rig.rotation_modes[rig.index[bone]]
+        prop = rig_model.rotation_property(mode)
+        values = {k: np.concatenate(v) for k, v in gathered[bone].items()}
+        if prop in values:
+            mean = _mode_values(chordal_mean(_mode_matrices(values[prop], mode)), mode)
+        else:
+            mean = {"QUATERNION": (1.0, 0.0, 0.0, 0.0), "AXIS_ANGLE": (0.0, 0.0, 1.0, 0.0)}.get(mode, (0.0, 0.0, 0.0))
+        out[bone] = {prop: np.asarray(mean, np.float64),
+                     "location": values["location"].mean(0) if "location" in values else np.zeros(3)}
+        if "scale" in values:
+            out[bone]["scale"] = values["scale"].mean(0)
+    return out
+
+
+def typical_frames(rig, pose):
+    """(bridges (23, 3, 3) character space, hips frame (4, 4) armature space) with the bones of `pose` at their
+    values and every mapped bone at identity: the frames in which the mapped bones' matrix_basis act."""
+    frames = {}
+    for b in rig.needed:
+        b = int(b)
+        basis = np.eye(4)
+        values = pose.get(rig.bone_names[b])
+        if values is not None:
+            mode = rig.rotation_modes[b]
+            basis[:3, :3] = _mode_matrices(values[rig_model.rotation_property(mode)][None], mode)[0]
+            basis[:3, :3] = basis[:3, :3] * values.get("scale", np.ones(3))[None, :]
+            basis[:3, 3] = values["location"]
+        parent = int(rig.parents[b])
+        frames[b] = (frames[parent] if parent >= 0 else np.eye(4)) @ rig.rest_links[b] @ basis
+    mask = rig.role_mask
+    parents = nearest_mapped_parents(mask)
+    world = {j: rig.to_character_rotations(frames[int(rig.role_bones[j])][:3, :3]) for j in np.where(mask)[0]}
+    bridges = np.broadcast_to(np.eye(3), (len(mask), 3, 3)).copy()
+    for j, rotation in world.items():
+        bridges[j] = rotation if parents[j] < 0 else world[parents[j]].T @ rotation
+    return bridges, frames[int(rig.role_bones[0])]
 
 
 class Retargeter:
@@ -72,7 +153,17 @@ class Retargeter:
         self.target_name = target.name
         self.mapping = _map_of(target, stored=True)
         self.rig = _read(target, self.mapping, f"the armature {target.name!r}")
-        self.calibration = _calibration(self.rig, *_own_motion(target, self.rig, set(skip)))
+        rotations, positions, used = _own_motion(target, self.rig, _own_actions(target, self.rig, set(skip)))
+        self.pose = typical_pose(target, self.rig, used)
+        bridges, self.hips_frame = typical_frames(self.rig, self.pose)
+        skel = self.rig.skeleton
+        if rotations is None:              # no motion: the rest pose is the motion (its ankles stand on the ground)
+            positions = skel.rest_positions[None]
+        try:
+            self.calibration = core.calibrate(skel.role_mask, skel.rest_rotations, skel.rest_positions, rotations,
+                                              positions, bridges)
+        except ValueError as exc:
+            raise DataError(str(exc)) from None
         self._source_maps = {}
 
     def source_map(self, obj):
@@ -100,32 +191,20 @@ class Retargeter:
         except ValueError as exc:
             raise DataError(str(exc)) from None
         local, _world, hips = core.retarget(calibration, self.calibration, rotations, sample.hips_position @ turn.T)
-        return write_retargeted(target, self.rig, name, sample.frames, local, hips)
+        return write_retargeted(target, self.rig, name, sample.frames, local, hips, self.pose, self.hips_frame)
 
 
-def write_retargeted(obj, rig, name, frames, local, hips_position):
-    """A new action on obj: local rotations (F, 23, 3, 3) of the mapped bones (the hips' relative to its rest), the
-    hips at character-space positions (F, 3), and every other bone the mapped bones hang from keyed at rest."""
+def write_retargeted(obj, rig, name, frames, local, hips_position, pose, hips_frame):
+    """A new action on obj: local rotations (F, 23, 3, 3) of the mapped bones (matrix_basis), the hips at
+    character-space positions (F, 3) given its frame `hips_frame` (typical_frames), and the bones of `pose`
+    (typical_pose) keyed at their values."""
     action = pose_write.write_action(obj, rig, name, frames, local)
-    hips = int(rig.role_bones[0])
-    rest = rig.rest[hips]
-    rot = rest[:3, :3] / np.linalg.norm(rest[:3, :3], axis=0)
     armature = (np.asarray(hips_position, np.float64) @ rig.basis) / rig.scale
-    location = (armature - rest[:3, 3]) @ rot          # R^T (x - t), rows
-    values = {rig.bone_names[hips]: {"location": location}}
-    mapped = set(int(b) for b in rig.role_bones if b >= 0)
-    ends = np.asarray(frames, np.float64)[[0, -1]]
-    for b in rig.needed:
-        b = int(b)
-        if b in mapped:
-            continue
-        mode = rig.rotation_modes[b]
-        prop = rig_model.rotation_property(mode)
-        identity = {"QUATERNION": (1.0, 0.0, 0.0, 0.0), "AXIS_ANGLE": (0.0, 0.0, 1.0, 0.0)}.get(mode, (0.0, 0.0, 0.0))
-        values[rig.bone_names[b]] = {prop: np.tile(identity, (2, 1)), "location": np.zeros((2, 3))}
-    pose_write.key_bone_values(obj, action, frames, {k: v for k, v in values.items() if k == rig.bone_names[hips]})
-    rest_values = {k: v for k, v in values.items() if k != rig.bone_names[hips]}
-    if rest_values:
-        pose_write.key_bone_values(obj, action, ends, rest_values)
+    location = np.linalg.solve(hips_frame[:3, :3], (armature - hips_frame[:3, 3]).T).T
+    hips = rig.bone_names[int(rig.role_bones[0])]
+    pose_write.key_bone_values(obj, action, frames, {hips: {"location": location}})
+    if pose:
+        ends = np.asarray(frames, np.float64)[[0, -1]]
+        pose_write.key_bone_values(obj, action, ends, {bone: {prop: np.tile(value, (2, 1)) for prop, value in props.items()}
+                                                       for bone, props in pose.items()})
     return action
-

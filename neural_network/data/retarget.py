@@ -5,13 +5,15 @@ with other rest poses (A-pose, T-pose, a BVH's arbitrary rest where every joint 
 and axis conventions. None of that may leak into the result, so each side gets a *calibration*: for every mapped
 role a canonical frame in the bone's own local axes, K_j = [primary, secondary, third]:
 
-- primary: the bone's direction, i.e. the head of its next mapped role in the chain in the bone's rest frame (a
-  rigid offset, whatever the rest pose is); for end bones (hand, head, toe, a foot without toe) the parent's
+- primary: the bone's direction, i.e. the head of its next mapped role in the chain seen from the bone (averaged
+  over the motion, else from the rest: whatever the rest pose is); for the hips the body's up (hips to neck); for
+  end bones (hand, head, toe, a foot without toe) the parent's
   direction seen from the bone, averaged over the rig's motion (a foot without toe: its own rest tail axis);
 - secondary: the hips' lateral axis (thigh to thigh); at elbows and knees the hinge axis (upper x lower bone
   direction, averaged over the motion where the limb bends: the same anatomical axis on every rig); elsewhere the
   parent's secondary axis carried into the bone by the mean parent-to-bone rotation of the motion (the rig's
-  typical pose has no twist between them), or its third axis where the secondary lies along the bone (clavicles).
+  typical pose has no twist between them); for the clavicles, which point along the chest's lateral axis, the
+  chest's third (forward) axis.
 
 A role's canonical world frame at a frame is A_j = W_j K_j (W_j: the bone's character-space orientation). The
 retarget gives the target's bone the source's canonical frame: W_t,j = W_s,k K_s,k K_t,j^T (k: the source role
@@ -33,6 +35,7 @@ SPINE = (_R["Spine"], _R["Spine1"], _R["Spine2"])
 NECK = (_R["NeckLower"], _R["NeckUpper"])
 # Chain children that give a role its direction, nearest first.
 _CHAIN = {
+    _R["Hips"]: ("NeckLower", "NeckUpper", "Head", "Spine2", "Spine1", "Spine"),    # the body's up, not a short bone
     _R["Spine"]: ("Spine1", "Spine2", "NeckLower", "NeckUpper", "Head"),
     _R["Spine1"]: ("Spine2", "NeckLower", "NeckUpper", "Head"),
     _R["Spine2"]: ("NeckLower", "NeckUpper", "Head"),
@@ -51,6 +54,7 @@ _CHAIN = {j: tuple(_R[n] for n in names) for j, names in _CHAIN.items()}
 HINGES = tuple((_R[s + a], _R[s + b]) for s in ("Left", "Right") for a, b in (("Arm", "ForeArm"), ("Thigh", "Shin")))
 _HINGE_OF = {j: h for h in HINGES for j in h}
 FEET = (_R["LeftFoot"], _R["RightFoot"])
+CLAVICLES = (_R["LeftShoulder"], _R["RightShoulder"])
 MIN_BEND = 0.05          # mean |sin| of a hinge's bend below which the motion does not say its axis
 
 
@@ -79,10 +83,27 @@ class Calibration:
     rest_positions: np.ndarray    # (23, 3) their rest heads
     leg_length: float             # thigh + shin, mean of both sides
     planted_height: float = None  # how high the ankles sit when a foot is planted (None: the motion does not say)
+    bridges: np.ndarray = None    # (23, 3, 3) bone frame of j in its mapped parent's bone frame with the bones in
+                                  # between as the target keys them (the hips: its frame in character space with the
+                                  # bones above it keyed); None: their rest (rest_p^T rest_j, rest_hips)
+
+    def __post_init__(self):
+        if self.bridges is None:
+            self.bridges = rest_bridges(self.mask, self.rest_rotations)
 
     @property
     def parents(self):
         return nearest_mapped_parents(self.mask)
+
+
+def rest_bridges(mask, rest_rotations):
+    """(23, 3, 3) rest_p^T rest_j per mapped role j with mapped parent p (the hips: its rest; identity unmapped)."""
+    parents = nearest_mapped_parents(mask)
+    out = np.broadcast_to(np.eye(3), (NUM_ROLES, 3, 3)).copy()
+    for j in np.where(mask)[0]:
+        p = parents[j]
+        out[j] = rest_rotations[j] if p < 0 else rest_rotations[p].T @ rest_rotations[j]
+    return out
 
 
 def _leg_length(mask, rest_positions):
@@ -106,10 +127,12 @@ def planted_height(positions):
     return float(np.percentile(lowest, 5)) if len(lowest) else None
 
 
-def calibrate(mask, rest_rotations, rest_positions, rotations=None, positions=None):
+def calibrate(mask, rest_rotations, rest_positions, rotations=None, positions=None, bridges=None):
     """The Calibration of a rig from its rest (rotations (23, 3, 3), heads (23, 3), character space) and optionally
     its motion: world rotations (N, 23, 3, 3) of the mapped bones (without motion the rest pose is the motion) and
-    heads (N, 23, 3) (they say how high the ankles sit on the ground).
+    heads (N, 23, 3) (they say how high the ankles sit on the ground). With heads, bone directions and the hips'
+    lateral axis are read from the motion (bones in between, like CMU's pelvis, may move far from their rest);
+    without, from the rest. bridges: see Calibration (the target's keyed in-between bones).
 
     Raises ValueError when the hips or a leg are unmapped (nothing could be carried over)."""
     mask = np.asarray(mask, bool)
@@ -118,14 +141,20 @@ def calibrate(mask, rest_rotations, rest_positions, rotations=None, positions=No
     if not mask[0]:
         raise ValueError("a retarget needs the hips")
     W = rest_r[None] if rotations is None else np.asarray(rotations, np.float64)
+    X = rest_x[None] if rotations is None or positions is None else np.asarray(positions, np.float64)
     parents = nearest_mapped_parents(mask)
+
+    def seen_locally(j, vectors):
+        """Mean over the motion of world vectors (N, 3) in j's local axes."""
+        return _unit(np.einsum("nji,nj->i", W[:, j], vectors) / len(W))
+
     local = {}
     for j in range(NUM_ROLES):
         if not mask[j]:
             continue
         child = next((c for c in _CHAIN.get(j, ()) if mask[c]), None)
         if child is not None:
-            local[j] = _unit(rest_r[j].T @ (rest_x[child] - rest_x[j]))
+            local[j] = seen_locally(j, _unit(X[:, child] - X[:, j]))
     K = np.broadcast_to(np.eye(3), (NUM_ROLES, 3, 3)).copy()
 
     def seen_from(j, p, axis_of_p):
@@ -152,7 +181,7 @@ def calibrate(mask, rest_rotations, rest_positions, rotations=None, positions=No
             up = local.get(0)
             left, right = _R["LeftThigh"], _R["RightThigh"]
             if mask[left] and mask[right]:
-                lateral = rest_r[0].T @ (rest_x[left] - rest_x[right])
+                lateral = seen_locally(0, X[:, left] - X[:, right])
             else:
                 lateral = rest_r[0].T @ np.array([1.0, 0.0, 0.0])
             if up is None:
@@ -167,7 +196,9 @@ def calibrate(mask, rest_rotations, rest_positions, rotations=None, positions=No
             else:
                 primary = seen_from(j, p, K[p][:, 0])
         secondary = hinge_axis.get(j)
-        if secondary is None:
+        if j in CLAVICLES:      # they point along the chest's lateral axis: roll from its forward axis
+            secondary, fallback = seen_from(j, p, K[p][:, 2]), seen_from(j, p, K[p][:, 0])
+        elif secondary is None:
             secondary = seen_from(j, p, K[p][:, 1])
             fallback = seen_from(j, p, K[p][:, 2])
         else:
@@ -177,7 +208,7 @@ def calibrate(mask, rest_rotations, rest_positions, rotations=None, positions=No
         bad = [ROLES[j] for j in range(NUM_ROLES) if not np.all(np.isfinite(K[j]))]
         raise ValueError(f"could not calibrate {', '.join(bad)} (bones of zero length)")
     height = planted_height(positions) if positions is not None else None
-    return Calibration(mask, K, rest_r, rest_x, _leg_length(mask, rest_x), height)
+    return Calibration(mask, K, rest_r, rest_x, _leg_length(mask, rest_x), height, bridges)
 
 
 def upright_turn(positions):
@@ -231,8 +262,8 @@ def retarget(source, target, rotations, hips_position):
 
     source, target: Calibrations. rotations (N, 23, 3, 3): the source bones' character-space orientations;
     hips_position (N, 3). Returns (local (N, 23, 3, 3): each target role's rotation relative to its nearest mapped
-    parent role's bone with every bone in between at rest (the hips: relative to its rest, i.e. Blender's
-    matrix_basis with the bones above the hips at rest); world (N, 23, 3, 3): the target bones' orientations
+    parent role's bone through the target's bridges (Blender's matrix_basis with the bones in between and above the
+    hips as the target keys them); world (N, 23, 3, 3): the target bones' orientations
     (identity where unmapped); hips_position (N, 3))."""
     rotations = np.asarray(rotations, np.float64)
     n = rotations.shape[0]
@@ -242,7 +273,7 @@ def retarget(source, target, rotations, hips_position):
     world = np.broadcast_to(np.eye(3), (n, NUM_ROLES, 3, 3)).copy()
     local = world.copy()
     parents = target.parents
-    rest = target.rest_rotations
+    bridges = target.bridges
     for j in range(NUM_ROLES):
         if not target.mask[j]:
             continue
@@ -251,11 +282,11 @@ def retarget(source, target, rotations, hips_position):
         if k >= 0:
             world[:, j] = rotations[:, k] @ (source.frames[k] @ target.frames[j].T)
             if p < 0:
-                local[:, j] = rest[j].T @ world[:, j]
+                local[:, j] = bridges[j].T @ world[:, j]
             else:
-                local[:, j] = (rest[j].T @ rest[p]) @ np.swapaxes(world[:, p], -1, -2) @ world[:, j]
+                local[:, j] = bridges[j].T @ np.swapaxes(world[:, p], -1, -2) @ world[:, j]
         else:
-            world[:, j] = world[:, p] @ (rest[p].T @ rest[j])
+            world[:, j] = world[:, p] @ bridges[j]
     scale = target.leg_length / source.leg_length
     hips = scale * np.asarray(hips_position, np.float64)
     if source.planted_height is not None and target.planted_height is not None:

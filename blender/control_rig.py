@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 import bpy
 import numpy as np
 
-from ..neural_network.geometry.rotations import matrix_to_quaternion
+from ..neural_network.geometry import kinematics
+from ..neural_network.geometry.rotations import matrix_to_quaternion, quaternion_to_matrix
 from ..neural_network.skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX
 from .action_layouts import _key_curve
 from .rig_model import rotation_property
@@ -335,6 +336,14 @@ class ControlRig:
                 pb.location = loc[i].tolist()
             pb.scale = (1.0, 1.0, 1.0) if scale is None else (float(scale[i]),) * 3
         self.obj.update_tag()
+
+    def write_solved(self, local_quaternions, hips):
+        """Write one solved character (local quaternions (23, 4), hips transform (4, 4), character space) on the
+        controls: the live tick's write for a control rig."""
+        rig = self.rig
+        pose = kinematics.forward(rig.skeleton, quaternion_to_matrix(np.asarray(local_quaternions, np.float64))[None],
+                                  np.asarray(hips[None, :3, :3], np.float64), np.asarray(hips[None, :3, 3], np.float64))
+        self.write(self.control_pose(deform_worlds(rig, pose.rotations, pose.positions)), 0)
 
     def key(self, container, frames, pose):
         """Key a control_pose at `frames` into an action's curve container, with the switches at their FK values."""

@@ -34,7 +34,7 @@ from ..neural_network.runtime.solver import Solver
 from ..neural_network.runtime.status import OK, describe
 from ..neural_network.skeleton.roles import NUM_ROLES, TASKS
 from ..properties import get_bone_map
-from . import pose_read, rig_model
+from . import control_rig, pose_read, rig_model
 from .live_refine import MathutilsRefiner
 
 TARGET_SLOTS = ("target_root", "target_left_hand", "target_right_hand", "target_left_foot", "target_right_foot",
@@ -117,6 +117,10 @@ class LiveCharacter:
         self.to_character = Matrix(basis.tolist())   # armature space -> character space
         self.to_character_np = basis
         self.frame = self._hips_frame()              # the hips' parent as posed now (live mode keeps that pose)
+        try:                                         # a control rig (Rigify): the solve is written on its controls
+            self.controls = control_rig.control_rig(obj, rig)
+        except control_rig.ControlRigError as exc:
+            raise LiveStopped(str(exc)) from None
 
     def pose_buffer(self, quaternions, hips_quaternion):
         """This rig's whole rotation_quaternion buffer (flat) with the solved roles and hips put in."""
@@ -143,6 +147,13 @@ class LiveCharacter:
             ad.action = None
         pose_bones.foreach_get("rotation_quaternion", self.quaternions.reshape(-1))
         pose_bones.foreach_get("rotation_euler", self.eulers.reshape(-1))
+        if self.controls is not None:               # switches to FK, offsets measured on the rig as it is now
+            self.controls.set_switches()
+            try:
+                self.controls.measure()
+            except control_rig.ControlRigError as exc:
+                self.stop()
+                raise LiveStopped(str(exc)) from None
 
     def stop(self):
         """Put the pose and the action back exactly as they were before start()."""
@@ -154,6 +165,8 @@ class LiveCharacter:
         if self.saved is not None:
             for prop, buf in self.saved.items():
                 obj.pose.bones.foreach_set(prop, buf)
+        if self.controls is not None:
+            self.controls.restore_switches()
         if self.saved_action is not None:
             action, slot = self.saved_action
             ad = obj.animation_data_create()
@@ -365,6 +378,10 @@ class LiveGroup:
         # rigs with one bone layout get their whole rotation buffers straight from the run-time graph (runtime.pose)
         layout = (first.count, first.quaternion_bones, first.quaternion_roles,
                   first.hips_index if first.hips_is_quaternion else None) if self.uniform else None
+        # control rigs: the solve goes to their controls (control_rig), not through the pose buffers
+        self.controlled = [(i, c.controls) for i, c in enumerate(characters) if c.controls is not None]
+        if self.controlled:
+            layout = None
         self.layout = layout
         self.solver = Solver(model, onnx_bytes, characters=k, engine=engine, links=links, pose_layout=layout,
                              hips_map=hips_map)
@@ -462,6 +479,11 @@ class LiveGroup:
             phase[self.follows_time] = ((scene.frame_current - start) / max(length, 1)) % 1.0
             solver.set_settings(phase=phase)
         solver.step(targets, None, None, None, None, refine_iterations=self.iterations, measure_errors=False)
+        if self.controlled:
+            q, hips = solver.q, solver.hips
+            for i, controls in self.controlled:
+                controls.write_solved(q[i], hips[i])
+            return
         rt = solver.runtime
         if solver.used_runtime and rt.pose_base is not None:
             # the graph's own buffers hold every rig's rotations (hips included): one foreach_set and one location each
@@ -526,11 +548,12 @@ class LiveTick:
         for obj, model, onnx_bytes in entries:
             rig = rig_model.read_rig(obj, get_bone_map(obj))
             check_rig(model, rig.skeleton, f"the model of {obj.name}")
-            links = pose_read.current_links(obj, rig)       # in-between bones hold their current pose while live
+            # in-between bones hold their current pose while live (a driven rig's follow its controls)
+            links = pose_read.current_links(obj, rig) if not rig.driven else None
             character = LiveCharacter(obj, rig, model)
             hips_map = character.hips_map()              # copies of one rig share it: a constant of their graph
             key = (id(model), None if links is None else tuple(np.round(a, 9).tobytes() for a in links),
-                   np.round(hips_map, 9).tobytes())
+                   np.round(hips_map, 9).tobytes(), id(character) if character.controls is not None else None)
             by_model.setdefault(key, (model, onnx_bytes, links, hips_map, []))[4].append(character)
         self.live_groups = [LiveGroup(model, data, chars, engine, links, hips_map)
                             for model, data, links, hips_map, chars in by_model.values()]

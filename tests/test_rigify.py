@@ -106,3 +106,46 @@ def test_bake_keys_the_controls_and_the_deform_bones_land_on_the_source(rigify_r
     miss = np.linalg.norm(got - want, axis=-1) * rig.scale
     assert np.max(miss) < 1e-3, np.max(miss)
     print(f"baked DEF- effectors vs source: max {1e3 * np.max(miss):.4f} mm")
+
+
+def test_run_ik_drives_the_controls_and_restores_switches_and_pose(rigify_rig):
+    """Live IK on Rigify: the tick writes the controls (switches to FK while live) so that the evaluated DEF- hands,
+    feet and head land on the targets; stopping puts back the switches, the pose and the action."""
+    import bpy
+    from live_helpers import assign_action, linear_model_for, place_targets
+
+    from neural_ik.blender import live_session, models, pose_read, rig_model
+    from neural_ik.blender.evaluated_pose import number_properties
+    from neural_ik.blender.live import LiveTick
+    from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES
+
+    obj = rigify_rig
+    actions = [key_controls(obj, f"clip{k}", frames=12, seed=k) for k in range(3)]
+    assert bpy.ops.neural_ik.auto_map() == {"FINISHED"}
+    rig = rig_model.read_rig(obj, RIGIFY_MAP)
+    samples = list(pose_read.read_actions(rig, obj, actions))
+    model = linear_model_for(rig.skeleton, samples[:2])
+    models.loaded_models[obj.name] = ("", model, None)
+    try:
+        assign_action(obj, actions[0])
+        bpy.context.scene.frame_set(4)
+        obj.pose.bones["thigh_parent.L"]["IK_FK"] = 0.3                  # a switch half-way, as a user may leave it
+        assert bpy.ops.neural_ik.create_targets() == {"FINISHED"}
+        before, switches = state_hash(obj), number_properties(obj)
+        tick = LiveTick([(obj, model, None)])
+        tick.start()
+        assert obj.pose.bones["thigh_parent.L"]["IK_FK"] == 1.0           # FK while the solver drives the limbs
+        obj.neural_ik.refine_iterations = 4
+        misses = []
+        for i in (2, 7, 11):
+            place_targets(obj, rig, samples[2], i)
+            tick.tick(bpy.context.scene)
+            bpy.context.view_layer.update()
+            heads = pose_read.armature_pose_heads(obj, rig)[list(EFFECTOR_ROLES)]
+            misses.append(np.linalg.norm(heads - samples[2].positions[i, list(EFFECTOR_ROLES)], axis=-1).max())
+        tick.stop()
+        assert state_hash(obj) == before and number_properties(obj) == switches
+        assert max(misses) < 1e-3, misses
+    finally:
+        models.loaded_models.pop(obj.name, None)
+        live_session.stop_all("")

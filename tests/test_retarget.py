@@ -270,3 +270,53 @@ def test_import_onto_another_skeleton_leaves_the_rig_untouched(bandai_and_cmu):
     for name in new:
         bpy.data.actions.remove(bpy.data.actions["zz_" + name])
     assert _rig_state(cmu) == before and after != before
+
+
+def _renamed_demo_rig():
+    """A second demo rig whose mapped bones carry Mixamo names: another skeleton (other hierarchy) for the importer."""
+    import bpy
+
+    bpy.ops.neural_ik.create_demo_rig(seed=1)
+    rig = bpy.context.scene.neural_ik.armature
+    for role in ("Hips", "Spine", "Spine1", "Spine2", "Head", "LeftShoulder", "LeftArm", "LeftForeArm", "LeftHand",
+                 "RightShoulder", "RightArm", "RightForeArm", "RightHand"):
+        rig.data.bones[role].name = "mixamorig:" + role
+    for role, name in (("Thigh", "UpLeg"), ("Shin", "Leg"), ("Foot", "Foot"), ("ToeBase", "ToeBase")):
+        for side in ("Left", "Right"):
+            rig.data.bones[side + role].name = f"mixamorig:{side}{name}"
+    from neural_ik.blender.bone_maps import auto_map_object
+
+    assert auto_map_object(rig).preset == "mixamo"
+    return rig
+
+
+def test_escape_during_a_retargeted_import_keeps_the_files_done(empty_scene, tmp_path):
+    import bpy
+    from test_import_modal import ESC, TIMER, StandInContext
+
+    from neural_ik.operators.data import BvhImportRunner
+
+    _, _, folder = _demo_bvh(tmp_path)
+    (folder / "demo_clip.bvh").rename(folder / "a_clip.bvh")
+    (folder / "b_clip.bvh").write_bytes((folder / "a_clip.bvh").read_bytes())
+    for obj in list(bpy.data.objects):
+        bpy.data.objects.remove(obj)
+    rig = _renamed_demo_rig()
+    bpy.context.view_layer.objects.active = rig
+    before = {a.name for a in bpy.data.actions}
+
+    class Runner(BvhImportRunner):
+        directory, global_scale, files, exclude, onto_active = str(folder), 0.01, "", "", True
+        reports = []
+
+        def report(self, levels, text):
+            self.reports.append((next(iter(levels)), text))
+
+    context, runner = StandInContext(), Runner()
+    assert runner.invoke(context, None) == {"RUNNING_MODAL"}
+    assert runner.modal(context, TIMER) == {"RUNNING_MODAL"}
+    assert runner.modal(context, ESC) == {"FINISHED"}
+    new = {a.name for a in bpy.data.actions} - before
+    assert new == {"a_clip"} and json.loads(bpy.data.actions["a_clip"]["neural_ik_source"])["retargeted"] is True
+    assert [o.name for o in bpy.data.objects if o.type == "ARMATURE"] == [rig.name]
+    assert "kept 1 actions" in runner.reports[-1][1]

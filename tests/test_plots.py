@@ -115,6 +115,7 @@ def test_loss_curve_of_200_epochs(addon, tmp_path):
     (1200, np.arange(1, 4), np.array([2.0, 2.0, 2.0])),             # flat
     (640, np.array([1]), np.array([0.7])),                          # one epoch
     (640, np.arange(1, 11), np.array([1, 0.5, np.nan, 0.3, 0.2, np.inf, 0.1, 0.1, 0.09, 0.08])),   # gaps
+    (640, np.arange(1, 4), np.array([20.4, 2.6, 1.3])),             # the demo's 3 epochs: 1..9 would crowd 9 and 10
 ])
 def test_loss_curves_of_any_range_keep_their_labels_apart(addon, tmp_path, width, x, values):
     from neural_ik.neural_network.report.plot_svg import loss_curve_svg
@@ -135,6 +136,19 @@ def evaluation_inputs(names, lengths, roles, seed=0):
               "results": {m: {"per_role_cm": {r: float(rng.uniform(0.5, 12)) for r in roles}} for m in METHODS}}
     frames = {m: {"inner_cm": rng.uniform(0, 9, len(actions))} for m in METHODS}
     return report, frames, actions
+
+
+def test_evaluation_chart_of_many_short_clips(addon, tmp_path):
+    """The demo's case: 27 clips of one length, the first one's turned name must not run off the left edge."""
+    from neural_ik.neural_network.report.plot_svg import evaluation_svg
+    from neural_ik.neural_network.skeleton.roles import ROLES
+
+    names = [f"{kind}_{n:02d}" for kind in ("reach_across_right_low", "grab_shelf_right", "crouch") for n in range(9)]
+    path = tmp_path / "evaluation.svg"
+    evaluation_svg(path, *evaluation_inputs(names, [90] * len(names), ROLES))
+    root = ET.parse(path).getroot()
+    assert len(labels(root, "category")) >= len(names) // 2 + len(ROLES)
+    assert_no_overlaps(root)
 
 
 @pytest.mark.parametrize("width", [1100, 700])

@@ -220,17 +220,18 @@ class Axes:
         """Horizontal grid lines and their labels, as many as fit a line height apart (at least two)."""
         height = self.bottom - self.top
         room = max(2, int(height // (self.size * LINE_EM + GAP)))
-        if self.log_y:
+        if self.log_y:      # ticks crowd towards each decade's top: the densest set whose neighbours all clear
             lo, hi = 10 ** self.y_lo, 10 ** self.y_hi
             chosen = None
             for values in log_ticks(lo, hi):
-                if len(values) > room:
+                if len(values) > room or not self._rows_clear(values):
                     break
                 if len(values) >= 2 or chosen is None:
                     chosen = values
             if chosen is None or len(chosen) < 2:
                 values, _step = linear_ticks(lo, hi, min(room, 5))
                 chosen = [v for v in values if v > 0] or [lo, hi]
+            chosen = self._thin_rows(chosen)
             labels = [format_number(v) for v in chosen]
         else:
             count = min(room, 6)
@@ -239,12 +240,25 @@ class Axes:
                 if len(chosen) <= room or count <= 2:
                     break
                 count -= 1
+            chosen = self._thin_rows(chosen)
             labels = [format_number(v, step) for v in chosen]
         for value, label in zip(chosen, labels):
             y = self.py(value)
             self.svg.line(self.left, y, self.right, y, GRID)
             self.svg.text(self.left - 6, y + self.size * 0.35, label, self.size, anchor="end", cls="tick-y")
         return max((text_width(lbl, self.size) for lbl in labels), default=0.0)
+
+    def _rows_clear(self, values):
+        ys = sorted(self.py(v) for v in values)
+        return all(b - a >= self.size * LINE_EM + 2 for a, b in zip(ys, ys[1:]))
+
+    def _thin_rows(self, values):
+        """values whose labels keep a line height apart, from the bottom up (a safety net for any tick set)."""
+        kept = []
+        for v in sorted(values):
+            if not kept or abs(self.py(kept[-1]) - self.py(v)) >= self.size * LINE_EM + 2:
+                kept.append(v)
+        return kept
 
     def x_ticks(self, integer=False):
         """Numeric ticks along the bottom, thinned until the widest label fits its slot with a gap."""
@@ -284,16 +298,22 @@ def _fit_flat(names, slots, size):
 
 def category_labels(svg, centers, names, baseline, slots, size=11, max_chars=32):
     """Category names under an axis, centred on `centers`: horizontal when every name fits its slot (a width, or
-    one per name), otherwise turned 45 degrees (then 90) and abbreviated to `max_chars`, then thinned so no two
-    overlap. Returns the depth the labels take below `baseline`."""
+    one per name), otherwise turned 45 degrees (90 when that keeps more of them), abbreviated to `max_chars` (or
+    shorter where a label would run off the left edge) and thinned so no two overlap. Returns the depth the labels
+    take below `baseline`."""
     names = [str(n) for n in names]
     if _fit_flat(names, slots, size):
         for x, name in zip(centers, names):
             svg.text(x, baseline + size, name, size, anchor="middle", cls="category")
         return size * LINE_EM
-    shown = [abbreviate(n, max_chars) for n in names]
-    angle, keep = max(((a, thin_labels(list(centers), shown, size, a)) for a in (-45.0, -90.0)),
-                      key=lambda choice: len(choice[1]))     # 45 degrees unless 90 keeps more names
+    def turned(angle):
+        """Names abbreviated to max_chars, and shorter where a turned label would run off the picture's left edge."""
+        spread = math.cos(math.radians(angle)) * size * CHAR_EM
+        return [abbreviate(n, max_chars if spread < 1e-9 else max(1, min(max_chars, int((x + size * 0.3 - 4) / spread))))
+                for x, n in zip(centers, names)]
+
+    angle, shown, keep = max(((a, turned(a), thin_labels(list(centers), turned(a), size, a)) for a in (-45.0, -90.0)),
+                             key=lambda choice: len(choice[2]))     # 45 degrees unless 90 keeps more names
     depth = 0.0
     for i in keep:
         x, y = centers[i] + size * 0.3, baseline + 4

@@ -20,15 +20,14 @@ def test_demo_runs_the_whole_main_job(tmp_path):
     out = tmp_path / "demo"
     run = nik("demo", "--out", str(out), "--epochs", "2", "--time-limit", "20", "--no-baseline")
     assert run.returncode == 0, run.stderr[-2000:]
-    for name in ("dataset.npz", "model.npz", "model.onnx", "model.json", "metrics.json", "loss.png",
-                 "evaluation.json", "evaluation.png"):
+    for name in ("dataset.npz", "model.npz", "model.onnx", "model.json", "metrics.json", "loss.svg",
+                 "evaluation.json", "evaluation.svg"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     assert "network + refinement" in run.stdout
     results = json.loads((out / "evaluation.json").read_text())["results"]
     refined = results["refined"]
     assert refined["effector_cm"]["mean"] < results["network"]["effector_cm"]["mean"]
-    with open(out / "loss.png", "rb") as handle:
-        assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert (out / "loss.svg").read_text(encoding="utf-8").startswith("<?xml")
 
 
 @pytest.mark.parametrize("args, words", [

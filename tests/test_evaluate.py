@@ -226,20 +226,21 @@ def test_operator_reports_plain_errors(empty_scene, tmp_path):
         bpy.ops.neural_ik.evaluate(bvh_folder=str(tmp_path))
 
 
-def test_operator_on_actions_writes_json_and_png(rig, tmp_path):
+def test_operator_on_actions_writes_json_and_chart(rig, tmp_path):
     import bpy
 
     obj, _action = rig
     bpy.context.scene.render.fps = 24
-    json_path, png_path = tmp_path / "eval.json", tmp_path / "eval.png"
-    result = bpy.ops.neural_ik.evaluate(armature=obj.name, json_path=str(json_path), png_path=str(png_path))
+    json_path, svg_path = tmp_path / "eval.json", tmp_path / "eval.svg"
+    result = bpy.ops.neural_ik.evaluate(armature=obj.name, json_path=str(json_path), svg_path=str(svg_path))
     assert result == {"FINISHED"}
     report = json.loads(json_path.read_text())
     assert set(report["results"]) == {"blender_ik", "blender_ik_poles"}
     assert report["clips"] == [{"name": "Walker_walk", "frames": FRAMES}]
     assert report["results"]["blender_ik"]["per_action"]["Walker_walk"]["frames"] == FRAMES
     assert "locomotion" in report["results"]["blender_ik"]["per_task"]
-    assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    chart = svg_path.read_text(encoding="utf-8")
+    assert "Walker_walk" in chart and "Blender IK" in chart
     assert obj.animation_data.action.name == "Walker_walk"
 
 

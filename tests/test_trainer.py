@@ -42,8 +42,8 @@ def test_training_reduces_the_fk_loss_tenfold(data, tmp_path):
     assert result.stopped == "epochs" and len(result.history) == 60
     for name in ("model", "metrics", "plot"):
         assert os.path.getsize(result.paths[name]) > 0
-    with open(result.paths["plot"], "rb") as handle:
-        assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert result.paths["plot"].endswith("loss.svg")
+    assert "train loss" in open(result.paths["plot"], encoding="utf-8").read()
     summary = json.load(open(result.paths["metrics"]))
     best_score = min(h["val_effector_cm_mean"] + h["val_inner_mpjpe_cm"] for h in summary["history"])
     assert trainer.score(summary["best"]) == pytest.approx(best_score)
@@ -161,10 +161,10 @@ spec = importlib.util.spec_from_file_location("neural_network", {os.path.join(RE
 package = importlib.util.module_from_spec(spec); sys.modules["neural_network"] = package; spec.loader.exec_module(package)
 from neural_network.data import dataset
 from neural_network.model import checkpoint, losses, network, trainer
-from neural_network.report import plot_png
+from neural_network.report import plot_svg
 import numpy as np
 rng = np.random.default_rng(0)
-plot_png.loss_curve_png({str(tmp_path / "curve.png")!r}, [1, 2, 3], {{"loss": [3.0, 2.0, 1.0]}})
+plot_svg.loss_curve_svg({str(tmp_path / "curve.svg")!r}, [1, 2, 3], {{"loss": [3.0, 2.0, 1.0]}})
 w = network.xavier_init([50, 8, 69], rng)
 out, cache = network.forward(w, rng.normal(size=(4, 50)).astype(np.float32))
 network.Adam(w).step(w, network.backward(w, cache, out))

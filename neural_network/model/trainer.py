@@ -6,7 +6,7 @@ an output folder:
     model.npz            the best model so far (by validation error), rewritten atomically on each improvement
     training_state.npz   the last weights and optimiser state, so an interrupted run can resume
     metrics.json         settings, best validation metrics and the history (written at the end)
-    loss.png             the loss curve (written at every epoch, so a panel can show it)
+    loss.svg             the loss curve (written at every epoch, so it can be watched in a browser)
 
 It never touches bpy: a caller in a background thread passes a progress object (state.TrainingProgress or anything
 with the same attributes) that the trainer writes numbers into and whose `cancel` event it checks at every step, so
@@ -27,7 +27,7 @@ from ..data.features import NUM_INPUTS
 from ..data.files import FileRefused, load_npz, save_json, save_npz
 from ..geometry import kinematics
 from ..geometry.rotations import angle_between, axis_angle_to_matrix, chordal_mean, matrix_to_axis_angle
-from ..report.plot_png import loss_curve_png
+from ..report.plot_svg import loss_curve_svg
 from ..skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, INNER_ROLES, NUM_ROLES
 from . import checkpoint, losses, network
 from .model import Model
@@ -35,7 +35,7 @@ from .model import Model
 MODEL_FILE = "model.npz"
 STATE_FILE = "training_state.npz"
 METRICS_FILE = "metrics.json"
-PLOT_FILE = "loss.png"
+PLOT_FILE = "loss.svg"
 STATE_KIND = "neural_ik.training_state"
 
 
@@ -521,7 +521,7 @@ class Trainer:
         series = {"train loss": [h["train_loss"] for h in self.history],
                   "val effector cm": [h["val_effector_cm_mean"] for h in self.history],
                   "val inner cm": [h["val_inner_mpjpe_cm"] for h in self.history]}
-        loss_curve_png(self.paths["plot"], x, series, log_y=True)
+        loss_curve_svg(self.paths["plot"], x, series, log_y=True)
 
 
 def train(dataset, config=None, out_dir=".", progress=None, resume=False):

@@ -66,6 +66,21 @@ def check_bvh_file(path):
     return None
 
 
+def _other_rate(path, scene):
+    """True when a BVH file's frame rate differs from the scene's by more than 0.1 % (Blender's exporter writes
+    30 fps as a frame time of 0.033333: not worth resampling)."""
+    fps = scene.render.fps / (scene.render.fps_base or 1.0)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.strip().startswith("Frame Time:"):
+                    frame_time = float(line.split(":", 1)[1])
+                    return frame_time > 0 and abs(1.0 / frame_time - fps) > 1e-3 * fps
+    except (OSError, ValueError):
+        return False
+    return False
+
+
 def _hierarchy(arm):
     return tuple((b.name, b.parent.name if b.parent else "") for b in arm.bones)
 
@@ -256,8 +271,10 @@ class BvhFolderImport:
         if self.target_name and target is None:
             raise DataError(f"the armature {self.target_name!r} being imported onto is gone")
         try:
+            # onto an armature the scene's frame rate is the rig's: a file of another rate is resampled to it
             bpy.ops.import_anim.bvh(filepath=path, global_scale=self.global_scale, update_scene_fps=target is None,
-                                    update_scene_duration=target is None)
+                                    update_scene_duration=target is None,
+                                    use_fps_scale=target is not None and _other_rate(path, bpy.context.scene))
         except Exception as exc:   # the importer raises many kinds on bad content; all mean "skip this file"
             _remove_new_data(*before)
             reason = str(exc).strip().splitlines()

@@ -262,6 +262,10 @@ def test_import_onto_another_skeleton_leaves_the_rig_untouched(bandai_and_cmu):
     for name in new:
         note = json.loads(bpy.data.actions[name]["neural_ik_source"])
         assert note["kind"] == "library" and note["retargeted"] is True and note["file"] == name + ".bvh"
+        with open(f"{BANDAI}/{name}.bvh") as handle:      # 30 fps files on the 60 fps rig: resampled, same duration
+            frames = int(next(line for line in handle if line.startswith("Frames:")).split()[1])
+        first, last = bpy.data.actions[name].frame_range
+        assert bpy.context.scene.render.fps == 60 and abs((last - first) - 2 * (frames - 1)) <= 2
     assert [o.name for o in bpy.data.objects if o.type == "ARMATURE"] == [cmu.name]
     # the rig's own state is the same once the new actions are left out of the hash
     for name in new:

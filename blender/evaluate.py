@@ -466,12 +466,15 @@ class Evaluation:
         if self.restore is not None:
             previous, saved = self.restore
             obj = self.obj
-            if previous is not None:
-                action_layouts.assign_action(obj, previous)
-            elif obj.animation_data is not None:
-                obj.animation_data.action = None
-            _restore_settings(self.context, obj, saved)
             self.restore = None
+            try:
+                if previous is not None:
+                    action_layouts.assign_action(obj, previous)
+                elif obj.animation_data is not None:
+                    obj.animation_data.action = None
+                _restore_settings(self.context, obj, saved)
+            except ReferenceError:      # the armature (or its action) was deleted between two steps in the window
+                pass
         self.context.scene.frame_set(self.frame)      # playing the clips moved it; the user's frame stays theirs
         if self.user_armature_import:                  # clips imported onto the user's armature go with the run
             for action in [a for a in bpy.data.actions if a not in self.actions_before]:

@@ -85,6 +85,9 @@ class NIK_SceneSettings(bpy.types.PropertyGroup):
     learning_rate: FloatProperty(name="Learning Rate", min=1e-6, max=1.0, default=2e-3, precision=5)
     time_limit: FloatProperty(name="Time Limit", min=0.0, default=0.0, unit="TIME_ABSOLUTE",
                               description="Stop training after this many seconds (0: no limit)")
+    own_share: FloatProperty(name="Own Clips Share", min=0.0, max=0.95, default=0.25, subtype="FACTOR",
+                             description="Share of every epoch taken from the rig's own clips when the dataset also "
+                                         "holds library motion retargeted from other skeletons (0: no weighting)")
     weight_fk: FloatProperty(name="FK", min=0.0, default=1.0)
     weight_pose: FloatProperty(name="Pose", min=0.0, default=0.3)
     weight_contact: FloatProperty(name="Contact", min=0.0, default=0.5)

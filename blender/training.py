@@ -43,7 +43,8 @@ def config_from_scene(settings, epochs, time_limit, seed, batch_size, learning_r
                           limit=settings.weight_limit, slip=settings.weight_slip)
     return trainer.TrainConfig(epochs=epochs, time_limit=time_limit, seed=seed,
                                batch_size=batch_size or settings.batch_size,
-                               learning_rate=learning_rate or settings.learning_rate, loss_weights=weights)
+                               learning_rate=learning_rate or settings.learning_rate, loss_weights=weights,
+                               own_share=settings.own_share)
 
 
 def armature_matches(obj, skeleton):

@@ -180,6 +180,7 @@ class NEURAL_IK_PT_training(NeuralIKPanel, bpy.types.Panel):
         col.prop(settings, "batch_size")
         col.prop(settings, "learning_rate")
         col.prop(settings, "time_limit")
+        col.prop(settings, "own_share")
         col.prop(settings, "output_directory", text="")
         draw_loss_weights(layout, settings, training.running)
         row = layout.row(align=True)

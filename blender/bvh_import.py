@@ -25,6 +25,8 @@ from .bone_maps import auto_map_object
 from .errors import DataError
 from .retarget import Retargeter
 
+CALIBRATION_FILES = 8       # files of a folder that calibrate a source skeleton before its first file is retargeted
+
 
 def check_bvh_file(path):
     """None for a complete BVH file, else the reason it cannot be imported (not BVH, truncated, unreadable)."""
@@ -297,6 +299,8 @@ class BvhFolderImport:
                 if self.retargeter is None:
                     self.retargeter = Retargeter(target, skip={a.name for a in bpy.data.actions
                                                                if a.as_pointer() not in before[2]})
+                if not self.retargeter.calibrated(arm_obj):
+                    self._calibrate_skeleton(name, arm_obj)
                 carried = self.retargeter.carry(arm_obj, action, os.path.splitext(name)[0])
             except DataError as exc:
                 _remove_new_data(*before)
@@ -313,6 +317,31 @@ class BvhFolderImport:
         action.use_fake_user = True      # actions not assigned to anything must survive saving
         mark_source(action, name, skeleton, retargeted)
         self.imported.append(action.name)
+
+    def _calibrate_skeleton(self, name, arm_obj):
+        """Before the first file of a source skeleton is retargeted: up to CALIBRATION_FILES other files of the
+        folder (spread over it) inform that skeleton's calibration with theirs, so every file of a library is carried
+        the same way (one clip's mean forearm twist is not the library's). They are imported and removed again."""
+        hierarchy = _hierarchy(arm_obj.data)
+        others = [n for n in self.names if n != name]
+        picks = others[::max(1, len(others) // CALIBRATION_FILES)][:CALIBRATION_FILES]
+        for other in picks:
+            path = os.path.join(self.directory, other)
+            if check_bvh_file(path):
+                continue
+            before = _data_snapshot()
+            try:
+                bpy.ops.import_anim.bvh(filepath=path, global_scale=self.global_scale, update_scene_fps=False,
+                                        update_scene_duration=False)
+                new = next((o for o in bpy.data.objects if o.as_pointer() not in before[0] and o.type == "ARMATURE"),
+                           None)
+                if new is not None and new.animation_data and new.animation_data.action and \
+                        _hierarchy(new.data) == hierarchy:
+                    self.retargeter.add_to_calibration(new, new.animation_data.action)
+            except Exception:        # a file that cannot inform the calibration is simply not used for it
+                pass
+            finally:
+                _remove_new_data(*before)
 
     def finish(self, context):
         """After the last step: (armature object, [imported action names], [(file name, reason) skipped]), the

@@ -27,6 +27,7 @@ from .errors import DataError
 from .extract import usable_actions
 
 CALIBRATION_FRAMES = 20000                  # frames of the target's own clips read to calibrate it
+POOL_FRAMES = 400                           # frames of each file that calibrates a source skeleton
 
 
 def _map_of(obj, stored):
@@ -164,34 +165,75 @@ class Retargeter:
                                               positions, bridges)
         except ValueError as exc:
             raise DataError(str(exc)) from None
-        self._source_maps = {}
+        self._source_maps, self._pools, self._calibrations = {}, {}, {}
 
     def source_map(self, obj):
-        key = tuple((b.name, b.parent.name if b.parent else "") for b in obj.data.bones)
+        key = _skeleton_key(obj)
         if key not in self._source_maps:
             self._source_maps[key] = _map_of(obj, stored=False)
         return self._source_maps[key]
 
-    def carry(self, source, action, name):
-        """A new action `name` on the target holding `action` (animating `source`, an armature of another
-        skeleton) retargeted. Raises DataError saying why a file cannot be carried over."""
-        target = bpy.data.objects.get(self.target_name)
-        if target is None:
-            raise DataError(f"the armature {self.target_name!r} being imported onto is gone")
+    def _read_source(self, source, action):
+        """(rig, sample, turned rest rotations (23, 3, 3), turned world rotations, turned heads, turned hips)."""
         src_rig = _read(source, self.source_map(source), "its skeleton")
         sample = pose_read.read_action(src_rig, source, action)
         if not (np.all(np.isfinite(sample.rotations)) and np.all(np.isfinite(sample.hips_position))):
             raise DataError("its keys hold NaN or infinite values")
         turn = core.upright_turn(sample.positions)             # a file written with another up axis
-        rotations, positions = turn @ sample.rotations, sample.positions @ turn.T
-        skel = src_rig.skeleton
-        try:
-            calibration = core.calibrate(skel.role_mask, turn @ skel.rest_rotations, skel.rest_positions @ turn.T,
-                                         rotations, positions)
-        except ValueError as exc:
-            raise DataError(str(exc)) from None
-        local, _world, hips = core.retarget(calibration, self.calibration, rotations, sample.hips_position @ turn.T)
+        rest = turn @ src_rig.skeleton.rest_rotations
+        return (src_rig, sample, rest, turn @ sample.rotations, sample.positions @ turn.T,
+                sample.hips_position @ turn.T)
+
+    def calibrated(self, source):
+        """True when files of `source`'s skeleton have their calibration (later files of that skeleton share it)."""
+        return _skeleton_key(source) in self._calibrations
+
+    def add_to_calibration(self, source, action):
+        """Let one more file of a skeleton inform its calibration (before the skeleton's first file is carried)."""
+        key = _skeleton_key(source)
+        if key in self._calibrations:
+            return
+        _, _, rest, rotations, positions, _ = self._read_source(source, action)
+        step = max(1, len(rotations) // POOL_FRAMES)
+        # BVH joint frames (W rest^T): the importer's rest roll of end bones differs between files of one skeleton
+        self._pools.setdefault(key, []).append((rotations[::step] @ np.swapaxes(rest, -1, -2)[None], positions[::step]))
+
+    def _source_calibration(self, source, src_rig, rest):
+        """The skeleton's calibration in joint frames (from its pooled files), expressed in this file's bones."""
+        key = _skeleton_key(source)
+        if key not in self._calibrations:
+            joints = np.concatenate([r for r, _ in self._pools[key]])
+            heads = np.concatenate([x for _, x in self._pools[key]])
+            skel = src_rig.skeleton
+            eye = np.broadcast_to(np.eye(3), rest.shape)
+            try:
+                self._calibrations[key] = core.calibrate(skel.role_mask, eye, skel.rest_positions,
+                                                         joints, heads)
+            except ValueError as exc:
+                raise DataError(str(exc)) from None
+            self._pools.pop(key, None)
+        joint = self._calibrations[key]
+        return core.Calibration(joint.mask, np.swapaxes(rest, -1, -2) @ joint.frames, rest, joint.rest_positions,
+                                joint.leg_length, joint.planted_height)
+
+    def carry(self, source, action, name):
+        """A new action `name` on the target holding `action` (animating `source`, an armature of another
+        skeleton) retargeted. The first file of a skeleton fixes its calibration (with the files given to
+        add_to_calibration before it), so every file of a library is carried the same way. Raises DataError saying
+        why a file cannot be carried over."""
+        target = bpy.data.objects.get(self.target_name)
+        if target is None:
+            raise DataError(f"the armature {self.target_name!r} being imported onto is gone")
+        if not self.calibrated(source):
+            self.add_to_calibration(source, action)
+        src_rig, sample, rest, rotations, _positions, hips = self._read_source(source, action)
+        calibration = self._source_calibration(source, src_rig, rest)
+        local, _world, hips = core.retarget(calibration, self.calibration, rotations, hips)
         return write_retargeted(target, self.rig, name, sample.frames, local, hips, self.pose, self.hips_frame)
+
+
+def _skeleton_key(obj):
+    return tuple((b.name, b.parent.name if b.parent else "") for b in obj.data.bones)
 
 
 def write_retargeted(obj, rig, name, frames, local, hips_position, pose, hips_frame):

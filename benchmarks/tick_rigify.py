@@ -1,0 +1,111 @@
+"""The live tick on a generated Rigify rig against the plain demo rig's tick, measured in the same run.
+
+    .venv/bin/python benchmarks/tick_rigify.py [--repeats 2000]
+
+About a minute on 2 cores (generating the rig takes ~10 s). Both rigs sit in one file; each tick is timed without
+Blender's evaluation of the rig (`view_layer.update()`, which Blender runs after the timer event anyway), as the
+project's live tick runs it: read the six targets, solve (ONNX Runtime when installed), write. The demo rig writes its
+mapped bones; the Rigify rig writes its controls (blender/control_rig.py: FK of the solved pose, the control pose,
+one write per control). Rows: each tick's median (and p99), the Rigify tick as a ratio to the demo tick (the issue
+asks for at most 2x), and `view_layer.update()` of each rig after its tick, for scale. Same network size and
+weights kind on both (random weights; the cost does not depend on them), no refinement; targets moved every tick
+along each rig's own clip (so nothing is cached between ticks).
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+from addon_loader import isolate_user_resources, load_addon  # noqa: E402
+
+
+def tick_times(bpy, obj, rig, model, sample, repeats):
+    """(tick us (N,), view_layer.update us (N,)) of LiveTick on obj, targets on the sample's frames in turn."""
+    from live_helpers import place_targets
+
+    from neural_ik.blender.live import LiveTick
+
+    scene = bpy.context.scene
+    obj.neural_ik.refine_iterations = 0
+    tick = LiveTick([(obj, model, None)])
+    tick.start()
+    ticks, updates = np.empty(repeats), np.empty(repeats)
+    frames = len(sample.frames)
+    try:
+        for i in range(-50, repeats):
+            place_targets(obj, rig, sample, i % frames)
+            began = time.perf_counter()
+            tick.tick(scene)
+            middle = time.perf_counter()
+            bpy.context.view_layer.update()
+            if i >= 0:
+                ticks[i], updates[i] = middle - began, time.perf_counter() - middle
+    finally:
+        tick.stop()
+    return ticks * 1e6, updates * 1e6
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2000)
+    args = parser.parse_args(sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else None)
+    isolate_user_resources()
+    load_addon()
+    import bpy
+    from live_helpers import linear_model_for
+    from rigify_helpers import RIGIFY_MAP, generate_rigify, key_controls, open_rigify
+    from tick import random_network
+
+    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.properties import get_bone_map
+
+    path = os.path.join(tempfile.mkdtemp(prefix="nik_rigify_"), "rigify.blend")
+    generate_rigify(path)
+    rigify = open_rigify(path)
+    clip = key_controls(rigify, "clip", frames=40, seed=3)
+    assert bpy.ops.neural_ik.auto_map() == {"FINISHED"}
+    rigify_rig = rig_model.read_rig(rigify, RIGIFY_MAP)
+    rigify_sample = pose_read.read_action(rigify_rig, rigify, clip)
+    rigify_model = linear_model_for(rigify_rig.skeleton, [rigify_sample])
+    rigify_model = random_network(rigify_rig.skeleton, rigify_model.feature_spec)
+    rigify.animation_data.action = None
+    bpy.ops.neural_ik.create_targets()
+
+    bpy.ops.neural_ik.create_demo_rig()
+    demo = bpy.context.active_object
+    demo.location.x = 2.0
+    demo_rig = rig_model.read_rig(demo, get_bone_map(demo))
+    demo_sample = pose_read.read_action(demo_rig, demo, bpy.data.actions[sorted(
+        a.name for a in bpy.data.actions if a.name.startswith(("walk", "idle")))[0]])
+    demo_model = random_network(demo_rig.skeleton, rigify_model.feature_spec)
+    demo.animation_data.action = None
+    bpy.ops.neural_ik.create_targets()
+
+    rows = {}
+    for rep in range(2):             # alternated, so the machine's load hits both alike
+        for label, obj, rig, model, sample in (("demo", demo, demo_rig, demo_model, demo_sample),
+                                               ("rigify", rigify, rigify_rig, rigify_model, rigify_sample)):
+            ticks, updates = tick_times(bpy, obj, rig, model, sample, args.repeats // 2)
+            rows.setdefault(label, ([], []))
+            rows[label][0].append(ticks)
+            rows[label][1].append(updates)
+    out = {label: (np.concatenate(t), np.concatenate(u)) for label, (t, u) in rows.items()}
+    demo_tick = float(np.median(out["demo"][0]))
+    print(f"live tick without view_layer.update(), {args.repeats} ticks per rig, alternated:")
+    for label, bones in (("demo", len(demo.pose.bones)), ("rigify", len(rigify.pose.bones))):
+        ticks, updates = out[label]
+        print(f"  {label:6s} ({bones} bones): tick {np.median(ticks):7.1f} us (p99 {np.percentile(ticks, 99):7.1f}), "
+              f"{np.median(ticks) / demo_tick:.2f}x the demo tick; view_layer.update() {np.median(updates):7.1f} us")
+
+
+if __name__ == "__main__":
+    main()

@@ -39,5 +39,5 @@ fi
 "$py" scripts/nik.py train --dataset "$out/dataset.npz" --out "$out" "${train_args[@]}"
 trained=$(date +%s)
 "$py" scripts/nik.py evaluate --blend "$out/train.blend" --bvh-folder "$folder" --files "$evaluate" \
-  --model "$out/model.npz" --refine 4 --json "$out/evaluation.json" --png "$out/evaluation.png"
+  --model "$out/model.npz" --refine 4 --json "$out/evaluation.json" --svg "$out/evaluation.svg"
 echo "import + extract + train: $((trained - start)) s; evaluation: $(( $(date +%s) - trained )) s"

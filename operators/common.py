@@ -36,3 +36,35 @@ def cancelled(operator, exc):
     """Report an error (an exception's message) and cancel."""
     operator.report({"ERROR"}, str(exc))
     return {"CANCELLED"}
+
+
+class TimerSteps:
+    """What the modal runners share (Import BVH Folder, Evaluate): one step of work per window-manager TIMER event,
+    a progress bar of `count` steps and a line in the status bar. A subclass says what its status line reads
+    (status_text) and calls begin_steps / end_steps."""
+    timer = None
+    TIMER_SECONDS = 0.01
+
+    def begin_steps(self, context, count):
+        wm = context.window_manager
+        wm.progress_begin(0, count)
+        self.timer = wm.event_timer_add(self.TIMER_SECONDS, window=context.window)
+        wm.modal_handler_add(self)
+        self._show_status(context)
+        return {"RUNNING_MODAL"}
+
+    def _show_status(self, context, text=None):
+        workspace = getattr(context, "workspace", None)
+        if workspace is not None:
+            workspace.status_text_set(self.status_text() if text is None else text)
+
+    def _end(self, context):
+        """Drop the timer, the progress bar and the status line (once)."""
+        wm = context.window_manager
+        if self.timer is not None:
+            wm.event_timer_remove(self.timer)
+            self.timer = None
+            wm.progress_end()
+            workspace = getattr(context, "workspace", None)
+            if workspace is not None:
+                workspace.status_text_set(None)

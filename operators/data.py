@@ -12,7 +12,7 @@ from ..blender.armatures import chosen_armature
 from ..blender.bvh_import import BvhFolderImport, import_messages
 from ..blender.errors import DataError
 from ..blender.extract import write_dataset
-from .common import cancelled, poll_armature, poll_not_editing
+from .common import TimerSteps, cancelled, poll_armature, poll_not_editing
 
 
 def report_import(operator, result):
@@ -22,15 +22,13 @@ def report_import(operator, result):
     return {"FINISHED"}
 
 
-class BvhImportRunner:
+class BvhImportRunner(TimerSteps):
     """The modal Import BVH Folder logic, without bpy.types.Operator (so tests can drive it with stand-in context and
     event objects: timers never fire in the bpy module). One file per TIMER event, a progress bar and "file i of n"
     in the status bar; Esc stops with the actions imported so far kept on the armature.
 
     Needs on self: directory, global_scale, files, exclude, onto_active and report()."""
     importer = None
-    timer = None
-    TIMER_SECONDS = 0.01
 
     def make_importer(self, context):
         onto = chosen_armature(context) if self.onto_active else None
@@ -48,12 +46,7 @@ class BvhImportRunner:
 
     def start_import(self, context, importer):
         self.importer = importer
-        wm = context.window_manager
-        wm.progress_begin(0, importer.count)
-        self.timer = wm.event_timer_add(self.TIMER_SECONDS, window=context.window)
-        wm.modal_handler_add(self)
-        self._show_status(context)
-        return {"RUNNING_MODAL"}
+        return self.begin_steps(context, importer.count)
 
     def modal(self, context, event):
         if event.type == "ESC":
@@ -99,23 +92,10 @@ class BvhImportRunner:
         if self.importer is not None:
             self.importer.abandon(context)
 
-    def _show_status(self, context):
+    def status_text(self):
         importer = self.importer
-        text = (f"Importing BVH: file {importer.position + 1} of {importer.count} "
+        return (f"Importing BVH: file {importer.position + 1} of {importer.count} "
                 f"({importer.names[importer.position]}), Esc to cancel")
-        workspace = getattr(context, "workspace", None)
-        if workspace is not None:
-            workspace.status_text_set(text)
-
-    def _end(self, context):
-        wm = context.window_manager
-        if self.timer is not None:
-            wm.event_timer_remove(self.timer)
-            self.timer = None
-            wm.progress_end()
-            workspace = getattr(context, "workspace", None)
-            if workspace is not None:
-                workspace.status_text_set(None)
 
 
 class NEURAL_IK_OT_import_bvh_folder(BvhImportRunner, bpy.types.Operator):

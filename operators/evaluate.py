@@ -11,21 +11,19 @@ from bpy.props import BoolProperty, IntProperty, StringProperty
 from ..blender.errors import UserError
 from ..blender.evaluate import Evaluation, summary
 from ..blender.progress import say
-from .common import poll_no_training, poll_not_editing
+from .common import TimerSteps, poll_no_training, poll_not_editing
 
 FAILURES = (UserError, OSError, ValueError)
 
 
-class EvaluateRunner:
+class EvaluateRunner(TimerSteps):
     """The modal Evaluate logic, without bpy.types.Operator (so tests can drive it with stand-in context and event
     objects: timers never fire in the bpy module). One clip per TIMER event (every method on it), a progress bar and
     "clip i of n" in the status bar; Esc stops: nothing is written and the scene is as it was.
 
     Needs on self: settings() (the operator's settings as a dict) and report()."""
     evaluation = None
-    timer = None
     notes = ()
-    TIMER_SECONDS = 0.01
 
     def prepare(self, context):
         """The Evaluation (clips chosen, models loaded), or None after reporting why not."""
@@ -41,12 +39,7 @@ class EvaluateRunner:
         if evaluation is None:
             return {"CANCELLED"}
         self.evaluation = evaluation
-        wm = context.window_manager
-        wm.progress_begin(0, evaluation.count)
-        self.timer = wm.event_timer_add(self.TIMER_SECONDS, window=context.window)
-        wm.modal_handler_add(self)
-        self._show_status(context)
-        return {"RUNNING_MODAL"}
+        return self.begin_steps(context, evaluation.count)
 
     def modal(self, context, event):
         if event.type == "ESC":
@@ -105,23 +98,10 @@ class EvaluateRunner:
             self.report({"WARNING"}, note)
         self.notes = []
 
-    def _show_status(self, context):
+    def status_text(self):
         evaluation = self.evaluation
-        text = (f"Evaluating: clip {evaluation.position + 1} of {evaluation.count} ({evaluation.name()}), "
+        return (f"Evaluating: clip {evaluation.position + 1} of {evaluation.count} ({evaluation.name()}), "
                 "Esc to cancel")
-        workspace = getattr(context, "workspace", None)
-        if workspace is not None:
-            workspace.status_text_set(text)
-
-    def _end(self, context):
-        wm = context.window_manager
-        if self.timer is not None:
-            wm.event_timer_remove(self.timer)
-            self.timer = None
-            wm.progress_end()
-            workspace = getattr(context, "workspace", None)
-            if workspace is not None:
-                workspace.status_text_set(None)
 
 
 class NEURAL_IK_OT_evaluate(EvaluateRunner, bpy.types.Operator):

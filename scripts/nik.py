@@ -567,7 +567,9 @@ def main(argv):
     for name, (help_text, setup) in COMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text, parents=[common])
         runners[name] = setup(sub_parser)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:      # said by the command's own parser, so the line names the command
+        (sub.choices[args.command] if args.command else parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not args.command:
         parser.print_help()
         return 2

@@ -16,8 +16,9 @@ and the constant offsets, then checks them: the control pose computed from the t
 give back, through Blender's evaluation, the same deform heads and effector orientations. A control whose deform
 bone only swings after it (Rigify's upper arm and thigh take their twist from the shoulder and the pelvis) still
 puts the next joint where the solve put it, and the next control is posed against its actual parent, so hands, feet
-and head land exactly. The neck also aims at the head's joint (Rigify's neck bends as one control). Switches (the
-limbs' IK/FK) are set to FK while the solver drives the rig and put back after.
+and head land exactly. The head control also takes a location (Rigify's neck bends as one control, so the head's
+joint is placed, not reached). Switches (the limbs' IK/FK, the neck and head follow) are set to FK while the solver
+drives the rig and put back after.
 """
 
 from dataclasses import dataclass, field
@@ -30,12 +31,13 @@ from ..neural_network.skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX
 from .action_layouts import _key_curve
 from .rig_model import rotation_property
 
-# Rigify (generated from the human meta-rig): (control, role, writes location, aims at role); {side} is L or R.
+# Rigify (generated from the human meta-rig): (control, role, writes location); {side} is L or R.
 # The torso carries Spine1's frame (its pivot is Spine1's head); the lower FK spine hangs from it (spine_fk.001 turns
-# the Spine about that pivot, spine_fk the pelvis); spine_fk.002 then stays at rest.
-RIGIFY_BODY = (("torso", "Spine1", True, ""), ("spine_fk.001", "Spine", False, ""), ("spine_fk", "Hips", False, ""),
-               ("spine_fk.002", "Spine1", False, ""), ("spine_fk.003", "Spine2", False, ""),
-               ("neck", "NeckLower", False, "Head"), ("head", "Head", False, ""))
+# the Spine about that pivot, spine_fk the pelvis); spine_fk.002 then stays at rest. Rigify's neck is one control over
+# both neck bones: the head control's location puts the head's joint where the solve put it (the neck stretches to it).
+RIGIFY_BODY = (("torso", "Spine1", True), ("spine_fk.001", "Spine", False), ("spine_fk", "Hips", False),
+               ("spine_fk.002", "Spine1", False), ("spine_fk.003", "Spine2", False), ("neck", "NeckLower", False),
+               ("head", "Head", True))
 RIGIFY_LIMB = (("shoulder.{s}", "Shoulder"), ("upper_arm_fk.{s}", "Arm"), ("forearm_fk.{s}", "ForeArm"),
                ("hand_fk.{s}", "Hand"), ("thigh_fk.{s}", "Thigh"), ("shin_fk.{s}", "Shin"), ("foot_fk.{s}", "Foot"),
                ("toe_fk.{s}", "ToeBase"))
@@ -61,35 +63,33 @@ class Entry:
     control: str
     role: int
     location: bool = False
-    aim: int = -1                  # role whose head the control aims at (-1: none)
     mode: str = "QUATERNION"
     scaled: bool = False           # the control takes its role's length scale (uniform), else it keeps scale 1
     anchor: int = -1               # entry whose control the parent follows (-1: a constant parent frame)
     d_inv: np.ndarray = None       # (4, 4) deform -> control
     e: np.ndarray = None           # (4, 4) anchor control -> parent frame, or the constant parent frame
     rest_rel: np.ndarray = None    # (4, 4) rest_parent^-1 @ rest_control
-    aim_point: np.ndarray = None   # (4,) the aimed head in the control's frame
     kind: str = "constant"         # the parent frame: "constant", "inherit" (anchor @ E), "unscaled" (its turn and joint)
     e_point: np.ndarray = None     # (4,) "unscaled": the parent's head in the anchor's frame
     location_now: np.ndarray = field(default_factory=lambda: np.zeros(3))
 
 
 def rigify_layout(obj, bone_map):
-    """(entries as (control, role index, location, aim role, scaled), switches as (bone, property, value)) for a Rigify
+    """(entries as (control, role index, location, scaled), switches as (bone, property, value)) for a Rigify
     rig whose deform bones are mapped, else None."""
     bones = obj.data.bones
     pose_bones = obj.pose.bones
     if not str(bone_map.get("Hips", "")).startswith("DEF-"):
         return None
-    rows = [(c, r, loc, aim) for c, r, loc, aim in RIGIFY_BODY]
+    rows = list(RIGIFY_BODY)
     for side, s in SIDES:
-        rows += [(c.format(s=s), side + r, False, "") for c, r in RIGIFY_LIMB]
+        rows += [(c.format(s=s), side + r, False) for c, r in RIGIFY_LIMB]
     switches = [(b.format(s=s), key, value) for _, s in SIDES for b, key, value in RIGIFY_SWITCHES]
     switches += list(RIGIFY_BODY_SWITCHES)
     if any(c not in bones for c, *_ in rows) or any(b not in bones or key not in pose_bones[b] for b, key, _ in switches):
         return None
-    entries = [(c, ROLE_INDEX[r], loc, ROLE_INDEX[aim] if aim else -1, r.replace("Left", "").replace("Right", "")
-                in SCALED_ROLES) for c, r, loc, aim in rows if bone_map.get(r)]
+    entries = [(c, ROLE_INDEX[r], loc, r.replace("Left", "").replace("Right", "") in SCALED_ROLES)
+               for c, r, loc in rows if bone_map.get(r)]
     return entries, switches
 
 
@@ -149,7 +149,7 @@ class ControlRig:
     def __init__(self, obj, rig, entries, switches):
         self.obj, self.rig = obj, rig
         pose_bones = obj.pose.bones
-        self.entries = [Entry(c, r, loc, aim, pose_bones[c].rotation_mode, scaled) for c, r, loc, aim, scaled in entries]
+        self.entries = [Entry(c, r, loc, pose_bones[c].rotation_mode, scaled) for c, r, loc, scaled in entries]
         self.switches = list(switches)
         self.saved_switches = None
         self.measured = False
@@ -184,16 +184,19 @@ class ControlRig:
 
     # -- measuring --------------------------------------------------------------------------------------------------
     def measure(self):
-        """Measure and check the offsets on the rig as it is now (switches set, no action overriding the pose):
-        evaluate it as it is and with every control turned and scaled (parents that inherit a control's scale and
-        parents that only follow its rotation and joint differ there). Leaves the controls as they were. Raises
-        ControlRigError when no anchor explains a control's parent or when the check fails."""
+        """Measure and check the offsets on the rig as it is now (switches set, no action overriding the pose), with
+        the written controls at unit scale: evaluate it so and with every control turned and the limbs scaled
+        (parents that inherit a control's scale and parents that only follow its rotation and joint differ there).
+        Leaves the controls so (rotations and locations as they were, unit scale). Raises ControlRigError when no
+        anchor explains a control's parent or when the check fails."""
         obj, rig = self.obj, self.rig
         pose_bones = obj.pose.bones
         deform = {r: rig.bone_names[rig.role_bones[r]] for r in range(len(rig.role_bones)) if rig.role_bones[r] >= 0}
         parents = {e.control: (pose_bones[e.control].parent.name if pose_bones[e.control].parent else None)
                    for e in self.entries}
         names = set(self.controls) | set(deform.values()) | {p for p in parents.values() if p}
+        for e in self.entries:            # the written controls at unit scale while the solver drives them (a bake
+            pose_bones[e.control].scale = (1.0, 1.0, 1.0)     # keys theirs; live sessions put the pose back)
         saved = self._save()
         first = _matrices(obj, names)
         for k, e in enumerate(self.entries):
@@ -209,8 +212,6 @@ class ControlRig:
             e.location_now = np.array(pose_bones[e.control].location, dtype=np.float64)
             p = parents[e.control]
             e.rest_rel = np.linalg.inv(rest[p]) @ rest[e.control] if p else rest[e.control]
-            if e.aim >= 0:
-                e.aim_point = np.linalg.inv(cw) @ np.append(first[deform[e.aim]][:3, 3], 1.0)
             if p is None:
                 e.anchor, e.kind, e.e = -1, "constant", np.eye(4)
                 continue
@@ -277,12 +278,14 @@ class ControlRig:
         self.write(self.control_pose(world), 0)
         got = _matrices(self.obj, names)
         self._restore(saved)
-        worst_pos = max(np.linalg.norm(got[n][:3, 3] - turned[n][:3, 3]) for n in deform.values()) / height
+        worst_pos, worst_bone = max((np.linalg.norm(got[n][:3, 3] - turned[n][:3, 3]) / height, n)
+                                    for n in deform.values())
         worst_rot = max(_angle(got[deform[r]], turned[deform[r]]) for r in EFFECTOR_ROLES if r in deform)
         self.check_error = (worst_pos, worst_rot)
         if worst_pos > CHECK_POSITION or worst_rot > CHECK_ANGLE:
             raise ControlRigError(f"the controls of {self.obj.name!r} do not reproduce the deform bones as measured "
-                                  f"(heads off by {worst_pos:.1e} of the rig height, effectors turned by "
+                                  f"(heads off by up to {worst_pos:.1e} of the rig height at {worst_bone!r}, "
+                                  f"effectors turned by "
                                   f"{worst_rot:.1e} rad)")
 
     # -- the control pose -------------------------------------------------------------------------------------------
@@ -296,8 +299,6 @@ class ControlRig:
         rigid = _rigid(world)
         for e in self.entries:
             cw = (world if e.scaled else rigid)[:, e.role] @ e.d_inv
-            if e.aim >= 0:
-                cw = _aim(cw, e.aim_point, world[:, e.aim, :3, 3])
             if e.kind == "constant":
                 parent = e.e
             elif e.kind == "inherit":
@@ -362,20 +363,15 @@ class ControlRig:
         actual = []
         add = actual.append
         loc_rot_scale = Matrix.LocRotScale
-        for role, d_inv, kind, anchor, const, turn_, point, rest_rel, mode, index, bone, held, aim, aim_point in \
-                live["entries"]:
+        for role, d_inv, kind, anchor, const, turn, point, rest_rel, mode, index, bone, held in live["entries"]:
             cw = world[role] @ d_inv
-            if aim >= 0:
-                head = cw.translation
-                turn = ((cw @ aim_point) - head).rotation_difference(pos[aim] - head).to_matrix().to_4x4()
-                cw = Matrix.Translation(head) @ turn @ Matrix.Translation(-head) @ cw
             if kind == 0:
                 frame = const
             elif kind == 1:
                 frame = actual[anchor] @ const
             else:
                 a = actual[anchor]
-                frame = loc_rot_scale(a @ point, a.to_quaternion() @ turn_, None) @ rest_rel
+                frame = loc_rot_scale(a @ point, a.to_quaternion() @ turn, None) @ rest_rel
             basis = frame.inverted() @ cw
             turned = basis.to_quaternion()
             if mode == 0:
@@ -405,7 +401,7 @@ class ControlRig:
         rig = self.rig
         skel = rig.skeleton
         mask = skel.role_mask
-        needed = {e.role for e in self.entries} | {e.aim for e in self.entries if e.aim >= 0}
+        needed = {e.role for e in self.entries}
         order = []
         for idx, par in skel.levels():
             order += [(int(j), int(p)) for j, p in zip(idx, par)]
@@ -428,22 +424,24 @@ class ControlRig:
             mode = {"QUATERNION": 0, "AXIS_ANGLE": 1}.get(e.mode, e.mode)
             entries.append((e.role, Matrix(e.d_inv.tolist()), kind, e.anchor, const, turn, point,
                             Matrix(e.rest_rel.tolist()), mode, index[e.control], pose_bones[e.control],
-                            None if e.location else Vector(e.location_now.tolist()), e.aim,
-                            Vector(e.aim_point[:3].tolist()) if e.aim >= 0 else None))
+                            None if e.location else Vector(e.location_now.tolist())))
         self._live = {"fk": (order, bridges, offsets, to_arm, rig.scale, needed), "entries": entries,
                       "set": pose_bones.foreach_set, "quaternions": quaternions}
         return self._live
 
     def key(self, container, frames, pose):
-        """Key a control_pose at `frames` into an action's curve container, with the switches at their FK values."""
+        """Key a control_pose at `frames` into an action's curve container (rotation, location and scale of every
+        written control), with the switches at their FK values."""
         from .pose_write import continuous_quaternions, euler_sequence
 
         frames = np.asarray(frames, np.float64)
+        ones = np.ones(len(frames))
         for e, (rot, loc, scale) in zip(self.entries, pose):
             path = f'pose.bones["{bpy.utils.escape_identifier(e.control)}"].'
-            if scale is not None:
-                for k in range(3):
-                    _key_curve(container, path + "scale", k, e.control, frames, scale)
+            for k in range(3):      # every channel the solve relies on: the action alone reproduces the pose
+                _key_curve(container, path + "scale", k, e.control, frames, ones if scale is None else scale)
+                if loc is None:
+                    _key_curve(container, path + "location", k, e.control, frames, ones * e.location_now[k])
             if e.mode == "QUATERNION":
                 values, prop = continuous_quaternions(matrix_to_quaternion(rot)), "rotation_quaternion"
             elif e.mode == "AXIS_ANGLE":
@@ -473,25 +471,6 @@ def _set_rotation(pb, mode, rot):
         pb.rotation_axis_angle = (angle, *axis)
     else:
         pb.rotation_euler = m.to_euler(mode, pb.rotation_euler)
-
-
-def _aim(cw, point, target):
-    """Turn control worlds cw (F, 4, 4) about their heads by the smallest rotation that takes the control-frame
-    point (4,) onto target (F, 3)."""
-    head = cw[:, :3, 3]
-    a = (cw @ point)[:, :3] - head
-    b = target - head
-    a /= np.linalg.norm(a, axis=-1, keepdims=True)
-    b /= np.linalg.norm(b, axis=-1, keepdims=True)
-    v = np.cross(a, b)
-    c = np.sum(a * b, axis=-1)
-    vx = np.zeros(v.shape[:-1] + (3, 3))
-    vx[..., 0, 1], vx[..., 0, 2], vx[..., 1, 2] = -v[..., 2], v[..., 1], -v[..., 0]
-    vx[..., 1, 0], vx[..., 2, 0], vx[..., 2, 1] = v[..., 2], -v[..., 1], v[..., 0]
-    turn = np.eye(3) + vx + vx @ vx / (1.0 + c)[..., None, None]
-    out = cw.copy()
-    out[:, :3, :3] = turn @ cw[:, :3, :3]
-    return out
 
 
 def _difference(a, b, height):

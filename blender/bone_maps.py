@@ -4,6 +4,7 @@ object; the map a workflow uses when none is stored."""
 from ..neural_network.skeleton import bone_map
 from ..neural_network.skeleton.roles import ROLES
 from ..properties import get_bone_map, set_bone_map
+from .rig_model import driven_reasons
 
 # The real-mocap rigs whose bone names identify them when an evaluated armature carries no bone map of its own.
 MOCAP_PRESETS = ("bandai", "cmu")
@@ -60,3 +61,27 @@ def stored_or_preset_map(obj):
         if all(bone in names for bone in preset.values()):
             return {role: preset.get(role, "") for role in ROLES}
     return None
+
+
+OUTSIDE_CHAIN = "is outside its chain"
+
+
+def driven_map_problems(obj, mapping, problems):
+    """(problems, note) of a bone map on this armature. A control rig's deform bones (Rigify's DEF-) are not one
+    parent chain but follow other bones through constraints, so 'outside its chain' is no problem there: Extract
+    reads Blender's evaluated pose and the chain is the roles'. Those problems are dropped and the note says why
+    (empty note: the map's problems as they were)."""
+    if not any(OUTSIDE_CHAIN in p for p in problems):
+        return list(problems), ""
+    pose_bones = obj.pose.bones
+    bones = set()
+    for name in mapping.values():
+        b = pose_bones.get(name) if name else None
+        while b is not None and b.name not in bones:
+            bones.add(b.name)
+            b = b.parent
+    reasons = driven_reasons(obj, sorted(bones))
+    if not reasons:
+        return list(problems), ""
+    return ([p for p in problems if OUTSIDE_CHAIN not in p],
+            f"its mapped bones are driven ({'; '.join(reasons)}): Extract reads Blender's evaluated pose")

@@ -10,7 +10,7 @@ import bpy
 from bpy.props import EnumProperty, IntProperty
 
 from ..blender.armatures import chosen_armature
-from ..blender.bone_maps import auto_map, preset_map, store_map
+from ..blender.bone_maps import auto_map, driven_map_problems, preset_map, store_map
 from .common import poll_armature
 
 # The model shipped with the extension, trained on the demo rig's actions (read-only: never written at run time).
@@ -30,13 +30,15 @@ def _store_and_report(operator, context, obj, result):
     store_map(obj, result)
     context.scene.neural_ik.armature = obj
     mapped = sum(1 for bone in result.mapping.values() if bone)
-    summary = f"{obj.name}: {result.preset} map, {mapped} of {len(result.mapping)} roles mapped"
-    missing_essentials = any(p.startswith("Missing essential") for p in result.problems)
+    problems, note = driven_map_problems(obj, result.mapping, result.problems)
+    summary = f"{obj.name}: {result.preset} map, {mapped} of {len(result.mapping)} roles mapped" + (
+        f"; {note}" if note else "")
+    missing_essentials = any(p.startswith("Missing essential") for p in problems)
     if missing_essentials:
-        operator.report({"ERROR"}, f"{summary}. " + " ".join(result.problems))
+        operator.report({"ERROR"}, f"{summary}. " + " ".join(problems))
         return {"CANCELLED"}
-    if result.problems:
-        operator.report({"WARNING"}, f"{summary}. " + " ".join(result.problems))
+    if problems:
+        operator.report({"WARNING"}, f"{summary}. " + " ".join(problems))
     else:
         operator.report({"INFO"}, summary + ".")
     return {"FINISHED"}

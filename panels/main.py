@@ -10,6 +10,7 @@ import os
 import bpy
 
 from .. import state
+from ..blender.bone_maps import driven_map_problems
 from ..neural_network.model.trainer import score as trainer_score
 from ..neural_network.skeleton import bone_map
 from ..neural_network.skeleton.roles import ROLES
@@ -72,7 +73,7 @@ def bone_map_problems(armature):
     if not any(mapping.values()):
         return ["No bones are mapped yet: press Auto Map or choose a preset."]
     bones = [(bone.name, bone.parent.name if bone.parent else None) for bone in armature.data.bones]
-    return [str(p) for p in bone_map.validate(mapping, bones)]
+    return driven_map_problems(armature, mapping, [str(p) for p in bone_map.validate(mapping, bones)])[0]
 
 
 # ---- panels --------------------------------------------------------------------------------------------------
@@ -284,6 +285,8 @@ def draw_dataset(layout, settings):
         col.label(text=f"{task.capitalize()}: {frames} frames", icon="BLANK1")
     if facts["rig"]:
         col.label(text=f"Rig: {facts['rig']}", icon="ARMATURE_DATA")
+    if str(meta.get("pose_source", "")).startswith("evaluated"):
+        col.label(text="Read from Blender's evaluated pose (driven bones)", icon="CONSTRAINT_BONE")
     if facts["fps"]:
         col.label(text=f"{format_number(facts['fps'], '{:g}')} fps", icon="BLANK1")
 

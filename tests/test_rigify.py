@@ -28,6 +28,16 @@ def test_auto_map_maps_the_deform_bones(rigify_rig):
 
     assert bpy.ops.neural_ik.auto_map() == {"FINISHED"}
     assert bone_map_of(rigify_rig) == RIGIFY_MAP
+    # its deform bones hang from ORG-/MCH- bones, not from each other: no problem for a driven rig (the panel lists
+    # none, the report says why)
+    from neural_ik.blender.bone_maps import auto_map, driven_map_problems
+    from neural_ik.panels.main import bone_map_problems
+
+    result = auto_map(rigify_rig)
+    assert any("outside its chain" in p for p in result.problems)
+    problems, note = driven_map_problems(rigify_rig, result.mapping, result.problems)
+    assert problems == [] and "evaluated pose" in note
+    assert bone_map_problems(rigify_rig) == []
 
 
 def test_extract_reads_the_evaluated_deform_bones_and_leaves_the_scene(rigify_rig):

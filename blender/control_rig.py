@@ -363,7 +363,8 @@ class ControlRig:
         actual = []
         add = actual.append
         loc_rot_scale = Matrix.LocRotScale
-        for role, d_inv, kind, anchor, const, turn, point, rest_rel, mode, index, bone, held in live["entries"]:
+        turns = []
+        for role, d_inv, kind, anchor, const, turn, point, rest_rel, mode, bone, held, anchors in live["entries"]:
             cw = world[role] @ d_inv
             if kind == 0:
                 frame = const
@@ -375,7 +376,7 @@ class ControlRig:
             basis = frame.inverted() @ cw
             turned = basis.to_quaternion()
             if mode == 0:
-                quaternions[index] = turned
+                turns.append(turned)
             elif mode == 1:
                 axis, angle = turned.to_axis_angle()
                 bone.rotation_axis_angle = (angle, *axis)
@@ -384,8 +385,9 @@ class ControlRig:
             if held is None:
                 locations.append((bone, basis.translation))
                 add(cw)
-            else:
-                add(frame @ loc_rot_scale(held, turned, None))
+            else:                            # the control as posed, when another control's parent follows it
+                add(frame @ loc_rot_scale(held, turned, None) if anchors else None)
+        quaternions[live["quaternion_rows"]] = turns
         # the quaternion controls with one foreach_set of the whole buffer (a pose-bone property set costs an RNA
         # update each); a location set also tags the armature for re-evaluation
         live["set"]("rotation_quaternion", live["quaternions"].ravel())
@@ -422,11 +424,14 @@ class ControlRig:
             else:
                 const, turn, point = Matrix((e.e @ e.rest_rel).tolist()), None, None
             mode = {"QUATERNION": 0, "AXIS_ANGLE": 1}.get(e.mode, e.mode)
+            anchors = any(other.anchor == len(entries) for other in self.entries)
             entries.append((e.role, Matrix(e.d_inv.tolist()), kind, e.anchor, const, turn, point,
-                            Matrix(e.rest_rel.tolist()), mode, index[e.control], pose_bones[e.control],
-                            None if e.location else Vector(e.location_now.tolist())))
+                            Matrix(e.rest_rel.tolist()), mode, pose_bones[e.control],
+                            None if e.location else Vector(e.location_now.tolist()), anchors))
         self._live = {"fk": (order, bridges, offsets, to_arm, rig.scale, needed), "entries": entries,
-                      "set": pose_bones.foreach_set, "quaternions": quaternions}
+                      "set": pose_bones.foreach_set, "quaternions": quaternions,
+                      "quaternion_rows": np.array([index[e.control] for e in self.entries if e.mode == "QUATERNION"],
+                                                  np.int64)}
         return self._live
 
     def key(self, container, frames, pose):

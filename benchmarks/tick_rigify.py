@@ -9,7 +9,9 @@ Blender's evaluation of the rig (`view_layer.update()`, which Blender runs after
 project's live tick runs it: read the six targets, solve (ONNX Runtime when installed), write. The demo rig writes its
 mapped bones; the Rigify rig writes its controls (blender/control_rig.py: FK of the solved pose, the control pose,
 one write per control). Rows: each tick's median (and p99), the Rigify tick as a ratio to the demo tick (the issue
-asks for at most 2x), and `view_layer.update()` of each rig after its tick, for scale. Same network size and
+asks for at most 2x), and `view_layer.update()` of each rig after its tick, for scale; then the same ticks back to
+back with no evaluation between them (the tick's own cost with warm caches: after Rigify's ~6 ms evaluation the
+next tick starts with cold caches). Same network size and
 weights kind on both (random weights; the cost does not depend on them), no refinement; targets moved every tick
 along each rig's own clip (so nothing is cached between ticks).
 """
@@ -31,7 +33,8 @@ from addon_loader import isolate_user_resources, load_addon  # noqa: E402
 
 
 def tick_times(bpy, obj, rig, model, sample, repeats):
-    """(tick us (N,), view_layer.update us (N,)) of LiveTick on obj, targets on the sample's frames in turn."""
+    """(tick us (N,), view_layer.update us (N,), tick us with no update between ticks (N,)) of LiveTick on obj,
+    targets on the sample's frames in turn."""
     from live_helpers import place_targets
 
     from neural_ik.blender.live import LiveTick
@@ -40,7 +43,7 @@ def tick_times(bpy, obj, rig, model, sample, repeats):
     obj.neural_ik.refine_iterations = 0
     tick = LiveTick([(obj, model, None)])
     tick.start()
-    ticks, updates = np.empty(repeats), np.empty(repeats)
+    ticks, updates, alone = np.empty(repeats), np.empty(repeats), np.empty(repeats)
     frames = len(sample.frames)
     try:
         for i in range(-50, repeats):
@@ -51,9 +54,15 @@ def tick_times(bpy, obj, rig, model, sample, repeats):
             bpy.context.view_layer.update()
             if i >= 0:
                 ticks[i], updates[i] = middle - began, time.perf_counter() - middle
+        for i in range(-50, repeats):      # back to back: the tick's own cost with warm caches
+            place_targets(obj, rig, sample, i % frames)
+            began = time.perf_counter()
+            tick.tick(scene)
+            if i >= 0:
+                alone[i] = time.perf_counter() - began
     finally:
         tick.stop()
-    return ticks * 1e6, updates * 1e6
+    return ticks * 1e6, updates * 1e6, alone * 1e6
 
 
 def main():
@@ -104,17 +113,18 @@ def main():
         for label, scene in (("demo", demo_scene), ("rigify", rigify_scene)):
             obj, rig, model, sample = scene()
             bones[label] = len(obj.pose.bones)
-            ticks, updates = tick_times(bpy, obj, rig, model, sample, args.repeats // 2)
-            rows.setdefault(label, ([], []))
-            rows[label][0].append(ticks)
-            rows[label][1].append(updates)
-    out = {label: (np.concatenate(t), np.concatenate(u)) for label, (t, u) in rows.items()}
-    demo_tick = float(np.median(out["demo"][0]))
+            for row, values in zip(rows.setdefault(label, ([], [], [])),
+                                   tick_times(bpy, obj, rig, model, sample, args.repeats // 2)):
+                row.append(values)
+    out = {label: [np.concatenate(r) for r in row] for label, row in rows.items()}
+    demo_tick, demo_alone = float(np.median(out["demo"][0])), float(np.median(out["demo"][2]))
     print(f"live tick without view_layer.update(), {args.repeats} ticks per rig, alternated:")
     for label in ("demo", "rigify"):
-        ticks, updates = out[label]
-        print(f"  {label:6s} ({bones[label]} bones): tick {np.median(ticks):7.1f} us (p99 {np.percentile(ticks, 99):7.1f}), "
-              f"{np.median(ticks) / demo_tick:.2f}x the demo tick; view_layer.update() {np.median(updates):7.1f} us")
+        ticks, updates, alone = out[label]
+        print(f"  {label:6s} ({bones[label]} bones): tick {np.median(ticks):7.1f} us (p99 {np.percentile(ticks, 99):7.1f}),"
+              f" {np.median(ticks) / demo_tick:.2f}x the demo tick, each after Blender's view_layer.update() of the rig "
+              f"({np.median(updates):7.1f} us); ticks back to back {np.median(alone):6.1f} us, "
+              f"{np.median(alone) / demo_alone:.2f}x")
 
 
 if __name__ == "__main__":

@@ -99,6 +99,8 @@ def control_rig(obj, rig):
     if not rig.driven:
         return None
     layout = rigify_layout(obj, rig.bone_map)
+    if layout is None and all(reason.startswith("NLA") for reason in rig.driven):
+        return None         # strips only change what is read: the mapped bones themselves can be written
     if layout is None:
         raise ControlRigError(f"{obj.name!r} is driven ({'; '.join(rig.driven)}) and its controls are unknown: "
                               "only Rigify's controls are found automatically")

@@ -93,6 +93,17 @@ def rigify_layout(obj, bone_map):
     return entries, switches
 
 
+def control_map_summary(obj, bone_map):
+    """One line for the Rig panel: which controls Run IK and Bake write on a Rigify rig ("" for other rigs)."""
+    layout = rigify_layout(obj, bone_map)
+    if layout is None:
+        return ""
+    entries, switches = layout
+    names = [c for c, *_ in entries]
+    return (f"Rigify: Run IK and Bake write {len(names)} controls ({', '.join(names[:7])}, the FK arms and legs), "
+            f"with {len(switches)} switches set to FK while they drive the rig")
+
+
 def control_rig(obj, rig):
     """The ControlRig of a driven rig whose controls are known (Rigify), None for a rig whose mapped bones are
     written directly. Raises ControlRigError for a driven rig with no known controls."""

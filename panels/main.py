@@ -11,6 +11,7 @@ import bpy
 
 from .. import state
 from ..blender.bone_maps import driven_map_problems
+from ..blender.control_rig import control_map_summary
 from ..neural_network.model.trainer import score as trainer_score
 from ..neural_network.skeleton import bone_map
 from ..neural_network.skeleton.roles import ROLES
@@ -140,6 +141,9 @@ class NEURAL_IK_PT_rig(NeuralIKPanel, bpy.types.Panel):
                 box.label(text=f"... and {len(problems) - 8} more")
         else:
             layout.label(text="The bone map is complete", icon="CHECKMARK")
+        controls = control_map_summary(armature, get_bone_map(armature))
+        if controls:
+            wrapped_label(layout, controls, icon="CONSTRAINT_BONE")
 
 
 class NEURAL_IK_PT_data(NeuralIKPanel, bpy.types.Panel):

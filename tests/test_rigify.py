@@ -159,3 +159,21 @@ def test_run_ik_drives_the_controls_and_restores_switches_and_pose(rigify_rig):
     finally:
         models.loaded_models.pop(obj.name, None)
         live_session.stop_all("")
+
+
+def test_panels_draw_the_control_map_and_the_evaluated_dataset(rigify_rig, capfd, tmp_path):
+    import bpy
+    from test_panels import draw_everything
+
+    from neural_ik.blender.control_rig import control_map_summary
+    from neural_ik.blender.extract import write_dataset
+
+    obj = rigify_rig
+    key_controls(obj, "sway", frames=6, seed=2)
+    assert bpy.ops.neural_ik.auto_map() == {"FINISHED"}
+    path, dataset, _notes = write_dataset(bpy.context, str(tmp_path / "rigify.npz"))
+    assert dataset.meta["pose_source"].startswith("evaluated")
+    summary = control_map_summary(obj, RIGIFY_MAP)
+    assert "23 controls" in summary and "torso" in summary
+    drawn = draw_everything(capfd)
+    assert "NEURAL_IK_PT_rig" in drawn and "NEURAL_IK_PT_data" in drawn

@@ -324,3 +324,64 @@ def test_escape_during_a_retargeted_import_keeps_the_files_done(empty_scene, tmp
     assert new == {"a_clip"} and json.loads(bpy.data.actions["a_clip"]["neural_ik_source"])["retargeted"] is True
     assert [o.name for o in bpy.data.objects if o.type == "ARMATURE"] == [rig.name]
     assert "kept 1 actions" in runner.reports[-1][1]
+
+
+_LEGS_ONLY_BVH = """HIERARCHY
+ROOT Hips
+{
+  OFFSET 0 0 0
+  CHANNELS 6 Xposition Yposition Zposition Zrotation Xrotation Yrotation
+  JOINT Spine
+  {
+    OFFSET 0 10 0
+    CHANNELS 3 Zrotation Xrotation Yrotation
+    JOINT Head
+    {
+      OFFSET 0 50 0
+      CHANNELS 3 Zrotation Xrotation Yrotation
+      End Site
+      {
+        OFFSET 0 10 0
+      }
+    }
+  }
+  JOINT LeftUpLeg
+  {
+    OFFSET 10 0 0
+    CHANNELS 3 Zrotation Xrotation Yrotation
+    JOINT LeftLeg
+    {
+      OFFSET 0 -45 0
+      CHANNELS 3 Zrotation Xrotation Yrotation
+      JOINT LeftFoot
+      {
+        OFFSET 0 -45 0
+        CHANNELS 3 Zrotation Xrotation Yrotation
+        End Site
+        {
+          OFFSET 0 0 10
+        }
+      }
+    }
+  }
+}
+MOTION
+Frames: 2
+Frame Time: 0.033333
+0 95 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0
+0 95 1 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0
+"""
+
+
+def test_a_file_missing_an_essential_role_is_skipped_with_its_reason(empty_scene, tmp_path):
+    import bpy
+
+    folder = tmp_path / "bvh"
+    folder.mkdir()
+    (folder / "legs_only.bvh").write_text(_LEGS_ONLY_BVH)
+    bpy.ops.neural_ik.create_demo_rig(seed=0)
+    rig = bpy.context.scene.neural_ik.armature
+    before = _rig_state(rig)
+    with pytest.raises(RuntimeError, match="legs_only.bvh could not be retargeted onto .*essential roles.*LeftArm"):
+        bpy.ops.neural_ik.import_bvh_folder(directory=str(folder), global_scale=0.01, onto_active=True)
+    assert _rig_state(rig) == before and [o.name for o in bpy.data.objects if o.type == "ARMATURE"] == [rig.name]

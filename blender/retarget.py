@@ -1,6 +1,7 @@
 """Retargeting in Blender: an imported armature's action carried onto the user's rig through both bone maps (the
 math is `neural_network/data/retarget.py`). The result is a new action on the target with keys on its mapped bones,
-the hips' location, and its in-between bones and the bones above the hips at rest; nothing of the target changes.
+the hips' location, and its in-between bones and the bones above the hips at their mean over the target's own clips
+(at rest without clips); nothing of the target changes.
 
 Raises DataError with a message for the user.
 """
@@ -46,11 +47,12 @@ def _read(obj, mapping, what):
 
 
 def _own_actions(obj, rig, skip=()):
-    """The target's own clips (its library imports when it has no own clip): [(action, channels)], never the
-    actions named in `skip`."""
+    """The target's own motion: its clips that were not retargeted from another skeleton (the user's own and BVH
+    files of its own skeleton; every clip when all were retargeted), [(action, channels)], never the actions named
+    in `skip`."""
     usable, _ = usable_actions(obj, rig)
     usable = [(a, c) for a, c in usable if a.name not in skip]
-    return [(a, c) for a, c in usable if action_source(a)["kind"] == "own"] or usable
+    return [(a, c) for a, c in usable if not action_source(a).get("retargeted")] or usable
 
 
 def _own_motion(obj, rig, own):

@@ -328,12 +328,13 @@ def draw_progress(layout, training):
 
 
 def draw_best(layout, context, training):
-    metrics, source = training.best_metrics, "this run"
+    metrics, source, sources = training.best_metrics, "this run", None
     if not metrics:
         armature = chosen_armature(context)
         model_path = armature.neural_ik.model_path if armature is not None else ""
         meta, _reason = read_meta(model_path)
         metrics = (meta or {}).get("metrics") or {}
+        sources = (meta or {}).get("sources")
         source = os.path.basename(absolute(model_path))
     if metrics:
         box = layout.box()
@@ -343,6 +344,10 @@ def draw_best(layout, context, training):
             row = col.row()
             row.label(text=label)
             row.label(text=value)
+        if isinstance(sources, dict) and sources.get("retargeted_frames"):
+            col.label(text=f"Validated on {sources.get('validation', 'all clips')}; trained on "
+                           f"{sources.get('own_frames', 0)} own and {sources['retargeted_frames']} retargeted frames",
+                      icon="INFO")
     operator(layout, "evaluate", text="Evaluate", icon="GRAPH")
 
 

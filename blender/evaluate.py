@@ -24,7 +24,7 @@ from . import action_layouts, blender_ik
 from .armatures import armature_to_use
 from .bake import bake
 from .bone_maps import stored_or_preset_map
-from .bvh_import import import_bvh, import_bvh_files, import_messages, list_bvh_files, remove_imported
+from .bvh_import import BvhFolderImport, import_bvh, import_messages, list_bvh_files, remove_imported
 from .errors import DataError, EvaluationError, LiveError
 from .extract import action_task
 from .progress import ProgressLine, duration
@@ -318,6 +318,8 @@ class Evaluation:
         self.actions_before = set(bpy.data.actions)
         self.user_armature_import = bool(options.get("armature") and options.get("bvh_folder"))
         self.position, self.items, self.restore = 0, [], None
+        self.importer = None                 # a BVH folder imported a file per step before its clips (with a model)
+        self.files_imported = 0
         self.started = time.perf_counter()
         self.line = ProgressLine() if bpy.app.background else None
         try:
@@ -331,11 +333,28 @@ class Evaluation:
 
     @property
     def count(self):
-        return len(self.items)
+        """Clips to evaluate (while a folder is still being imported: one per file)."""
+        return self.importer.count if self.importer is not None else len(self.items)
 
     @property
     def done(self):
-        return self.position >= self.count
+        return self.importer is None and self.position >= self.count
+
+    @property
+    def steps(self):
+        """(steps done, steps in all) for a progress bar: the folder's files (when imported first), then the clips."""
+        files = self.files_imported
+        if self.importer is not None:
+            return self.importer.position, 2 * self.importer.count
+        return files + self.position, files + len(self.items)
+
+    def status(self):
+        """What the next step does, in words."""
+        importer = self.importer
+        if importer is not None:
+            return (f"importing file {importer.position + 1} of {importer.count} "
+                    f"({importer.names[importer.position]})")
+        return f"clip {self.position + 1} of {self.count} ({self.name()})"
 
     def name(self, index=None):
         """The name of clip `index` (default: the next one)."""
@@ -369,15 +388,9 @@ class Evaluation:
             # file's) through the add-on's own importer. The clips are the actions the import added.
             onto = (armature_to_use(context, EvaluationError, options["armature"], NO_ARMATURE)
                     if options.get("armature") else None)
-            target, imported, skipped = import_bvh_files(context, folder, 0.01, options.get("files", ""), onto=onto)
-            if self.notes is not None:
-                self.notes.extend(text for level, text in import_messages(target, imported, skipped)
-                                  if level == "WARNING")
-            added = [bpy.data.actions[name] for name in imported]
-            if not added:
-                raise EvaluationError(f"nothing was imported from {folder}")
-            options = dict(options, armature=target.name, actions=",".join(a.name for a in added))
-            folder = ""
+            self.importer = BvhFolderImport(context, folder, 0.01, options.get("files", ""), onto=onto)
+            self.folder = folder
+            return
         if folder:
             names = list_bvh_files(folder, options.get("files", ""), max_files=options.get("max_files", 0))
             self.items = [os.path.join(folder, n) for n in names]
@@ -387,6 +400,11 @@ class Evaluation:
             self.mean_pose = _mean_pose(options, self.bone_map, model_path, None)
             self.obj = None
             return
+        self._take_armature(options)
+
+    def _take_armature(self, options):
+        """The clips are the armature's actions (`options["actions"]` picks them by name)."""
+        context, model_path = self.context, self.model_path
         obj = armature_to_use(context, EvaluationError, options.get("armature", ""), NO_ARMATURE)
         self.bone_map = bone_map_for(obj)
         self.items = _actions(obj, self.bone_map, options.get("actions", ""))
@@ -396,8 +414,34 @@ class Evaluation:
         self.restore = (previous, _saved_settings(context, obj))
         _store_model(obj, self.bone_map, model_path)
 
+    def _import_step(self):
+        """Import the folder's next file; after the last one the clips are the actions the import added."""
+        importer = self.importer
+        importer.step()
+        if not importer.done:
+            return
+        self.importer = None
+        self.files_imported = importer.count
+        try:
+            target, imported, skipped = importer.finish(self.context)
+        except DataError as exc:
+            raise EvaluationError(str(exc)) from None
+        if self.notes is not None:
+            self.notes.extend(text for level, text in import_messages(target, imported, skipped) if level == "WARNING")
+        added = [bpy.data.actions[name] for name in imported]
+        if not added:
+            raise EvaluationError(f"nothing was imported from {self.folder}")
+        self.options = dict(self.options, armature=target.name, actions=",".join(a.name for a in added))
+        self._take_armature(self.options)
+
     def step(self):
-        """Evaluate the next clip with every method."""
+        """Import the folder's next file (with a model and a BVH folder, first), or evaluate the next clip with every
+        method."""
+        if self.importer is not None:
+            if self.line is not None:
+                self.line.update(f"evaluating: {self.status()}", detail=f"evaluate: {self.status()}")
+            self._import_step()
+            return
         context, scene = self.context, self.context.scene
         name = self.name()
         clip = f"clip {self.position + 1} of {self.count} ({name})"
@@ -462,7 +506,10 @@ class Evaluation:
 
     def close(self):
         """Put back what the run changed: the armature's action and settings, the scene's frame, and the clips
-        imported onto the user's armature."""
+        imported onto the user's armature (a file whose import was under way is undone)."""
+        if self.importer is not None:
+            self.importer.abandon(self.context)
+            self.importer = None
         if self.restore is not None:
             previous, saved = self.restore
             obj = self.obj

@@ -39,7 +39,7 @@ class EvaluateRunner(TimerSteps):
         if evaluation is None:
             return {"CANCELLED"}
         self.evaluation = evaluation
-        return self.begin_steps(context, evaluation.count)
+        return self.begin_steps(context, evaluation.steps[1])
 
     def modal(self, context, event):
         if event.type == "ESC":
@@ -51,9 +51,8 @@ class EvaluateRunner(TimerSteps):
             evaluation.step()
         except Exception as exc:        # noqa: BLE001 - the scene is put back and the reason reported, no traceback
             message = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
-            return self.stop(context, f"evaluation stopped at clip {evaluation.position + 1} of {evaluation.count}: "
-                                      f"{message}", level="ERROR")
-        context.window_manager.progress_update(evaluation.position)
+            return self.stop(context, f"evaluation stopped at {evaluation.status()}: {message}", level="ERROR")
+        context.window_manager.progress_update(evaluation.steps[0])
         if not evaluation.done:
             self._show_status(context)
             return {"RUNNING_MODAL"}
@@ -99,9 +98,7 @@ class EvaluateRunner(TimerSteps):
         self.notes = []
 
     def status_text(self):
-        evaluation = self.evaluation
-        return (f"Evaluating: clip {evaluation.position + 1} of {evaluation.count} ({evaluation.name()}), "
-                "Esc to cancel")
+        return f"Evaluating: {self.evaluation.status()}, Esc to cancel"
 
 
 class NEURAL_IK_OT_evaluate(EvaluateRunner, bpy.types.Operator):

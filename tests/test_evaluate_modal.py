@@ -109,3 +109,42 @@ def test_bad_settings_never_start_the_modal(empty_scene, tmp_path):
     assert runner.reports == [("ERROR", f"no action of {rig.name!r} matches 'nope'")]
     assert context.window_manager.handlers == [] and context.window_manager.timers == []
     assert _state(rig) == before and not (tmp_path / "out.json").exists()
+
+
+def test_a_bvh_folder_with_a_model_is_imported_a_file_per_step_then_evaluated(empty_scene, demo_bvh, tmp_path):
+    """With a model and a BVH folder the clips go onto the model's armature first, one file per TIMER event (the
+    window stays responsive and Esc works from the start), then one clip per event; the same figures as the
+    synchronous run, and the imported clips leave with the run. Esc during the import undoes it too."""
+    import bpy
+
+    rig = _demo_scene()
+    before = _state(rig)
+    files = ",".join(name[:-4] for name in demo_bvh.files[:2])
+    settings = dict(_settings(rig, tmp_path, "sync.json"), actions="", bvh_folder=demo_bvh.folder, files=files)
+    assert bpy.ops.neural_ik.evaluate(**settings) == {"FINISHED"}
+    sync = json.loads((tmp_path / "sync.json").read_text())
+    assert _state(rig) == before
+
+    context, runner = StandInContext(), _runner(dict(settings, json_path=str(tmp_path / "modal.json")))
+    assert runner.start_evaluation(context) == {"RUNNING_MODAL"}
+    assert _state(rig) == before                               # nothing imported before the first TIMER event
+    wm = context.window_manager
+    assert wm.progress == [("begin", 0, 4)]                     # two files, then (about) as many clips
+    assert runner.modal(context, TIMER) == {"RUNNING_MODAL"}    # the first file
+    texts = [t for t in context.workspace.texts if t]
+    assert texts[0].startswith("Evaluating: importing file 1 of 2") and "importing file 2 of 2" in texts[-1]
+    results = [runner.modal(context, TIMER) for _ in range(3)]
+    assert results == [{"RUNNING_MODAL"}] * 2 + [{"FINISHED"}]
+    assert wm.progress[1:] == [("update", i) for i in (1, 2, 3, 4)] and wm.timers == []
+    modal = json.loads((tmp_path / "modal.json").read_text())
+    assert [c["name"] for c in modal["clips"]] == [c["name"] for c in sync["clips"]] and len(modal["clips"]) == 2
+    np.testing.assert_allclose(modal["results"]["refined"]["inner_mpjpe_cm"],
+                               sync["results"]["refined"]["inner_mpjpe_cm"], rtol=1e-9)
+    assert _state(rig) == before
+
+    context, runner = StandInContext(), _runner(dict(settings, json_path=str(tmp_path / "esc.json")))
+    assert runner.start_evaluation(context) == {"RUNNING_MODAL"}
+    assert runner.modal(context, TIMER) == {"RUNNING_MODAL"}    # one file imported onto the rig
+    assert len(bpy.data.actions) == len(before[0]) + 1
+    assert runner.modal(context, ESC) == {"CANCELLED"}
+    assert not (tmp_path / "esc.json").exists() and _state(rig) == before

@@ -124,8 +124,9 @@ def typical_pose(obj, rig, actions):
 
 
 def typical_frames(rig, pose):
-    """(bridges (23, 3, 3) character space, hips frame (4, 4) armature space) with the bones of `pose` at their
-    values and every mapped bone at identity: the frames in which the mapped bones' matrix_basis act."""
+    """(bridges (23, 3, 3) and offsets (23, 3) in character space, hips frame (4, 4) in armature space) with the
+    bones of `pose` at their values and every mapped bone at identity: the frames in which the mapped bones'
+    matrix_basis act, and where each mapped bone's head sits in its mapped parent's frame."""
     frames = {}
     for b in rig.needed:
         b = int(b)
@@ -141,10 +142,15 @@ def typical_frames(rig, pose):
     mask = rig.role_mask
     parents = nearest_mapped_parents(mask)
     world = {j: rig.to_character_rotations(frames[int(rig.role_bones[j])][:3, :3]) for j in np.where(mask)[0]}
+    head = {j: rig.to_character_positions(frames[int(rig.role_bones[j])][:3, 3]) for j in world}
     bridges = np.broadcast_to(np.eye(3), (len(mask), 3, 3)).copy()
+    offsets = np.zeros((len(mask), 3))
     for j, rotation in world.items():
-        bridges[j] = rotation if parents[j] < 0 else world[parents[j]].T @ rotation
-    return bridges, frames[int(rig.role_bones[0])]
+        p = parents[j]
+        bridges[j] = rotation if p < 0 else world[p].T @ rotation
+        if p >= 0:
+            offsets[j] = world[p].T @ (head[j] - head[p])
+    return bridges, offsets, frames[int(rig.role_bones[0])]
 
 
 class Retargeter:
@@ -158,7 +164,7 @@ class Retargeter:
         self.rig = _read(target, self.mapping, f"the armature {target.name!r}")
         rotations, positions, used = _own_motion(target, self.rig, _own_actions(target, self.rig, set(skip)))
         self.pose = typical_pose(target, self.rig, used)
-        bridges, self.hips_frame = typical_frames(self.rig, self.pose)
+        bridges, offsets, self.hips_frame = typical_frames(self.rig, self.pose)
         skel = self.rig.skeleton
         if rotations is None:              # no motion: the rest pose is the motion (its ankles stand on the ground)
             positions = skel.rest_positions[None]
@@ -167,7 +173,8 @@ class Retargeter:
                                               positions, bridges)
         except ValueError as exc:
             raise DataError(str(exc)) from None
-        self._source_maps, self._pools, self._calibrations = {}, {}, {}
+        self.calibration.offsets = offsets
+        self._source_maps, self._pools, self._calibrations, self._lifts = {}, {}, {}, {}
 
     def source_map(self, obj):
         key = _skeleton_key(obj)
@@ -195,17 +202,19 @@ class Retargeter:
         key = _skeleton_key(source)
         if key in self._calibrations:
             return
-        _, _, rest, rotations, positions, _ = self._read_source(source, action)
+        _, _, rest, rotations, positions, hips = self._read_source(source, action)
         step = max(1, len(rotations) // POOL_FRAMES)
         # BVH joint frames (W rest^T): the importer's rest roll of end bones differs between files of one skeleton
-        self._pools.setdefault(key, []).append((rotations[::step] @ np.swapaxes(rest, -1, -2)[None], positions[::step]))
+        self._pools.setdefault(key, []).append((rotations[::step] @ np.swapaxes(rest, -1, -2)[None], positions[::step],
+                                                hips[::step]))
 
     def _source_calibration(self, source, src_rig, rest):
         """The skeleton's calibration in joint frames (from its pooled files), expressed in this file's bones."""
         key = _skeleton_key(source)
         if key not in self._calibrations:
-            joints = np.concatenate([r for r, _ in self._pools[key]])
-            heads = np.concatenate([x for _, x in self._pools[key]])
+            joints = np.concatenate([r for r, _, _ in self._pools[key]])
+            heads = np.concatenate([x for _, x, _ in self._pools[key]])
+            hips = np.concatenate([h for _, _, h in self._pools[key]])
             skel = src_rig.skeleton
             eye = np.broadcast_to(np.eye(3), rest.shape)
             try:
@@ -213,6 +222,7 @@ class Retargeter:
                                                          joints, heads)
             except ValueError as exc:
                 raise DataError(str(exc)) from None
+            self._lifts[key] = core.lift(self._calibrations[key], self.calibration, joints, hips)
             self._pools.pop(key, None)
         joint = self._calibrations[key]
         return core.Calibration(joint.mask, np.swapaxes(rest, -1, -2) @ joint.frames, rest, joint.rest_positions,
@@ -230,7 +240,8 @@ class Retargeter:
             self.add_to_calibration(source, action)
         src_rig, sample, rest, rotations, _positions, hips = self._read_source(source, action)
         calibration = self._source_calibration(source, src_rig, rest)
-        local, _world, hips = core.retarget(calibration, self.calibration, rotations, hips)
+        local, _world, hips = core.retarget(calibration, self.calibration, rotations, hips,
+                                            lift_by=self._lifts[_skeleton_key(source)])
         return write_retargeted(target, self.rig, name, sample.frames, local, hips, self.pose, self.hips_frame)
 
 

@@ -385,3 +385,62 @@ def test_a_file_missing_an_essential_role_is_skipped_with_its_reason(empty_scene
     with pytest.raises(RuntimeError, match="legs_only.bvh could not be retargeted onto .*essential roles.*LeftArm"):
         bpy.ops.neural_ik.import_bvh_folder(directory=str(folder), global_scale=0.01, onto_active=True)
     assert _rig_state(rig) == before and [o.name for o in bpy.data.objects if o.type == "ARMATURE"] == [rig.name]
+
+
+def _daz_style_rig():
+    """An armature built here with DAZ-style names: hip > lButtock > lThigh > lShin > lFoot (no toe bone), a pelvis
+    between the hips and the buttocks, arms out in a T-pose; no clips of its own (calibrated from its rest)."""
+    import bpy
+    from test_bone_map import _daz_style_bones
+
+    bones, heads = _daz_style_bones()
+    children = {}
+    for name, parent in bones:
+        children.setdefault(parent, []).append(name)
+    data = bpy.data.armatures.new("daz")
+    obj = bpy.data.objects.new("daz", data)
+    bpy.context.scene.collection.objects.link(obj)
+    bpy.context.view_layer.objects.active = obj
+    bpy.ops.object.mode_set(mode="EDIT")
+    made = {}
+    for name, parent in bones:                      # parents come first in the list
+        eb = data.edit_bones.new(name)
+        eb.head = heads[name]
+        kids = children.get(name, [])
+        tail = np.array(heads[kids[0]]) if kids else None
+        if tail is None or np.linalg.norm(tail - np.array(heads[name])) < 1e-3:
+            step = np.array(heads[name]) - np.array(heads[parent]) if parent else np.array([0, 0, 0.1])
+            if "Foot" in name:
+                step = np.array([0.0, -0.1, -0.05])
+            tail = np.array(heads[name]) + 0.1 * step / max(np.linalg.norm(step), 1e-6)
+        eb.tail = tail
+        if parent:
+            eb.parent = made[parent]
+        made[name] = eb
+    bpy.ops.object.mode_set(mode="OBJECT")
+    return obj
+
+
+def test_onto_a_daz_style_rig_without_clips(empty_scene, tmp_path):
+    import bpy
+
+    from neural_ik.blender.bone_maps import auto_map_object
+
+    demo, action, folder = _demo_bvh(tmp_path)
+    _, reference = _sample(demo, action)
+    rig = _daz_style_rig()
+    result = auto_map_object(rig)
+    assert result.problems == [] and result.mapping["LeftThigh"] == "lThigh" and result.mapping["LeftToeBase"] == ""
+    before = _rig_state(rig)
+    _, imported, skipped = _import(folder, "", onto=rig)
+    assert skipped == [] and imported == ["demo_clip"]
+    _, carried = _sample(rig, bpy.data.actions["demo_clip"])
+    errors = _direction_errors(reference.positions, carried.positions)
+    assert len(errors) >= 11 and max(errors.values()) < 1.0, errors     # every chain link both rigs have
+    # its planted ankles stand where its rest ankles stand (8 cm above its ground); none sinks below the source's
+    assert abs(retarget.planted_height(carried.positions) - 0.08) < 0.005
+    assert carried.positions[:, list(FOOT_ROLES), 2].min() > reference.positions[:, list(FOOT_ROLES), 2].min() - 0.02
+    contacts = detect_contacts(carried.positions[:, list(FOOT_ROLES)], 0.0, 30.0, 1.6)
+    assert np.mean(contacts == detect_contacts(reference.positions[:, list(FOOT_ROLES)], 0.0, 30.0, 1.6)) > 0.9
+    bpy.data.actions.remove(bpy.data.actions["demo_clip"])
+    assert _rig_state(rig) == before

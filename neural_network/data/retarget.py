@@ -86,10 +86,13 @@ class Calibration:
     bridges: np.ndarray = None    # (23, 3, 3) bone frame of j in its mapped parent's bone frame with the bones in
                                   # between as the target keys them (the hips: its frame in character space with the
                                   # bones above it keyed); None: their rest (rest_p^T rest_j, rest_hips)
+    offsets: np.ndarray = None    # (23, 3) head of j in its mapped parent's bone frame, the same way (metres)
 
     def __post_init__(self):
         if self.bridges is None:
             self.bridges = rest_bridges(self.mask, self.rest_rotations)
+        if self.offsets is None:
+            self.offsets = rest_offsets(self.mask, self.rest_rotations, self.rest_positions)
 
     @property
     def parents(self):
@@ -104,6 +107,42 @@ def rest_bridges(mask, rest_rotations):
         p = parents[j]
         out[j] = rest_rotations[j] if p < 0 else rest_rotations[p].T @ rest_rotations[j]
     return out
+
+
+def rest_offsets(mask, rest_rotations, rest_positions):
+    """(23, 3) R_p^T (x_j - x_p) at rest per mapped role j with mapped parent p (zero elsewhere)."""
+    parents = nearest_mapped_parents(mask)
+    out = np.zeros((NUM_ROLES, 3))
+    for j in np.where(mask)[0]:
+        p = parents[j]
+        if p >= 0:
+            out[j] = rest_rotations[p].T @ (rest_positions[j] - rest_positions[p])
+    return out
+
+
+def heads(calibration, world, hips_position):
+    """(N, 23, 3) heads of the rig's mapped roles (NaN elsewhere) from world orientations (N, 23, 3, 3) and the hips'
+    positions (N, 3), through the calibration's offsets."""
+    parents = calibration.parents
+    out = np.full(np.shape(world)[:2] + (3,), np.nan)
+    out[:, 0] = hips_position
+    for j in np.where(calibration.mask)[0]:
+        p = parents[j]
+        if p >= 0:
+            out[:, j] = out[:, p] + world[:, p] @ calibration.offsets[j]
+    return out
+
+
+def lift(source, target, rotations, hips_position):
+    """How far to raise the hips of motion carried from `source` so the target's planted ankles stand where its own
+    motion puts them (its planted height): measured on the carried motion (rotations (N, 23, 3, 3), hips (N, 3) of
+    the source: a library's pooled frames), since proportions between hips, thighs and ankles differ between rigs.
+    0 when the target's planted height is unknown."""
+    if target.planted_height is None:
+        return 0.0
+    _, world, hips = retarget(source, target, rotations, hips_position, lift_by=0.0)
+    carried = planted_height(heads(target, world, hips))
+    return 0.0 if carried is None else target.planted_height - carried
 
 
 def _leg_length(mask, rest_positions):
@@ -257,14 +296,15 @@ def correspondence(source_mask, target_mask):
     return out
 
 
-def retarget(source, target, rotations, hips_position):
+def retarget(source, target, rotations, hips_position, lift_by=None):
     """Target motion from source motion.
 
     source, target: Calibrations. rotations (N, 23, 3, 3): the source bones' character-space orientations;
     hips_position (N, 3). Returns (local (N, 23, 3, 3): each target role's rotation relative to its nearest mapped
     parent role's bone through the target's bridges (Blender's matrix_basis with the bones in between and above the
     hips as the target keys them); world (N, 23, 3, 3): the target bones' orientations
-    (identity where unmapped); hips_position (N, 3))."""
+    (identity where unmapped); hips_position (N, 3)). lift_by: metres added to the hips' height (see `lift`);
+    None: the difference of the planted heights, the target's minus the scaled source's."""
     rotations = np.asarray(rotations, np.float64)
     n = rotations.shape[0]
     pairs = correspondence(source.mask, target.mask)
@@ -289,7 +329,9 @@ def retarget(source, target, rotations, hips_position):
             world[:, j] = world[:, p] @ bridges[j]
     scale = target.leg_length / source.leg_length
     hips = scale * np.asarray(hips_position, np.float64)
-    if source.planted_height is not None and target.planted_height is not None:
+    if lift_by is not None:
+        hips[:, 2] += lift_by
+    elif source.planted_height is not None and target.planted_height is not None:
         hips[:, 2] += target.planted_height - scale * source.planted_height
     return local, world, hips
 

@@ -185,7 +185,8 @@ def test_blender_ik_with_poles_lands_limbs_and_cleans_up(rig):
     for knee in ("LeftShin", "RightShin"):      # a pole at the reference knee puts the knee there
         assert poles["per_role_cm"][knee] < 0.2
     assert poles["inner_mpjpe_cm"] <= plain["inner_mpjpe_cm"] + 1e-6
-    assert np.isfinite(out["blender_ik"][1]) and out["blender_ik"][1] >= 0.0   # measured (a difference of two timings: no sign under load)
+    ik_seconds = out["blender_ik"][1]    # measured: a difference of two timings, so under load its sign means nothing
+    assert np.isfinite(ik_seconds) and ik_seconds >= 0.0
 
 
 def test_pole_angle_satisfies_blenders_pole_rule():

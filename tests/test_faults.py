@@ -236,8 +236,8 @@ def test_unregistering_the_add_on_while_training(empty_scene, addon, tmp_path, c
     from synthetic import synthetic_dataset
 
     from neural_ik import state
-    from neural_ik.neural_network.model import checkpoint, trainer
     from neural_ik.blender import training as train_ops
+    from neural_ik.neural_network.model import checkpoint, trainer
 
     path = tmp_path / "data.npz"
     synthetic_dataset(frames_per_action=60, actions=4, seed=1).save(path)

@@ -63,11 +63,6 @@ def moving_bones_above_hips(obj, rig, action):
     return [name for name in reversed(above) if name in animated]
 
 
-def bake_targets_from_action(obj, rig, action, frame_start, frame_end, fps):
-    """(frames, targets (F, 6, 4, 4), hips rotation, hips position, contacts (F, 2), task) from an action's own pose."""
-    return _targets_from_action(obj, rig, action, frame_start, frame_end, fps)[:6]
-
-
 def _targets_from_action(obj, rig, action, frame_start, frame_end, fps):
     sample = pose_read.read_action(rig, obj, action, frame_start if frame_start > 0 else None,
                                 frame_end if frame_end > 0 else None)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..geometry.rotations import axis_angle_to_matrix, matrix_to_quaternion
-from ..skeleton.roles import TASKS, task_from_name
+from ..skeleton.roles import task_from_name
 
 FPS = 30
 GRAVITY = 9.81
@@ -655,7 +655,3 @@ def generate_actions(seed=0):
             rotations=quats, hips_location=location, ankle_targets=ankles, contact=dict(plan.contact),
             hand_targets=hands, reached=reached))
     return actions
-
-
-def task_names(actions):
-    return sorted({TASKS[a.task] for a in actions})

@@ -334,16 +334,3 @@ def retarget(source, target, rotations, hips_position, lift_by=None):
     elif source.planted_height is not None and target.planted_height is not None:
         hips[:, 2] += target.planted_height - scale * source.planted_height
     return local, world, hips
-
-
-def direction_errors(calibration, rotations, other_calibration, other_rotations):
-    """Angle (N, 23) in degrees between the bone directions (canonical primary axes in the world) of two motions of
-    the roles both map (NaN elsewhere): how far a retarget moved the bones."""
-    out = np.full(np.shape(rotations)[:2], np.nan)
-    both = np.asarray(calibration.mask) & np.asarray(other_calibration.mask)
-    for j in np.where(both)[0]:
-        a = np.asarray(rotations)[:, j] @ calibration.frames[j][:, 0]
-        b = np.asarray(other_rotations)[:, j] @ other_calibration.frames[j][:, 0]
-        out[:, j] = np.degrees(np.arccos(np.clip(np.sum(a * b, -1), -1.0, 1.0)))
-    return out
-

@@ -120,11 +120,6 @@ def _unblocked(shape):
     return np.zeros(tuple(shape[:-1]) + (2 * shape[-1],))[..., ::2]
 
 
-def _cross(a, b):
-    """(..., 3) a x b as [a]x b: two calls, where np.cross costs many times that on a handful of vectors."""
-    return ((a @ SKEW).reshape(a.shape[:-1] + (3, 3)) @ b[..., None])[..., 0]
-
-
 def _norms(v):
     """(..., 3) -> (...) lengths, without np.linalg.norm's overhead."""
     return np.sqrt(np.einsum("...i,...i->...", v, v))

@@ -322,14 +322,6 @@ def category_labels(svg, centers, names, baseline, slots, size=11, max_chars=32)
     return depth
 
 
-def category_depth(names, slots, size=11, max_chars=32):
-    """The most depth category_labels can take (to lay a chart out before drawing it)."""
-    names = [str(n) for n in names]
-    if _fit_flat(names, slots, size):
-        return size * LINE_EM
-    return max((text_width(abbreviate(n, max_chars), size) for n in names), default=0.0) + size
-
-
 # ---- charts --------------------------------------------------------------------------------------------------
 
 

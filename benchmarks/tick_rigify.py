@@ -7,11 +7,14 @@ About a minute on 2 cores (generating the rig takes ~10 s). Each rig sits in its
 files opened in turn, twice; each tick is timed without
 Blender's evaluation of the rig (`view_layer.update()`, which Blender runs after the timer event anyway), as the
 project's live tick runs it: read the six targets, solve (ONNX Runtime when installed), write. The demo rig writes its
-mapped bones; the Rigify rig writes its controls (blender/control_rig.py: FK of the solved pose, the control pose,
-one write per control). Rows: each tick's median (and p99), the Rigify tick as a ratio to the demo tick (the issue
-asks for at most 2x), and `view_layer.update()` of each rig after its tick, for scale; then the same ticks back to
-back with no evaluation between them (the tick's own cost with warm caches: after Rigify's ~6 ms evaluation the
-next tick starts with cold caches). Same network size and
+mapped bones; the Rigify rig writes its controls (blender/control_live.py: one NumPy product for the single-joint
+controls, mathutils for the torso and head chain, one foreach_set of the rotations, a matrix_basis set for each of
+the torso and head, an Euler set for each shoulder). Rows: each tick's median (and p99), the Rigify tick as a ratio
+to the demo tick (the issue asks for at most 2x), and `view_layer.update()` of each rig after its tick, for scale;
+then the same ticks back to back with no evaluation between them (the tick's own cost with warm caches: after
+Rigify's ~6 ms evaluation the next tick starts with cold caches); then what Blender's API alone costs on each rig,
+the floor under any write of the pose: one `foreach_set` of every pose bone's quaternion and one pose-bone property
+set (an RNA update, which tags the whole pose for evaluation). Same network size and
 weights kind on both (random weights; the cost does not depend on them), no refinement; targets moved every tick
 along each rig's own clip (so nothing is cached between ticks).
 """
@@ -65,6 +68,25 @@ def tick_times(bpy, obj, rig, model, sample, repeats):
     return ticks * 1e6, updates * 1e6, alone * 1e6
 
 
+def api_costs(bpy, obj, repeats):
+    """(us of one foreach_set of every pose bone's rotation_quaternion, us of one matrix_basis set) on obj."""
+    pose_bones = obj.pose.bones
+    buffer = np.empty(4 * len(pose_bones), np.float32)
+    pose_bones.foreach_get("rotation_quaternion", buffer)
+    bone = pose_bones[len(pose_bones) // 2]
+    basis = bone.matrix_basis.copy()
+    out = []
+    for step in (lambda: pose_bones.foreach_set("rotation_quaternion", buffer),
+                 lambda: setattr(bone, "matrix_basis", basis)):
+        times = np.empty(repeats)
+        for i in range(repeats):
+            began = time.perf_counter()
+            step()
+            times[i] = time.perf_counter() - began
+        out.append(float(np.median(times)) * 1e6)
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2000)
@@ -108,11 +130,12 @@ def main():
         bpy.ops.neural_ik.create_targets()
         return obj, rig, model, sample
 
-    rows, bones = {}, {}
+    rows, bones, api = {}, {}, {}
     for _ in range(2):             # alternated, so the machine's load hits both alike
         for label, scene in (("demo", demo_scene), ("rigify", rigify_scene)):
             obj, rig, model, sample = scene()
             bones[label] = len(obj.pose.bones)
+            api.setdefault(label, []).append(api_costs(bpy, obj, args.repeats // 2))
             for row, values in zip(rows.setdefault(label, ([], [], [])),
                                    tick_times(bpy, obj, rig, model, sample, args.repeats // 2)):
                 row.append(values)
@@ -125,6 +148,12 @@ def main():
               f" {np.median(ticks) / demo_tick:.2f}x the demo tick, each after Blender's view_layer.update() of the rig "
               f"({np.median(updates):7.1f} us); ticks back to back {np.median(alone):6.1f} us, "
               f"{np.median(alone) / demo_alone:.2f}x")
+    print("Blender's API alone (the floor under any write of the pose):")
+    for label in ("demo", "rigify"):
+        foreach_set, one_set = np.median(api[label], axis=0)
+        print(f"  {label:6s}: foreach_set of every bone's quaternion {foreach_set:6.1f} us "
+              f"({foreach_set / demo_alone:.2f}x the demo tick back to back), one pose-bone property set "
+              f"{one_set:5.1f} us")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import numpy as np
 from ..neural_network.geometry.rotations import matrix_to_quaternion
 from ..neural_network.skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX
 from .action_layouts import _key_curve
+from .control_live import LiveWriter
 from .rig_model import rotation_property
 
 # Rigify (generated from the human meta-rig): (control, role, writes location); {side} is L or R.
@@ -166,6 +167,7 @@ class ControlRig:
         self.switches = list(switches)
         self.saved_switches = None
         self.measured = False
+        self._live = None
 
     @property
     def controls(self):
@@ -351,100 +353,10 @@ class ControlRig:
             pb.scale = (1.0, 1.0, 1.0) if scale is None else (float(scale[i]),) * 3
         self.obj.update_tag()
 
-    def write_solved(self, local_quaternions, hips):
-        """Write one solved character (local quaternions (23, 4), hips transform (4, 4), character space) on the
-        controls: the live tick's write for a control rig. The same arithmetic as control_pose, in Blender's C math
-        library one matrix at a time (a NumPy call, and LAPACK's above all, costs more than a whole mathutils
-        product here): FK of the solved pose in armature space, then each control's basis, set on its pose bone."""
-        live = self._live if getattr(self, "_live", None) is not None else self._prepare_live()
-        from mathutils import Matrix, Quaternion, Vector
-
-        fk_order, bridges, offsets, to_arm, scale, roles_needed = live["fk"]
-        quaternions, locations = live["quaternions"], []
-        q = local_quaternions.tolist()
-        h = hips.tolist()
-        hips_rot = (to_arm @ Matrix([row[:3] for row in h[:3]])).to_quaternion()
-        rot = [None] * len(q)
-        pos = [None] * len(q)
-        rot[0] = hips_rot
-        pos[0] = to_arm @ Vector((h[0][3], h[1][3], h[2][3])) / scale
-        for j, p in fk_order:
-            rp = rot[p]
-            rot[j] = rp @ bridges[j] @ Quaternion(q[j])
-            pos[j] = pos[p] + rp @ offsets[j]
-        world = {j: Matrix.LocRotScale(pos[j], rot[j], None) for j in roles_needed}
-        actual = []
-        add = actual.append
-        loc_rot_scale = Matrix.LocRotScale
-        turns = []
-        for role, d_inv, kind, anchor, const, turn, point, rest_rel, mode, bone, held, anchors in live["entries"]:
-            cw = world[role] @ d_inv
-            if kind == 0:
-                frame = const
-            elif kind == 1:
-                frame = actual[anchor] @ const
-            else:
-                a = actual[anchor]
-                frame = loc_rot_scale(a @ point, a.to_quaternion() @ turn, None) @ rest_rel
-            basis = frame.inverted() @ cw
-            turned = basis.to_quaternion()
-            if mode == 0:
-                turns.append(turned)
-            elif mode == 1:
-                axis, angle = turned.to_axis_angle()
-                bone.rotation_axis_angle = (angle, *axis)
-            else:                            # a few bones (Rigify's shoulders): cheaper one by one than a buffer
-                bone.rotation_euler = turned.to_euler(mode, bone.rotation_euler)
-            if held is None:
-                locations.append((bone, basis.translation))
-                add(cw)
-            else:                            # the control as posed, when another control's parent follows it
-                add(frame @ loc_rot_scale(held, turned, None) if anchors else None)
-        quaternions[live["quaternion_rows"]] = turns
-        # the quaternion controls with one foreach_set of the whole buffer (a pose-bone property set costs an RNA
-        # update each); a location set also tags the armature for re-evaluation
-        live["set"]("rotation_quaternion", live["quaternions"].ravel())
-        for bone, location in locations:
-            bone.location = location
-        if not locations:
-            self.obj.update_tag()
-
-    def _prepare_live(self):
-        """The constants of write_solved as mathutils objects (taken once per measure)."""
-        from mathutils import Matrix, Vector
-
-        rig = self.rig
-        skel = rig.skeleton
-        mask = skel.role_mask
-        needed = {e.role for e in self.entries}
-        order = []
-        for idx, par in skel.levels():
-            order += [(int(j), int(p)) for j, p in zip(idx, par)]
-        bridges = {j: Matrix(skel.bridges[j].tolist()).to_quaternion() for j in range(len(mask)) if mask[j]}
-        offsets = {j: Vector(skel.offsets[j].tolist()) / rig.scale for j in range(len(mask)) if mask[j]}
-        to_arm = Matrix(rig.basis.T.tolist())
-        entries = []
-        pose_bones = self.obj.pose.bones
-        count = len(pose_bones)
-        index = {pb.name: i for i, pb in enumerate(pose_bones)}
-        quaternions = np.empty((count, 4), np.float32)
-        pose_bones.foreach_get("rotation_quaternion", quaternions.reshape(-1))
-        for e in self.entries:
-            kind = ("constant", "inherit", "unscaled").index(e.kind)
-            if kind == 2:
-                const, turn = None, Matrix(e.e[:3, :3].tolist()).to_quaternion()
-                point = Vector(e.e_point[:3].tolist())
-            else:
-                const, turn, point = Matrix((e.e @ e.rest_rel).tolist()), None, None
-            mode = {"QUATERNION": 0, "AXIS_ANGLE": 1}.get(e.mode, e.mode)
-            anchors = any(other.anchor == len(entries) for other in self.entries)
-            entries.append((e.role, Matrix(e.d_inv.tolist()), kind, e.anchor, const, turn, point,
-                            Matrix(e.rest_rel.tolist()), mode, pose_bones[e.control],
-                            None if e.location else Vector(e.location_now.tolist()), anchors))
-        self._live = {"fk": (order, bridges, offsets, to_arm, rig.scale, needed), "entries": entries,
-                      "set": pose_bones.foreach_set, "quaternions": quaternions,
-                      "quaternion_rows": np.array([index[e.control] for e in self.entries if e.mode == "QUATERNION"],
-                                                  np.int64)}
+    def live_writer(self):
+        """The live tick's writer of this rig as measured (control_live.LiveWriter, made once per measure)."""
+        if self._live is None:
+            self._live = LiveWriter(self)
         return self._live
 
     def key(self, container, frames, pose):

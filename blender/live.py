@@ -116,11 +116,14 @@ class LiveCharacter:
         basis[:3, :3] = rig.scale * rig.basis
         self.to_character = Matrix(basis.tolist())   # armature space -> character space
         self.to_character_np = basis
-        self.frame = self._hips_frame()              # the hips' parent as posed now (live mode keeps that pose)
         try:                                         # a control rig (Rigify): the solve is written on its controls
             self.controls = control_rig.control_rig(obj, rig)
         except control_rig.ControlRigError as exc:
             raise LiveStopped(str(exc)) from None
+        # the frame the hips' outputs are in: the hips' parent as posed now (live mode keeps that pose) for the
+        # hips bone's matrix_basis, or the armature's own for a control rig (control_live takes the hips' world
+        # rotation and head in armature space)
+        self.frame = self._hips_frame() if self.controls is None else (np.eye(3), np.eye(3), np.zeros(3))
 
     def pose_buffer(self, quaternions, hips_quaternion):
         """This rig's whole rotation_quaternion buffer (flat) with the solved roles and hips put in."""
@@ -276,7 +279,8 @@ class TargetReader:
     the short buffer (a RuntimeError, and Blender prints an "Array length mismatch" line): the indices are taken
     again then too.
     """
-    SHARED_READ_LIMIT = 40       # objects read per object we need, at most, for the one-call read
+    SHARED_READ_LIMIT = 8        # objects read per object we need, at most, for the one-call read (measured: the
+                                 # one call costs as much as reading each of 7 objects on its own at ~55 objects)
     UID_SLACK = 16
 
     def __init__(self, characters, solver):
@@ -401,6 +405,8 @@ class LiveGroup:
         """Write buffers from each rig's current pose (after the characters' start): the unmapped bones keep their
         rotations, and the hips' frame is its parent's pose now."""
         k = self.k
+        # control rigs: their writers, made from the offsets the characters' start() measured
+        self.controlled = [(i, c.controls.live_writer()) for i, c in enumerate(self.characters) if c.controls is not None]
         # per rig, the pose-bone collection's bound foreach_set and the hips pose bone, taken once: looking them up
         # again each tick (obj.pose.bones, bones[hips]) costs a lookup per character. They stay valid while the
         # armature exists, and each tick's TargetReader.read() has just confirmed that (else LiveStopped)
@@ -480,9 +486,14 @@ class LiveGroup:
             solver.set_settings(phase=phase)
         solver.step(targets, None, None, None, None, refine_iterations=self.iterations, measure_errors=False)
         if self.controlled:
-            q, hips = solver.q, solver.hips
-            for i, controls in self.controlled:
-                controls.write_solved(q[i], hips[i])
+            if solver.pending is not None:      # an unrefined tick through the graph: its own output buffers
+                results = solver.runtime.results(solver.pending)
+                for i, writer in self.controlled:
+                    writer.write(results["q_ext"][i], results["hips_location"][i])
+            else:
+                q, hips = solver.q, solver.hips
+                for i, writer in self.controlled:
+                    writer.write_solved(q[i], hips[i])
             return
         rt = solver.runtime
         if solver.used_runtime and rt.pose_base is not None:

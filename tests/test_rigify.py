@@ -161,6 +161,87 @@ def test_run_ik_drives_the_controls_and_restores_switches_and_pose(rigify_rig):
         live_session.stop_all("")
 
 
+def _solved_pose_error(obj, rig, q, hips, roles):
+    """(largest head distance over the rig height at `roles` (mask), largest hand/foot/head orientation difference in
+    radians) between Blender's evaluated DEF- bones and the FK of local quaternions q (23, 4) from hips (4, 4)."""
+    from neural_ik.blender import pose_read
+    from neural_ik.neural_network.geometry import kinematics
+    from neural_ik.neural_network.geometry.rotations import quaternion_to_matrix
+    from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES
+
+    pose = kinematics.forward(rig.skeleton, quaternion_to_matrix(np.asarray(q, np.float64))[None], hips[None, :3, :3],
+                              hips[None, :3, 3])
+    heads = pose_read.armature_pose_heads(obj, rig)
+    off = np.linalg.norm(heads[roles] - pose.positions[0, roles], axis=-1).max() / rig.skeleton.height
+    effectors = list(EFFECTOR_ROLES)
+    got = rig.basis @ pose_read.armature_pose_matrices(obj, rig)[effectors, :3, :3]
+    got /= np.linalg.norm(got, axis=-2, keepdims=True)
+    relative = np.swapaxes(got, -1, -2) @ pose.rotations[0, effectors]
+    return off, np.arccos(np.clip((np.trace(relative, axis1=-2, axis2=-1) - 1) / 2, -1, 1)).max()
+
+
+def test_unrefined_live_tick_puts_the_deform_bones_on_the_solved_pose(rigify_rig):
+    """The plain live tick (no refinement: the run-time graph's own outputs, control_live's one product for the
+    single-joint controls and its mathutils steps for the torso, neck and head) poses the controls so that Blender's
+    evaluated DEF- bones take the pose the solver solved: heads within 1e-4 of the rig height and the hands', feet's
+    and head's orientations within 1e-3 rad of its FK."""
+    import bpy
+    from live_helpers import linear_model_for, place_targets
+
+    from neural_ik.blender import live_session, models, pose_read, rig_model
+    from neural_ik.blender.live import LiveTick
+    from neural_ik.neural_network.geometry.quaternion_math import multiply_quaternions
+    from neural_ik.neural_network.skeleton.roles import ROLES
+
+    obj = rigify_rig
+    actions = [key_controls(obj, f"clip{k}", frames=12, seed=k) for k in range(3)]
+    assert bpy.ops.neural_ik.auto_map() == {"FINISHED"}
+    rig = rig_model.read_rig(obj, RIGIFY_MAP)
+    samples = list(pose_read.read_actions(rig, obj, actions))
+    model = linear_model_for(rig.skeleton, samples[:2])
+    models.loaded_models[obj.name] = ("", model, None)
+    mask = rig.skeleton.role_mask
+    try:
+        assert bpy.ops.neural_ik.create_targets() == {"FINISHED"}
+        obj.neural_ik.refine_iterations = 0
+        tick = LiveTick([(obj, model, None)])
+        tick.start()
+        solver = tick.live_groups[0].solver
+        heads_off, turned = [], []
+        for i in (1, 6, 10):
+            place_targets(obj, rig, samples[2], i)
+            tick.tick(bpy.context.scene)
+            assert solver.used_runtime and solver.pending is not None       # the graph's outputs were written
+            hips = solver.hips[0].copy()
+            bpy.context.view_layer.update()
+            off, angle = _solved_pose_error(obj, rig, solver.q[0], hips, mask)
+            heads_off.append(off)
+            turned.append(angle)
+        # bolder poses than the linear model's (its spine barely turns), through the refined tick's entry: every
+        # joint of the solved pose turned by ~0.25 rad more. Rigify's neck is one control over both neck bones, so
+        # the upper neck's head goes where the neck's bend puts it (the head's own joint is placed): not compared.
+        writer = tick.live_groups[0].controlled[0][1]
+        placed = mask.copy()
+        placed[ROLES.index("NeckUpper")] = False
+        bold_heads, bold_turned = [], []
+        for seed in range(3):
+            turn = np.concatenate([np.ones((23, 1)), np.random.default_rng(seed).normal(0, 0.15, (23, 3))], axis=1)
+            q = multiply_quaternions(solver.q[0], turn / np.linalg.norm(turn, axis=1, keepdims=True))
+            writer.write_solved(q, hips)
+            bpy.context.view_layer.update()
+            off, angle = _solved_pose_error(obj, rig, q, hips, placed)
+            bold_heads.append(off)
+            bold_turned.append(angle)
+        tick.stop()
+        print(f"unrefined tick: heads off by up to {max(heads_off):.1e} of the height, effectors turned by up to "
+              f"{max(turned):.1e} rad; bolder poses: {max(bold_heads):.1e}, {max(bold_turned):.1e} rad")
+        assert max(heads_off) < 1e-5 and max(bold_heads) < 1e-5, (heads_off, bold_heads)
+        assert max(turned) < 1e-3 and max(bold_turned) < 1e-3, (turned, bold_turned)
+    finally:
+        models.loaded_models.pop(obj.name, None)
+        live_session.stop_all("")
+
+
 def test_panels_draw_the_control_map_and_the_evaluated_dataset(rigify_rig, capfd, tmp_path):
     import bpy
     from test_panels import draw_everything

@@ -8,6 +8,12 @@ from the project's own FK, so the figures say what a user would see in the viewp
 The network side goes through `bake.bake` (hips given, `<source>.nik` written) when a model is given; the Blender IK
 side is `blender_ik.BaselineRig`. Results: a JSON file, a table in the console and
 the operator's report, and a PNG (error over frames per clip, and a bar chart per role).
+
+A control rig (Rigify: mapped DEF- bones driven by constraints, keys on controls) is evaluated on its deform bones as
+Blender shows them; Bake keys its controls. The Blender IK baseline is skipped there, with the reason in the notes
+and in the report's "skipped" (IK constraints on a copy of such a rig would replay the clip's own control keys, so
+the row would score the reference against itself). Everything the run plays (actions, switches keyed by the baked
+actions, pose channels) is put back: `evaluated_pose.KeptScene` around each baked action and around the whole run.
 """
 
 import fnmatch
@@ -20,7 +26,8 @@ import numpy as np
 from ..neural_network.geometry.rotations import chordal_mean
 from ..neural_network.report import eval_report, metrics, plot_svg
 from ..neural_network.skeleton.roles import ROLES
-from . import action_layouts, blender_ik
+from ..neural_network.skeleton.skeleton import nearest_mapped_parents
+from . import action_layouts, blender_ik, evaluated_pose, rig_model
 from .armatures import armature_to_use
 from .bake import bake
 from .bone_maps import stored_or_preset_map
@@ -37,6 +44,7 @@ METHOD_LABELS = {
     "blender_ik_poles": "Blender IK, poles from reference",
     "start_pose": "start pose only (no IK)",
 }
+BASELINE_METHODS = ("blender_ik", "blender_ik_poles", "start_pose")
 
 
 # ---- bone map ------------------------------------------------------------------------------------------------
@@ -58,10 +66,13 @@ def role_bone_names(bone_map):
 
 
 class PoseReader:
-    """Reads the mapped bones of one armature from the evaluated depsgraph, frame after frame."""
+    """Reads the mapped bones of one armature from the evaluated depsgraph, frame after frame. Local rotations are
+    the bones' matrix_basis, or for a rig whose mapped bones are driven (`rig` given, rig.driven: their matrix_basis
+    stays at rest) each role's evaluated rotation against its role parent, as Extract stores them."""
 
-    def __init__(self, obj, bone_names):
+    def __init__(self, obj, bone_names, rig=None):
         self.obj = obj
+        self.rig = rig if rig is not None and rig.driven else None
         names = list(obj.pose.bones.keys())
         self.index = np.array([names.index(b) if b in names else -1 for b in bone_names])
         self.mask = self.index >= 0
@@ -98,12 +109,32 @@ class PoseReader:
         rot = rot / np.maximum(np.linalg.norm(rot, axis=-2, keepdims=True), 1e-12)
         positions = self.scale * (mats[..., :3, 3] @ self.basis.T)
         rotations = self.basis @ rot
-        local = basis[..., :3, :3] / np.maximum(np.linalg.norm(basis[..., :3, :3], axis=-2, keepdims=True), 1e-12)
+        if self.rig is None:
+            local = basis[..., :3, :3] / np.maximum(np.linalg.norm(basis[..., :3, :3], axis=-2, keepdims=True), 1e-12)
+        else:
+            local = role_locals(self.rig, rot)
         positions[:, ~self.mask] = np.nan
         eye = np.broadcast_to(np.eye(3), rotations.shape)
         rotations = np.where(self.mask[None, :, None, None], rotations, eye)
         local = np.where(self.mask[None, :, None, None], local, eye)
         return metrics.Motion(positions, rotations, local)
+
+
+def role_locals(rig, rotations):
+    """(F, 23, 3, 3) local rotations of a driven rig's roles from their evaluated armature-space orientations
+    (F, 23, 3, 3): L_j = bridge_j^T R_p^T R_j against the nearest mapped parent role p (the hips against their rest),
+    what pose_read stores for such a rig and the model's mean pose and limits are in."""
+    mask = rig.role_mask
+    parents = nearest_mapped_parents(mask)
+    out = np.broadcast_to(np.eye(3), rotations.shape).copy()
+    for j in np.flatnonzero(mask):
+        p = parents[j]
+        if p < 0:
+            rest = rig.rest[rig.role_bones[j], :3, :3]
+            out[:, j] = (rest / np.linalg.norm(rest, axis=0)).T @ rotations[:, j]
+        else:
+            out[:, j] = rig.skeleton.bridges[j].T @ np.swapaxes(rotations[:, p], -1, -2) @ rotations[:, j]
+    return out
 
 
 def play(scene, readers, frames, timed=True):
@@ -183,15 +214,17 @@ def solve_network(context, obj, action, frames, refine):
     return baked, spent / len(frames)
 
 
-def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path="", refine=2, on_method=None):
+def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path="", refine=2, on_method=None,
+                  rig=None):
     """{method: (Motion, seconds per frame)} plus "reference" for one clip; on_method(method) is called before each
-    method runs (progress)."""
+    method runs (progress). rig: the RigModel of a rig whose mapped bones are driven (local rotations against the
+    role parents), else None."""
     scene = context.scene
     names = role_bone_names(bone_map)
     frames = action_frames(action)
     out = {}
     action_layouts.assign_action(obj, action)
-    reader = PoseReader(obj, names)
+    reader = PoseReader(obj, names, rig)
     play(scene, [reader], frames)
     out["reference"] = (reader.motion(), 0.0)
     if not np.isfinite(out["reference"][0].positions[:, reader.mask]).all():
@@ -208,34 +241,37 @@ def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path
         if method in ("network", "refined"):
             if not model_path:
                 continue
-            solved = solve_network(context, obj, action, frames, 0 if method == "network" else refine)
-            baked, seconds = solved
+            baked = None
             try:
-                action_layouts.assign_action(obj, baked)
-                r = PoseReader(obj, names)
-                play(scene, [r], frames)
-                out[method] = (r.motion(), seconds)
+                # playing the baked action writes what it keys into the armature (a control rig's IK/FK switches
+                # too): the next method must start from the rig as it was, with the clip assigned
+                with evaluated_pose.KeptScene(scene, obj):
+                    baked, seconds = solve_network(context, obj, action, frames, 0 if method == "network" else refine)
+                    action_layouts.assign_action(obj, baked)
+                    r = PoseReader(obj, names, rig)
+                    play(scene, [r], frames)
+                    out[method] = (r.motion(), seconds)
             finally:
-                action_layouts.assign_action(obj, action)
-                bpy.data.actions.remove(baked)     # made by this run (Bake may give it a fake user)
+                if baked is not None:
+                    bpy.data.actions.remove(baked)     # made by this run (Bake may give it a fake user)
         elif method in ("blender_ik", "blender_ik_poles", "start_pose"):
-            rig = blender_ik.BaselineRig(scene, obj, bone_map, mean_pose, action, use_poles=method == "blender_ik_poles",
-                                         reference_frames=reference_frames)
+            baseline = blender_ik.BaselineRig(scene, obj, bone_map, mean_pose, action,
+                                              use_poles=method == "blender_ik_poles", reference_frames=reference_frames)
             try:
-                rig.build()
-                r = PoseReader(rig.copy, names)
+                baseline.build()
+                r = PoseReader(baseline.copy, names)
                 if method == "start_pose":
-                    rig.set_constraints_enabled(False)
+                    baseline.set_constraints_enabled(False)
                     play(scene, [r], frames)
                     out[method] = (r.motion(), 0.0)
                     continue
-                rig.set_constraints_enabled(False)
-                bare = play(scene, [PoseReader(rig.copy, names)], frames)
-                rig.set_constraints_enabled(True)
+                baseline.set_constraints_enabled(False)
+                bare = play(scene, [PoseReader(baseline.copy, names)], frames)
+                baseline.set_constraints_enabled(True)
                 solved_time = play(scene, [r], frames)
                 out[method] = (r.motion(), max(solved_time - bare, 0.0) / len(frames))
             finally:
-                rig.remove()
+                baseline.remove()
     return out
 
 
@@ -318,6 +354,9 @@ class Evaluation:
         self.actions_before = set(bpy.data.actions)
         self.user_armature_import = bool(options.get("armature") and options.get("bvh_folder"))
         self.position, self.items, self.restore = 0, [], None
+        self.kept = None                     # the armature's action, pose and switches as they were (KeptScene)
+        self.rig = None                      # the RigModel of an armature whose mapped bones are driven
+        self.skipped = {}                    # {method: why it did not run}
         self.importer = None                 # a BVH folder imported a file per step before its clips (with a model)
         self.files_imported = 0
         self.started = time.perf_counter()
@@ -407,12 +446,34 @@ class Evaluation:
         context, model_path = self.context, self.model_path
         obj = armature_to_use(context, EvaluationError, options.get("armature", ""), NO_ARMATURE)
         self.bone_map = bone_map_for(obj)
-        self.items = _actions(obj, self.bone_map, options.get("actions", ""))
+        driven = driven_reasons(obj, self.bone_map)
+        if driven:
+            self._skip_baseline(obj, driven)
+            try:
+                self.rig = rig_model.read_rig(obj, self.bone_map)
+            except rig_model.RigError as exc:
+                raise EvaluationError(str(exc)) from None
+        self.items = _actions(obj, self.bone_map, options.get("actions", ""), driven=bool(driven))
         self.mean_pose = _mean_pose(options, self.bone_map, model_path, (obj, self.items))
         self.obj = obj
-        previous = obj.animation_data.action if obj.animation_data else None
-        self.restore = (previous, _saved_settings(context, obj))
+        self.kept = evaluated_pose.KeptScene(context.scene, obj).__enter__()
+        self.restore = _saved_settings(context, obj)
         _store_model(obj, self.bone_map, model_path)
+
+    def _skip_baseline(self, obj, driven):
+        """Leave the Blender IK rows out for an armature whose mapped bones are driven (a control rig), saying why."""
+        skipped = [m for m in self.methods if m in BASELINE_METHODS]
+        if not skipped:
+            return
+        reason = (f"Blender IK baseline skipped: the mapped bones of {obj.name!r} are driven ({'; '.join(driven)}), "
+                  "so IK constraints on a copy would only replay the clip's own control keys")
+        self.methods = [m for m in self.methods if m not in BASELINE_METHODS]
+        if not self.methods:
+            raise EvaluationError(f"nothing to evaluate: {reason}; give a model to evaluate the network")
+        self.skipped = {m: reason for m in skipped}
+        self.collector = Collector(tuple(self.methods))
+        if self.notes is not None:
+            self.notes.append(reason)
 
     def _import_step(self):
         """Import the folder's next file; after the last one the clips are the actions the import added."""
@@ -466,7 +527,7 @@ class Evaluation:
                     remove_imported(obj)
             else:
                 results = evaluate_clip(context, self.obj, item, self.bone_map, self.mean_pose, self.methods,
-                                        self.model_path, self.refine, on_method)
+                                        self.model_path, self.refine, on_method, self.rig)
                 task = action_task(item)
         except DataError as exc:
             raise EvaluationError(str(exc)) from None
@@ -484,8 +545,10 @@ class Evaluation:
                                  _concatenate(collector.motions["reference"]).local_rotations
                                  if not self.model_path else None)
             seconds = time.perf_counter() - self.started
-            report, frames, actions = collector.report(limits, {"model": self.model_path,
-                                                                "refine_iterations": self.refine, "seconds": seconds})
+            extra = {"model": self.model_path, "refine_iterations": self.refine, "seconds": seconds}
+            if self.skipped:
+                extra["skipped"] = dict(self.skipped)
+            report, frames, actions = collector.report(limits, extra)
             options = self.options
             if options.get("json_path"):
                 eval_report.write_json(bpy.path.abspath(options["json_path"]), report)
@@ -505,20 +568,18 @@ class Evaluation:
         self.close()
 
     def close(self):
-        """Put back what the run changed: the armature's action and settings, the scene's frame, and the clips
-        imported onto the user's armature (a file whose import was under way is undone)."""
+        """Put back what the run changed: the armature's action, pose channels and switches (what playing the clips
+        and the baked actions wrote into it), its settings, the scene's frame, and the clips imported onto the
+        user's armature (a file whose import was under way is undone)."""
         if self.importer is not None:
             self.importer.abandon(self.context)
             self.importer = None
         if self.restore is not None:
-            previous, saved = self.restore
+            saved, kept = self.restore, self.kept
             obj = self.obj
-            self.restore = None
+            self.restore = self.kept = None
             try:
-                if previous is not None:
-                    action_layouts.assign_action(obj, previous)
-                elif obj.animation_data is not None:
-                    obj.animation_data.action = None
+                kept.__exit__(None, None, None)
                 _restore_settings(self.context, obj, saved)
             except ReferenceError:      # the armature (or its action) was deleted between two steps in the window
                 pass
@@ -542,9 +603,24 @@ def _mask(bone_map):
     return np.array([bool(bone_map.get(role)) for role in ROLES])
 
 
-def _actions(obj, bone_map, names):
+def driven_reasons(obj, bone_map):
+    """rig_model.driven_reasons for the mapped bones of `bone_map` and their ancestors: why Blender's evaluated pose
+    of them does not follow from their keys (constraints, drivers, NLA strips: a control rig), [] for a plain rig."""
+    bones = obj.data.bones
+    needed = set()
+    for name in bone_map.values():
+        bone = bones.get(name) if name else None
+        while bone is not None and bone.name not in needed:
+            needed.add(bone.name)
+            bone = bone.parent
+    return rig_model.driven_reasons(obj, sorted(needed))
+
+
+def _actions(obj, bone_map, names, driven=False):
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     bones = {b for b in bone_map.values() if b}
+    if driven:      # driven deform bones follow whatever bones the action keys (a control rig's controls)
+        bones = set(obj.pose.bones.keys())
     found = []
     for action in bpy.data.actions:
         if action.name.endswith(".nik") or blender_ik.TAG in action.name:

@@ -258,3 +258,53 @@ def test_panels_draw_the_control_map_and_the_evaluated_dataset(rigify_rig, capfd
     assert "23 controls" in summary and "torso" in summary
     drawn = draw_everything(capfd)
     assert "NEURAL_IK_PT_rig" in drawn and "NEURAL_IK_PT_data" in drawn
+
+
+def test_evaluate_measures_the_deform_bones_and_leaves_the_rig(rigify_rig, tmp_path):
+    """Evaluate on Rigify: the network rows come from Bake (keyed controls) and are read from the evaluated DEF-
+    bones; the refined row lands the effectors; the Blender IK rows are skipped with a reason; the switches, the pose
+    and the actions are as before."""
+    import json
+
+    import bpy
+    from live_helpers import assign_action, linear_model_for
+
+    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.blender.evaluated_pose import number_properties
+    from neural_ik.neural_network.model.checkpoint import save_model
+    from neural_ik.neural_network.skeleton.roles import ROLES
+
+    obj = rigify_rig
+    actions = [key_controls(obj, f"clip{k}", frames=12, seed=k, amplitude=1.0 + 0.2 * k) for k in range(2)]
+    assert bpy.ops.neural_ik.auto_map() == {"FINISHED"}
+    obj.pose.bones["upper_arm_parent.L"]["IK_FK"] = 0.25             # a switch the user left half-way
+    obj.pose.bones["forearm_fk.R"].rotation_quaternion = (0.96, 0.2, 0.1, 0.17)    # an FK control Bake keys
+    rig = rig_model.read_rig(obj, RIGIFY_MAP)
+    samples = list(pose_read.read_actions(rig, obj, actions))
+    model_path = tmp_path / "model.npz"
+    save_model(str(model_path), linear_model_for(rig.skeleton, samples))
+    assign_action(obj, actions[1])
+    bpy.context.scene.frame_set(4)
+    before, switches = state_hash(obj), number_properties(obj)
+    objects, action_names = set(bpy.data.objects.keys()), set(bpy.data.actions.keys())
+    out = tmp_path / "rigify.json"
+    assert bpy.ops.neural_ik.evaluate(armature=obj.name, actions="clip0", model_path=str(model_path),
+                                      refine_iterations=4, json_path=str(out)) == {"FINISHED"}
+    assert state_hash(obj) == before and number_properties(obj) == switches
+    assert set(bpy.data.objects.keys()) == objects and set(bpy.data.actions.keys()) == action_names
+    report = json.loads(out.read_text())
+    results = report["results"]
+    assert list(results) == ["network", "refined"]
+    assert set(report["skipped"]) == {"blender_ik", "blender_ik_poles"}
+    assert "driven" in report["skipped"]["blender_ik"]
+    # the reference is the evaluated DEF- chain (its height as the report measures it), not the keys or the rest pose
+    assign_action(obj, actions[0])
+    heads = _evaluated_heads(obj, range(1, 13), [RIGIFY_MAP[r] for r in ROLES]) @ rig.basis.T * rig.scale
+    height = float(np.median(heads[..., 2].max(axis=1) - heads[..., 2].min(axis=1)))
+    assert abs(report["rig_height_m"] - height) < 1e-5, (report["rig_height_m"], height)
+    network, refined = results["network"], results["refined"]
+    assert refined["effector_cm"]["max"] < 0.1, refined["effector_cm"]          # within 1 mm on the DEF- bones
+    assert refined["effector_cm"]["mean"] < network["effector_cm"]["mean"]
+    assert refined["inner_mpjpe_cm"] < 0.5 and refined["limit_violations"]["count"] == 0
+    print(f"Rigify evaluate, training clip: network {10 * network['effector_cm']['max']:.3f} mm, refined "
+          f"{10 * refined['effector_cm']['max']:.4f} mm effector max, refined inner {10 * refined['inner_mpjpe_cm']:.4f} mm")

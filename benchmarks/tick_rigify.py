@@ -35,9 +35,11 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 from addon_loader import isolate_user_resources, load_addon  # noqa: E402
 
 
-def tick_times(bpy, obj, rig, model, sample, repeats):
+def tick_times(bpy, obj, rig, model, sample, repeats, floor=False):
     """(tick us (N,), view_layer.update us (N,), tick us with no update between ticks (N,)) of LiveTick on obj,
-    targets on the sample's frames in turn."""
+    targets on the sample's frames in turn. floor: a control rig's write replaced by Blender's API calls alone (the
+    foreach_set of the rotations and the location controls' matrix_basis sets, of values computed once): what the
+    tick would cost if posing the controls took no time."""
     from live_helpers import place_targets
 
     from neural_ik.blender.live import LiveTick
@@ -46,6 +48,15 @@ def tick_times(bpy, obj, rig, model, sample, repeats):
     obj.neural_ik.refine_iterations = 0
     tick = LiveTick([(obj, model, None)])
     tick.start()
+    for group in tick.live_groups if floor else ():
+        for _, writer in group.controlled:
+            bones = [(step[12], step[12].matrix_basis.copy()) for step in writer.steps if step[11] == "matrix"]
+
+            def bare(extended, hips_location, writer=writer, bones=bones):
+                writer.set_all("rotation_quaternion", writer.quaternions.reshape(-1))
+                for bone, basis in bones:
+                    bone.matrix_basis = basis
+            writer.write = bare
     ticks, updates, alone = np.empty(repeats), np.empty(repeats), np.empty(repeats)
     frames = len(sample.frames)
     try:
@@ -136,6 +147,11 @@ def main():
             obj, rig, model, sample = scene()
             bones[label] = len(obj.pose.bones)
             api.setdefault(label, []).append(api_costs(bpy, obj, args.repeats // 2))
+            if label == "rigify":
+                obj, rig, model, sample = scene()
+                for row, values in zip(rows.setdefault("floor", ([], [], [])),
+                                       tick_times(bpy, obj, rig, model, sample, args.repeats // 2, floor=True)):
+                    row.append(values)
             for row, values in zip(rows.setdefault(label, ([], [], [])),
                                    tick_times(bpy, obj, rig, model, sample, args.repeats // 2)):
                 row.append(values)
@@ -148,6 +164,10 @@ def main():
               f" {np.median(ticks) / demo_tick:.2f}x the demo tick, each after Blender's view_layer.update() of the rig "
               f"({np.median(updates):7.1f} us); ticks back to back {np.median(alone):6.1f} us, "
               f"{np.median(alone) / demo_alone:.2f}x")
+    ticks, _, alone = out["floor"]
+    print(f"  floor  (706 bones): tick {np.median(ticks):7.1f} us, {np.median(ticks) / demo_tick:.2f}x; back to back "
+          f"{np.median(alone):6.1f} us, {np.median(alone) / demo_alone:.2f}x  (the Rigify tick with posing the controls "
+          "free: read, solve, and Blender's API calls that write the pose)")
     print("Blender's API alone (the floor under any write of the pose):")
     for label in ("demo", "rigify"):
         foreach_set, one_set = np.median(api[label], axis=0)

@@ -224,7 +224,8 @@ class LiveCharacter:
 
     def hips_map(self):
         """(16, 10): vec(hips transform, character space) -> 7 quaternion squares of the hips' matrix_basis rotation
-        (quaternion_math.MATRIX_TO_SQUARES, bias included) and the hips' location, so one product gives both."""
+        (quaternion_math.MATRIX_TO_SQUARES, bias included) and the hips' location, so one product gives both (on a
+        control rig, whose frame is the armature's: the hips' world rotation and head in armature space)."""
         rot_t, frame_inv, frame_t = self.frame
         C, s = self.rig.basis, self.rig.scale
         turn = rot_t @ C.T

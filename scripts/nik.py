@@ -335,6 +335,9 @@ def _train_command(parser):
     parser.add_argument("--batch", type=number(int, 2), default=256, help="rows per step (default 256)")
     parser.add_argument("--lr", type=number(float, 0.0, low_open=True), default=2e-3,
                         help="learning rate (default 0.002)")
+    parser.add_argument("--own-share", type=number(float, 0.0, 0.95), default=None,
+                        help="share of each epoch drawn from the rig's own clips when the dataset also holds "
+                             "retargeted library motion (default: the scene's setting, 0.25; 0: rows as they come)")
     parser.add_argument("--resume", action="store_true", help="continue the run saved in --out")
     parser.add_argument("--blend", default="", help="open this .blend first; its armature's model becomes the result")
     parser.add_argument("--armature", help="armature name in the .blend")
@@ -359,6 +362,8 @@ def _train_command(parser):
             open_blend(args.blend)
             active_armature(args.armature)
         out = make_folder(args.out)
+        if args.own_share is not None:
+            bpy.context.scene.neural_ik.own_share = args.own_share
         run_operator(bpy.ops.neural_ik.train, filepath=dataset, directory=out, epochs=args.epochs,
                      time_limit=args.time_limit, seed=args.seed, batch_size=args.batch, learning_rate=args.lr,
                      resume=args.resume, mode="SYNC")

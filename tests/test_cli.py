@@ -30,6 +30,18 @@ def test_demo_runs_the_whole_main_job(tmp_path):
     assert (out / "loss.svg").read_text(encoding="utf-8").startswith("<?xml")
 
 
+def test_train_takes_the_own_clip_share(tmp_path):
+    """`--own-share` reaches the trainer (the panel's Own Clips Share), and the run says what it used."""
+    from synthetic import synthetic_dataset
+
+    path = tmp_path / "dataset.npz"
+    synthetic_dataset(frames_per_action=20, actions=4).save(str(path))
+    run = nik("train", "--dataset", str(path), "--out", str(tmp_path / "run"), "--epochs", "1", "--own-share", "0.6")
+    assert run.returncode == 0, run.stderr[-2000:]
+    settings = json.loads((tmp_path / "run" / "metrics.json").read_text())["settings"]
+    assert settings["own_share"] == pytest.approx(0.6)
+
+
 @pytest.mark.parametrize("args, words", [
     (("train", "--dataset", "missing.npz", "--out", "x"), "does not exist"),
     (("extract", "--blend", "missing.blend"), "does not exist"),

@@ -3,10 +3,14 @@
 On a COPY of the armature (the reference keeps playing its action and serves as the targets):
 - the hips (and every bone no solver owns: root, pelvis, twist and finger bones) follow the reference's action;
 - every other mapped bone starts each frame from the mean local pose of training clips of the same skeleton;
-- limb IK: an IK constraint on each forearm / shin, `use_tail=True`, `chain_count=2`, target the reference's
-  hand / foot bone (its head is the wrist / ankle); the hand and foot copy the reference's rotation world to world;
+- limb IK: an IK constraint on each forearm / shin, `use_tail=True`, the chain up to the mapped upper arm / thigh
+  (2 bones, more where a twist bone sits between them: DAZ's lShldrBend > lShldrTwist > lForearmBend), target the
+  reference's hand / foot bone (its head is the wrist / ankle); the hand and foot copy the reference's rotation
+  world to world;
 - head chain: IK on the top neck bone down to, not including, the hips, target the reference's head bone, and a
   Copy Rotation on the head;
+- unmapped bones inside a limb chain (twist bones) may only twist about their own axis (`lock_ik_x/z`, as DAZ rigs'
+  own IK set-ups have it), so the chain bends at the shoulder / hip and elbow / knee and poles place the elbow / knee;
 - forearm / shin tails that do not sit on the hand / foot head (Blender's BVH importer on the CMU rig) are moved
   onto it on the copy;
 - optional poles: one empty per limb keyed every frame at the reference elbow / knee pushed out within the limb
@@ -170,6 +174,26 @@ class BaselineRig:
             bone = bone.parent
         return count if bone is not None else 0
 
+    def _limb_chain_length(self, mid_name, root_name):
+        """Bones from the forearm / shin up to the upper arm / thigh, both included: 2, or more with twist bones in
+        between; 2 where the upper arm / thigh is not above it (a hand-edited map)."""
+        count, bone = 1, self.copy.data.bones[mid_name].parent
+        while bone is not None and bone.name != root_name:
+            count, bone = count + 1, bone.parent
+        return count + 1 if bone is not None else 2
+
+    def _twist_only(self, bone_name, chain_count):
+        """The unmapped bones of the chain of `chain_count` bones ending at `bone_name` may only twist (IK)."""
+        mapped = set(self.bone_map.values())
+        bone = self.copy.data.bones[bone_name]
+        for _ in range(chain_count):
+            if bone is None:
+                break
+            if bone.name not in mapped:
+                pb = self.copy.pose.bones[bone.name]
+                pb.lock_ik_x = pb.lock_ik_z = True
+            bone = bone.parent
+
     def _add_constraints(self):
         ref, pose, mapped = self.reference, self.copy.pose.bones, self.bone_map
         for k, (root, mid, end) in enumerate(LIMBS):
@@ -178,7 +202,8 @@ class BaselineRig:
             con = pose[mapped[mid]].constraints.new("IK")
             con.name = f"{TAG} IK"
             con.target, con.subtarget = ref, mapped[end]
-            con.use_tail, con.chain_count = True, 2
+            con.use_tail, con.chain_count = True, self._limb_chain_length(mapped[mid], mapped[root])
+            self._twist_only(mapped[mid], con.chain_count)
             self.constraints.append(con)
             if self.use_poles:
                 self._add_pole(con, root, mid, end, k)

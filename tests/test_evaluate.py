@@ -296,3 +296,67 @@ def test_network_rows_go_through_bake_and_refinement_lands_effectors(empty_scene
     assert refined["effector_cm"]["mean"] < net["effector_cm"]["mean"]
     assert refined["seconds_per_frame"] > 0.0
     assert "limit_violations" in refined
+
+
+def _daz_style_walker():
+    """The DAZ-style rig of tests/test_bone_map.py (hip > lButtock > lThigh > lShin > lFoot, and an upper arm in two
+    bones: lShldrBend > lShldrTwist > lForearmBend) with one action that bends every limb and twists the twist bones."""
+    import bpy
+    from mathutils import Euler
+    from test_bone_map import _daz_style_bones
+
+    from neural_ik.blender import action_layouts
+    from neural_ik.blender.bone_maps import auto_map_object
+
+    bones, heads = _daz_style_bones()
+    children = {}
+    for name, parent in bones:
+        children.setdefault(parent, []).append(name)
+    data = bpy.data.armatures.new("daz")
+    obj = bpy.data.objects.new("daz", data)
+    bpy.context.scene.collection.objects.link(obj)
+    bpy.context.view_layer.objects.active = obj
+    bpy.ops.object.mode_set(mode="EDIT")
+    for name, parent in bones:                      # parents come first in the list
+        eb = data.edit_bones.new(name)
+        eb.head = heads[name]
+        kid = children.get(name, [None])[0]
+        eb.tail = heads[kid] if kid and name not in ("hip", "chestUpper") else \
+            np.array(heads[name]) + ((0, -0.1, -0.05) if "Foot" in name else (0, 0, 0.1))
+        if parent:
+            eb.parent = data.edit_bones[parent]
+    bpy.ops.object.mode_set(mode="OBJECT")
+    assert auto_map_object(obj).mapping["LeftArm"] == "lShldrBend"
+    action, _slot, bag = action_layouts.new_action(obj, "daz_walk")
+    action_layouts.assign_action(obj, action)
+    t = np.arange(1, FRAMES + 1, dtype=np.float64)
+    phase = 2 * np.pi * (t - 1) / FRAMES
+    swing = {"abdomenUpper": (0.1 * np.sin(phase), 0 * t, 0 * t), "chestLower": (0.1 * np.cos(phase), 0 * t, 0 * t)}
+    for s, k in (("l", 1.0), ("r", -1.0)):
+        swing.update({
+            f"{s}ShldrBend": (0.4 * np.sin(phase), 0 * t, -k * (0.9 + 0.2 * np.cos(phase))),
+            f"{s}ShldrTwist": (0 * t, 0.3 + 0.2 * np.sin(phase), 0 * t),
+            f"{s}ForearmBend": (0.8 + 0.4 * np.sin(phase), 0 * t, 0 * t),
+            f"{s}Thigh": (k * 0.4 * np.sin(phase), 0 * t, 0 * t),
+            f"{s}Shin": (0.6 + 0.3 * np.sin(phase), 0 * t, 0 * t)})
+    for bone, angles in swing.items():
+        quats = np.array([tuple(Euler(a).to_quaternion()) for a in zip(*angles)])
+        for i in range(4):
+            _key(bag, f'pose.bones["{bone}"].rotation_quaternion', i, t, quats[:, i], bone)
+    return obj, action
+
+
+def test_blender_ik_chains_reach_the_upper_arm_over_a_twist_bone(empty_scene):
+    """On a DAZ-style rig the forearm's parent is a twist bone (lShldrBend > lShldrTwist > lForearmBend): the IK
+    chain runs from the forearm up to the mapped upper arm, and the bones in between keep the reference's pose, so
+    Blender's IK lands the hands, and poles put the elbows on the reference's as they put the knees."""
+    results, _ = run_methods(_daz_style_walker(), ["blender_ik", "blender_ik_poles"])
+    plain, poles = results["blender_ik"], results["blender_ik_poles"]
+    for result in (plain, poles):
+        assert result["effector_cm"]["p95"] < 1.0
+        for hand in ("LeftHand", "RightHand"):
+            assert result["per_role_cm"][hand] < 0.2
+    errors = poles["per_role_cm"]
+    for side in ("Left", "Right"):       # the elbow as close as its shoulder lets it be (the clavicle is in no chain)
+        assert errors[side + "ForeArm"] < errors[side + "Arm"] + 0.1, errors
+        assert errors[side + "Shin"] < 0.2, errors

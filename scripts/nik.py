@@ -395,10 +395,13 @@ def _import_bvh_command(parser):
         if args.blend:
             open_blend(args.blend)
             active_armature(args.armature)
+        before = {a.name for a in bpy.data.actions}          # --blend: the armature's clips are not this import's
         run_operator(bpy.ops.neural_ik.import_bvh_folder, directory=os.path.abspath(args.folder),
                      global_scale=args.scale, files=args.files, exclude=args.exclude, onto_active=bool(args.blend))
         obj = bpy.context.scene.neural_ik.armature
-        say(f"imported {len(bpy.data.actions)} actions onto {obj.name!r}")
+        added = len([a for a in bpy.data.actions if a.name not in before])
+        there = f" ({len(before)} were there)" if before else ""
+        say(f"imported {added} action{'' if added == 1 else 's'} onto {obj.name!r}{there}")
         save_blend(args.save)
     return run
 

@@ -62,3 +62,15 @@ def test_every_command_has_help():
     for command in ("demo", "create-demo-rig", "import-bvh", "extract", "train", "export", "bake", "evaluate"):
         assert command in listing.stdout
         assert nik(command, "--help").returncode == 0
+
+
+def test_import_onto_a_blend_counts_the_files_it_imported(demo_bvh, tmp_path):
+    """import-bvh --blend says how many clips this import added, not how many actions the file holds."""
+    first, second = tmp_path / "one.blend", tmp_path / "two.blend"
+    run = nik("import-bvh", demo_bvh.folder, "--scale", "0.01", "--files", "walk_normal_*", "--save", str(first))
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "imported 2 actions" in run.stdout, run.stdout
+    run = nik("import-bvh", demo_bvh.folder, "--scale", "0.01", "--files", "run_easy_01", "--blend", str(first),
+              "--save", str(second))
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "imported 1 action onto" in run.stdout and "(2 were there)" in run.stdout, run.stdout

@@ -154,3 +154,25 @@ def test_joint_limit_excess_in_degrees():
     assert result["limit_violations"]["count"] == 2
     assert result["limit_violations"]["max_deg"] == pytest.approx(12.0, abs=1e-6)
     assert len(ROLES) == NUM_ROLES
+
+
+def test_a_rig_without_toes_is_measured_without_warnings():
+    """A DAZ-style rig has no toe bones: their positions are NaN in every frame; penetration is read from the feet
+    alone and numpy says nothing about all-NaN columns."""
+    import warnings
+
+    rng = np.random.default_rng(5)
+    ref, actions = make_motion(rng)
+    positions = np.array(ref.positions)
+    for name in ("LeftToeBase", "RightToeBase"):
+        positions[:, ROLE_INDEX[name]] = np.nan
+    ref = metrics.Motion(positions, ref.rotations, ref.local_rotations)
+    sunk = positions.copy()
+    sunk[:, FOOT_ROLES[0], 2] -= 0.03
+    mask = np.ones(NUM_ROLES, bool)
+    mask[[ROLE_INDEX["LeftToeBase"], ROLE_INDEX["RightToeBase"]]] = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result, _ = metrics.evaluate(ref, metrics.Motion(sunk, ref.rotations, ref.local_rotations), mask, actions,
+                                     FPS, HEIGHT)
+    assert result["penetration_cm"]["max"] == pytest.approx(3.0)

@@ -104,9 +104,11 @@ def penetration(reference, solved, actions):
     sol = np.asarray(solved.positions, np.float64)[:, joints, 2]
     out = np.zeros(ref.shape)
     for s, e in clip_bounds(actions):
-        ground = np.nanmin(ref[s:e], axis=0)
+        seen = np.isfinite(ref[s:e])
+        # a joint the rig lacks (a foot without toe bone) is NaN throughout: ground +inf, no depth (no warning)
+        ground = np.min(np.where(seen, ref[s:e], np.inf), axis=0)
         out[s:e] = np.maximum(ground - sol[s:e], 0.0) * CM
-    return np.nan_to_num(out)
+    return np.nan_to_num(out, posinf=0.0)
 
 
 def joint_acceleration(motion, role_mask, actions):

@@ -38,6 +38,20 @@ def test_own_clips_are_weighted_and_validate(tmp_path):
     assert metrics["sources"] == {"own_frames": 150, "retargeted_frames": 600, "validation": "own clips"}
 
 
+def test_too_few_own_clips_all_stay_in_training(tmp_path):
+    """Two own clips among a library (a user's walk and run): none is spared for validation, which comes from the
+    library clips, and both make the own share of every epoch."""
+    data = _mixed(own=2, library=12)
+    names = [str(n) for n in data.arrays["action_names"]]
+    for seed in range(4):
+        tr = trainer.Trainer(data, trainer.TrainConfig(seed=seed, val_fraction=0.3, mirror=False), tmp_path)
+        assert tr.validation_note == "library clips"
+        validated = set(tr._val_action_names())
+        assert validated and not validated & {names[0], names[1]}
+        assert abs(np.mean(tr.own_rows[tr._epoch_rows()]) - 0.25) < 0.01
+        assert np.sum(tr.own_rows) == 60                 # both own clips' 30 frames
+
+
 def test_without_library_motion_nothing_changes(tmp_path):
     data = synthetic_dataset(frames_per_action=30, actions=6, seed=3)
     tr = trainer.Trainer(data, trainer.TrainConfig(seed=1, mirror=False), tmp_path)

@@ -53,6 +53,7 @@ class TrainConfig:
     own_share: float = 0.25             # share of each epoch's rows drawn from the rig's own clips when the dataset
                                         # also holds retargeted library motion (own rows repeat; 0: rows as they come)
     own_validation_min: int = 4         # validation comes from the own clips alone when there are at least this many
+                                        # (with fewer, from the library clips: every own clip is trained on)
     seed: int = 0
     patience: int = 20                  # epochs without improvement before stopping early (0: never) ...
     patience_steps: int = 4000          # ... and at least this many steps (a small dataset's epoch is a few steps)
@@ -280,8 +281,13 @@ class Trainer:
             raise ValueError("the dataset's inputs hold NaN or infinite numbers")
         own = dataset.own_action_mask()
         mixed = bool(own.any() and not own.all())
-        among = np.where(own)[0] if mixed and own.sum() >= config.own_validation_min else None
-        self.validation_note = "own clips" if among is not None else "all clips"
+        # validation: from the own clips when there are enough to spare some; with fewer (a user's two clips among
+        # a library) from the library clips alone, so every own clip stays in training; else from all clips
+        among, self.validation_note = None, "all clips"
+        if mixed and own.sum() >= config.own_validation_min:
+            among, self.validation_note = np.where(own)[0], "own clips"
+        elif mixed:
+            among, self.validation_note = np.where(~own)[0], "library clips"
         train_set, val_set = dataset.split_by_action(seed=config.seed, val_fraction=config.val_fraction, among=among)
         self.mirror_note = "off"
         if config.mirror:      # validation stays the recorded motion only

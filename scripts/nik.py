@@ -383,7 +383,8 @@ def _import_bvh_command(parser):
     parser.add_argument("--save", default="", help="save the result as this .blend")
     parser.add_argument("--files", default="", help="comma-separated name patterns of files to import (default: all)")
     parser.add_argument("--exclude", default="", help="comma-separated name patterns of files to leave out")
-    parser.add_argument("--blend", default="", help="open this .blend and add the clips to its armature (same skeleton)")
+    parser.add_argument("--blend", default="", help="open this .blend and add the clips to its armature (files of "
+                                                    "another skeleton are retargeted onto it)")
     parser.add_argument("--armature", help="with --blend: the armature to import onto")
 
     def run(args):

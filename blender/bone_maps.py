@@ -66,6 +66,19 @@ def stored_or_preset_map(obj):
 OUTSIDE_CHAIN = "is outside its chain"
 
 
+def map_driven_reasons(obj, mapping):
+    """rig_model.driven_reasons for the bones of a map and their ancestors: why Blender's evaluated pose of them does
+    not follow from their keys (constraints, drivers, NLA strips: a control rig), [] for a plain rig."""
+    bones = obj.data.bones
+    needed = set()
+    for name in mapping.values():
+        bone = bones.get(name) if name else None
+        while bone is not None and bone.name not in needed:
+            needed.add(bone.name)
+            bone = bone.parent
+    return driven_reasons(obj, sorted(needed))
+
+
 def driven_map_problems(obj, mapping, problems):
     """(problems, note) of a bone map on this armature. A control rig's deform bones (Rigify's DEF-) are not one
     parent chain but follow other bones through constraints, so 'outside its chain' is no problem there: Extract
@@ -73,14 +86,7 @@ def driven_map_problems(obj, mapping, problems):
     (empty note: the map's problems as they were)."""
     if not any(OUTSIDE_CHAIN in p for p in problems):
         return list(problems), ""
-    pose_bones = obj.pose.bones
-    bones = set()
-    for name in mapping.values():
-        b = pose_bones.get(name) if name else None
-        while b is not None and b.name not in bones:
-            bones.add(b.name)
-            b = b.parent
-    reasons = driven_reasons(obj, sorted(bones))
+    reasons = map_driven_reasons(obj, mapping)
     if not reasons:
         return list(problems), ""
     return ([p for p in problems if OUTSIDE_CHAIN not in p],

@@ -30,7 +30,7 @@ from ..neural_network.skeleton.skeleton import nearest_mapped_parents
 from . import action_layouts, blender_ik, evaluated_pose, rig_model
 from .armatures import armature_to_use
 from .bake import bake
-from .bone_maps import stored_or_preset_map
+from .bone_maps import map_driven_reasons, stored_or_preset_map
 from .bvh_import import BvhFolderImport, import_bvh, import_messages, list_bvh_files, remove_imported
 from .errors import DataError, EvaluationError, LiveError
 from .extract import action_task
@@ -446,7 +446,7 @@ class Evaluation:
         context, model_path = self.context, self.model_path
         obj = armature_to_use(context, EvaluationError, options.get("armature", ""), NO_ARMATURE)
         self.bone_map = bone_map_for(obj)
-        driven = driven_reasons(obj, self.bone_map)
+        driven = map_driven_reasons(obj, self.bone_map)
         if driven:
             self._skip_baseline(obj, driven)
             try:
@@ -601,19 +601,6 @@ def _fps(scene):
 
 def _mask(bone_map):
     return np.array([bool(bone_map.get(role)) for role in ROLES])
-
-
-def driven_reasons(obj, bone_map):
-    """rig_model.driven_reasons for the mapped bones of `bone_map` and their ancestors: why Blender's evaluated pose
-    of them does not follow from their keys (constraints, drivers, NLA strips: a control rig), [] for a plain rig."""
-    bones = obj.data.bones
-    needed = set()
-    for name in bone_map.values():
-        bone = bones.get(name) if name else None
-        while bone is not None and bone.name not in needed:
-            needed.add(bone.name)
-            bone = bone.parent
-    return rig_model.driven_reasons(obj, sorted(needed))
 
 
 def _actions(obj, bone_map, names, driven=False):

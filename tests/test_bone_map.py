@@ -5,6 +5,7 @@ import random
 
 import pytest
 from conftest import BANDAI, CMU, need_mocap
+from daz_rig import daz_style_bones
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -276,29 +277,8 @@ def test_auto_map_and_validate_never_raise(case, mapping):
 
 # ---- legs that start with a short hip bone (names win over the place in the chain) ---------------------------------
 
-def _daz_style_bones():
-    """hip > lButtock > lThigh > lShin > lFoot (no toe bone), DAZ-style arms whose upper arm is 'lShldrBend'."""
-    bones = [("hip", None), ("pelvis", "hip"), ("abdomenLower", "hip"), ("abdomenUpper", "abdomenLower"),
-             ("chestLower", "abdomenUpper"), ("chestUpper", "chestLower"), ("neckLower", "chestUpper"),
-             ("neckUpper", "neckLower"), ("head", "neckUpper")]
-    heads = {"hip": (0, 0, 1.0), "pelvis": (0, 0, 0.98), "abdomenLower": (0, 0, 1.05), "abdomenUpper": (0, 0, 1.15),
-             "chestLower": (0, 0, 1.25), "chestUpper": (0, 0, 1.35), "neckLower": (0, 0, 1.5),
-             "neckUpper": (0, 0, 1.55), "head": (0, 0, 1.62)}
-    for s, x in (("l", 1.0), ("r", -1.0)):
-        bones += [(f"{s}Buttock", "pelvis"), (f"{s}Thigh", f"{s}Buttock"), (f"{s}Shin", f"{s}Thigh"),
-                  (f"{s}Foot", f"{s}Shin"), (f"{s}Collar", "chestUpper"), (f"{s}ShldrBend", f"{s}Collar"),
-                  (f"{s}ShldrTwist", f"{s}ShldrBend"), (f"{s}ForearmBend", f"{s}ShldrTwist"),
-                  (f"{s}Hand", f"{s}ForearmBend")]
-        heads.update({f"{s}Buttock": (0.05 * x, 0, 0.97), f"{s}Thigh": (0.09 * x, 0, 0.93),
-                      f"{s}Shin": (0.1 * x, 0, 0.5), f"{s}Foot": (0.1 * x, 0, 0.08),
-                      f"{s}Collar": (0.03 * x, 0, 1.45), f"{s}ShldrBend": (0.18 * x, 0, 1.45),
-                      f"{s}ShldrTwist": (0.3 * x, 0, 1.45), f"{s}ForearmBend": (0.45 * x, 0, 1.45),
-                      f"{s}Hand": (0.7 * x, 0, 1.45)})
-    return bones, heads
-
-
 def test_auto_map_names_win_over_a_short_hip_bone():
-    bones, heads = _daz_style_bones()
+    bones, heads = daz_style_bones()
     for positions in (heads, None):
         result = bone_map.auto_map(bones, positions)
         m = result.mapping
@@ -334,7 +314,7 @@ def test_auto_map_reads_the_cmu_bvh_skeleton():
 
 
 def test_a_map_one_bone_off_is_reported():
-    bones, _ = _daz_style_bones()
+    bones, _ = daz_style_bones()
     mapping = bone_map.auto_map(bones).mapping
     shifted = dict(mapping, LeftThigh="lButtock", LeftShin="lThigh", LeftFoot="lShin", LeftToeBase="lFoot")
     problems = " ".join(bone_map.validate(shifted, bones))

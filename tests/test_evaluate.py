@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 from conftest import BANDAI, need_mocap
+from daz_rig import daz_style_rig
 
 BONES = {   # Bandai bone names on a small hand-made humanoid (Z up, metres): name -> (head, tail, parent)
     "Hips": ((0, 0, 1.0), (0, 0, 1.1), None),
@@ -299,33 +300,14 @@ def test_network_rows_go_through_bake_and_refinement_lands_effectors(empty_scene
 
 
 def _daz_style_walker():
-    """The DAZ-style rig of tests/test_bone_map.py (hip > lButtock > lThigh > lShin > lFoot, and an upper arm in two
+    """The DAZ-style rig of tests/daz_rig.py (hip > lButtock > lThigh > lShin > lFoot, and an upper arm in two
     bones: lShldrBend > lShldrTwist > lForearmBend) with one action that bends every limb and twists the twist bones."""
-    import bpy
     from mathutils import Euler
-    from test_bone_map import _daz_style_bones
 
     from neural_ik.blender import action_layouts
     from neural_ik.blender.bone_maps import auto_map_object
 
-    bones, heads = _daz_style_bones()
-    children = {}
-    for name, parent in bones:
-        children.setdefault(parent, []).append(name)
-    data = bpy.data.armatures.new("daz")
-    obj = bpy.data.objects.new("daz", data)
-    bpy.context.scene.collection.objects.link(obj)
-    bpy.context.view_layer.objects.active = obj
-    bpy.ops.object.mode_set(mode="EDIT")
-    for name, parent in bones:                      # parents come first in the list
-        eb = data.edit_bones.new(name)
-        eb.head = heads[name]
-        kid = children.get(name, [None])[0]
-        eb.tail = heads[kid] if kid and name not in ("hip", "chestUpper") else \
-            np.array(heads[name]) + ((0, -0.1, -0.05) if "Foot" in name else (0, 0, 0.1))
-        if parent:
-            eb.parent = data.edit_bones[parent]
-    bpy.ops.object.mode_set(mode="OBJECT")
+    obj = daz_style_rig()
     assert auto_map_object(obj).mapping["LeftArm"] == "lShldrBend"
     action, _slot, bag = action_layouts.new_action(obj, "daz_walk")
     action_layouts.assign_action(obj, action)

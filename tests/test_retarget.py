@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 from conftest import BANDAI, CMU, need_mocap
+from daz_rig import daz_style_rig
 from synthetic import humanoid_skeleton
 
 from neural_ik.neural_network.data import retarget
@@ -387,40 +388,6 @@ def test_a_file_missing_an_essential_role_is_skipped_with_its_reason(empty_scene
     assert _rig_state(rig) == before and [o.name for o in bpy.data.objects if o.type == "ARMATURE"] == [rig.name]
 
 
-def _daz_style_rig():
-    """An armature built here with DAZ-style names: hip > lButtock > lThigh > lShin > lFoot (no toe bone), a pelvis
-    between the hips and the buttocks, arms out in a T-pose; no clips of its own (calibrated from its rest)."""
-    import bpy
-    from test_bone_map import _daz_style_bones
-
-    bones, heads = _daz_style_bones()
-    children = {}
-    for name, parent in bones:
-        children.setdefault(parent, []).append(name)
-    data = bpy.data.armatures.new("daz")
-    obj = bpy.data.objects.new("daz", data)
-    bpy.context.scene.collection.objects.link(obj)
-    bpy.context.view_layer.objects.active = obj
-    bpy.ops.object.mode_set(mode="EDIT")
-    made = {}
-    for name, parent in bones:                      # parents come first in the list
-        eb = data.edit_bones.new(name)
-        eb.head = heads[name]
-        kids = children.get(name, [])
-        tail = np.array(heads[kids[0]]) if kids else None
-        if tail is None or np.linalg.norm(tail - np.array(heads[name])) < 1e-3:
-            step = np.array(heads[name]) - np.array(heads[parent]) if parent else np.array([0, 0, 0.1])
-            if "Foot" in name:
-                step = np.array([0.0, -0.1, -0.05])
-            tail = np.array(heads[name]) + 0.1 * step / max(np.linalg.norm(step), 1e-6)
-        eb.tail = tail
-        if parent:
-            eb.parent = made[parent]
-        made[name] = eb
-    bpy.ops.object.mode_set(mode="OBJECT")
-    return obj
-
-
 def test_onto_a_daz_style_rig_without_clips(empty_scene, tmp_path):
     import bpy
 
@@ -428,7 +395,7 @@ def test_onto_a_daz_style_rig_without_clips(empty_scene, tmp_path):
 
     demo, action, folder = _demo_bvh(tmp_path)
     _, reference = _sample(demo, action)
-    rig = _daz_style_rig()
+    rig = daz_style_rig()
     result = auto_map_object(rig)
     assert result.problems == [] and result.mapping["LeftThigh"] == "lThigh" and result.mapping["LeftToeBase"] == ""
     before = _rig_state(rig)

@@ -118,24 +118,36 @@ def test_bake_keys_the_controls_and_the_deform_bones_land_on_the_source(rigify_r
     print(f"baked DEF- effectors vs source: max {1e3 * np.max(miss):.4f} mm")
 
 
-def test_run_ik_drives_the_controls_and_restores_switches_and_pose(rigify_rig):
-    """Live IK on Rigify: the tick writes the controls (switches to FK while live) so that the evaluated DEF- hands,
-    feet and head land on the targets; stopping puts back the switches, the pose and the action."""
+def _live_model(obj):
+    """Three clips keyed on the controls, the rig auto-mapped, its samples, and a linear model of the first two loaded
+    for the armature (live sessions find it there): (actions, RigModel, samples, model)."""
     import bpy
-    from live_helpers import assign_action, linear_model_for, place_targets
+    from live_helpers import linear_model_for
 
-    from neural_ik.blender import live_session, models, pose_read, rig_model
-    from neural_ik.blender.evaluated_pose import number_properties
-    from neural_ik.blender.live import LiveTick
-    from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES
+    from neural_ik.blender import models, pose_read, rig_model
 
-    obj = rigify_rig
     actions = [key_controls(obj, f"clip{k}", frames=12, seed=k) for k in range(3)]
     assert bpy.ops.neural_ik.auto_map() == {"FINISHED"}
     rig = rig_model.read_rig(obj, RIGIFY_MAP)
     samples = list(pose_read.read_actions(rig, obj, actions))
     model = linear_model_for(rig.skeleton, samples[:2])
     models.loaded_models[obj.name] = ("", model, None)
+    return actions, rig, samples, model
+
+
+def test_run_ik_drives_the_controls_and_restores_switches_and_pose(rigify_rig):
+    """Live IK on Rigify: the tick writes the controls (switches to FK while live) so that the evaluated DEF- hands,
+    feet and head land on the targets; stopping puts back the switches, the pose and the action."""
+    import bpy
+    from live_helpers import assign_action, place_targets
+
+    from neural_ik.blender import live_session, models, pose_read
+    from neural_ik.blender.evaluated_pose import number_properties
+    from neural_ik.blender.live import LiveTick
+    from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES
+
+    obj = rigify_rig
+    actions, rig, samples, model = _live_model(obj)
     try:
         assign_action(obj, actions[0])
         bpy.context.scene.frame_set(4)
@@ -186,20 +198,15 @@ def test_unrefined_live_tick_puts_the_deform_bones_on_the_solved_pose(rigify_rig
     evaluated DEF- bones take the pose the solver solved: heads within 1e-4 of the rig height and the hands', feet's
     and head's orientations within 1e-3 rad of its FK."""
     import bpy
-    from live_helpers import linear_model_for, place_targets
+    from live_helpers import place_targets
 
-    from neural_ik.blender import live_session, models, pose_read, rig_model
+    from neural_ik.blender import live_session, models
     from neural_ik.blender.live import LiveTick
     from neural_ik.neural_network.geometry.quaternion_math import multiply_quaternions
     from neural_ik.neural_network.skeleton.roles import ROLES
 
     obj = rigify_rig
-    actions = [key_controls(obj, f"clip{k}", frames=12, seed=k) for k in range(3)]
-    assert bpy.ops.neural_ik.auto_map() == {"FINISHED"}
-    rig = rig_model.read_rig(obj, RIGIFY_MAP)
-    samples = list(pose_read.read_actions(rig, obj, actions))
-    model = linear_model_for(rig.skeleton, samples[:2])
-    models.loaded_models[obj.name] = ("", model, None)
+    _, rig, samples, model = _live_model(obj)
     mask = rig.skeleton.role_mask
     try:
         assert bpy.ops.neural_ik.create_targets() == {"FINISHED"}

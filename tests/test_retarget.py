@@ -14,7 +14,7 @@ from synthetic import humanoid_skeleton
 from neural_ik.neural_network.data import retarget
 from neural_ik.neural_network.data.dataset import standing_height
 from neural_ik.neural_network.data.features import detect_contacts
-from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix
+from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix, chordal_mean
 from neural_ik.neural_network.skeleton.roles import FOOT_ROLES, NUM_ROLES, ROLE_INDEX
 
 CHAIN_PAIRS = [(a, b) for a, b in (
@@ -81,6 +81,53 @@ def test_a_t_pose_source_puts_an_a_pose_target_in_its_t_pose():
         moved = world[0, arm] @ (a_rest_r[arm].T @ (a_rest_x[fore] - a_rest_x[arm]))
         cos = np.dot(t_pose, moved) / np.linalg.norm(t_pose) / np.linalg.norm(moved)
         assert np.degrees(np.arccos(np.clip(cos, -1.0, 1.0))) < 1e-4
+
+
+SPINE_AND_NECK = ("Spine", "Spine1", "Spine2", "NeckLower", "NeckUpper")
+
+
+def _angle(a, b):
+    """Degrees between rotation matrices (broadcast)."""
+    trace = np.trace(np.swapaxes(a, -1, -2) @ b, axis1=-2, axis2=-1)
+    return np.degrees(np.arccos(np.clip((trace - 1) / 2, -1, 1)))
+
+
+def test_a_rigs_own_spine_bends_stay_its_own():
+    """A source whose waist sits kinked 45 degrees forward in all its motion, the bone above it turned back (CMU's
+    short waist bone), carried onto a rig whose spine stands straight: the target's waist takes the source's
+    departures from its typical posture (so on average it stands as its rig stands, its rest here), not the kink; the
+    limbs' directions still carry over exactly, and carried back the motion is the source's again."""
+    mask, rest_r, rest_x = _demo_rest()
+    parents = retarget.nearest_mapped_parents(mask)
+    spine, spine1 = ROLE_INDEX["Spine"], ROLE_INDEX["Spine1"]
+    rng = np.random.default_rng(3)
+    local = axis_angle_to_matrix(rng.normal(0, 0.2, (200, NUM_ROLES, 3)))
+    kink = axis_angle_to_matrix(np.array([np.pi / 4, 0.0, 0.0]))
+    local[:, spine] = kink @ local[:, spine]
+    local[:, spine1] = kink.T @ local[:, spine1]
+    world, heads = np.empty((200, NUM_ROLES, 3, 3)), np.empty((200, NUM_ROLES, 3))
+    for j in range(NUM_ROLES):                 # FK through the rest links (character space)
+        p = parents[j]
+        if p < 0:
+            world[:, j], heads[:, j] = rest_r[j] @ local[:, j], rest_x[j]
+        else:
+            world[:, j] = world[:, p] @ (rest_r[p].T @ rest_r[j]) @ local[:, j]
+            heads[:, j] = heads[:, p] + world[:, p] @ (rest_r[p].T @ (rest_x[j] - rest_x[p]))
+    source = retarget.calibrate(mask, rest_r, rest_x, world, heads)
+    target = retarget.calibrate(mask, rest_r, rest_x)              # no clips: its rest is its typical posture
+    carried, hips = retarget.retarget(source, target, world, heads[:, 0])[1:]
+    relation = np.swapaxes(carried[:, 0], -1, -2) @ carried[:, spine]          # hips -> waist, carried
+    typical = rest_r[0].T @ rest_r[spine]
+    assert _angle(chordal_mean(relation), typical) < 3.0
+    source_relation = np.swapaxes(world[:, 0], -1, -2) @ world[:, spine]
+    assert _angle(chordal_mean(source_relation), typical) > 40.0
+    departures = [_angle(chordal_mean(r)[None], r) for r in (relation, source_relation)]
+    assert np.allclose(*departures, atol=0.5)                       # the same departures, frame by frame
+    for role in ("LeftForeArm", "RightShin"):
+        j = ROLE_INDEX[role]
+        assert np.allclose(carried[:, j] @ target.frames[j][:, 0], world[:, j] @ source.frames[j][:, 0], atol=1e-9)
+    back = retarget.retarget(target, source, carried, hips)[1]
+    assert np.allclose(back[:, mask], world[:, mask], atol=1e-6)
 
 
 def test_spine_and_neck_pair_from_both_ends():
@@ -403,7 +450,9 @@ def test_onto_a_daz_style_rig_without_clips(empty_scene, tmp_path):
     assert skipped == [] and imported == ["demo_clip"]
     _, carried = _sample(rig, bpy.data.actions["demo_clip"])
     errors = _direction_errors(reference.positions, carried.positions)
-    assert len(errors) >= 11 and max(errors.values()) < 1.0, errors     # every chain link both rigs have
+    limbs = {k: v for k, v in errors.items() if k[0] not in SPINE_AND_NECK}
+    assert len(limbs) >= 8 and max(limbs.values()) < 1.0, errors        # every limb link both rigs have
+    assert max(errors.values()) < 10.0, errors      # the spine and neck bend about their own typical posture
     # its planted ankles stand where its rest ankles stand (8 cm above its ground); none sinks below the source's
     assert abs(retarget.planted_height(carried.positions) - 0.08) < 0.005
     assert carried.positions[:, list(FOOT_ROLES), 2].min() > reference.positions[:, list(FOOT_ROLES), 2].min() - 0.02

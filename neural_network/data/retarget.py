@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..geometry.rotations import chordal_mean
 from ..skeleton.roles import NUM_ROLES, ROLE_INDEX, ROLES
 from ..skeleton.skeleton import nearest_mapped_parents
 
@@ -228,6 +229,13 @@ def calibrate(mask, rest_rotations, rest_positions, rotations=None, positions=No
             K[0] = _frame(up, lateral, rest_r[0].T @ np.array([0.0, -1.0, 0.0]))
             continue
         p = parents[j]
+        if j in SPINE + NECK and p >= 0:
+            # the parent's frame carried in by the rig's typical parent-to-bone rotation: in its typical posture every
+            # spine and neck bone's canonical frame is the hips', so a rig's own bends (CMU's waist kinked forward,
+            # a DAZ spine straight) stay its own and only the motion's departures from the source's typical
+            # posture carry over (bone directions would copy one rig's kinks onto the other)
+            K[j] = chordal_mean(np.swapaxes(W[:, j], -1, -2) @ W[:, p]) @ K[p]
+            continue
         primary = local.get(j)
         if primary is None:
             if j in FEET:
@@ -325,6 +333,9 @@ def retarget(source, target, rotations, hips_position, lift_by=None):
                 local[:, j] = bridges[j].T @ world[:, j]
             else:
                 local[:, j] = bridges[j].T @ np.swapaxes(world[:, p], -1, -2) @ world[:, j]
+        elif j in SPINE + NECK:             # a spine or neck bone the source lacks: its rig's typical bend
+            world[:, j] = world[:, p] @ (target.frames[p] @ target.frames[j].T)
+            local[:, j] = bridges[j].T @ target.frames[p] @ target.frames[j].T
         else:
             world[:, j] = world[:, p] @ bridges[j]
     scale = target.leg_length / source.leg_length

@@ -14,13 +14,18 @@ role a canonical frame in the bone's own local axes, K_j = [primary, secondary, 
   parent's secondary axis carried into the bone by the mean parent-to-bone rotation of the motion (the rig's
   typical pose has no twist between them); for the clavicles, which point along the chest's lateral axis, the
   chest's third (forward) axis.
+- spine and neck bones (Spine, Spine1, Spine2, NeckLower, NeckUpper) instead take their parent's frame carried in by
+  the rig's mean parent-to-bone rotation: in its typical posture each is the hips' frame, so what carries over is how
+  the source departs from its own typical posture, and each rig keeps its own bends (CMU's short waist bone sits
+  kinked forward, a DAZ spine stands straight: copying bone directions would put one rig's kinks on the other).
 
 A role's canonical world frame at a frame is A_j = W_j K_j (W_j: the bone's character-space orientation). The
 retarget gives the target's bone the source's canonical frame: W_t,j = W_s,k K_s,k K_t,j^T (k: the source role
 that corresponds to j: the same role, except that the top spine bone (the chest) and the lowest correspond across
-rigs with different spine counts). So bone directions are carried over exactly and rolls through anatomy. Target
-roles the source lacks stay at rest relative to their parent; source roles the target lacks are dropped (their
-children take their world orientation). The hips trajectory is scaled by the ratio of leg lengths.
+rigs with different spine counts). So limb directions are carried over exactly and rolls through anatomy. A spine or
+neck role the source lacks takes its rig's typical bend, other target roles the source lacks stay at rest relative
+to their parent; source roles the target lacks are dropped (their children take their world orientation). The hips
+trajectory is scaled by the ratio of leg lengths.
 """
 
 from dataclasses import dataclass
@@ -334,8 +339,9 @@ def retarget(source, target, rotations, hips_position, lift_by=None):
             else:
                 local[:, j] = bridges[j].T @ np.swapaxes(world[:, p], -1, -2) @ world[:, j]
         elif j in SPINE + NECK:             # a spine or neck bone the source lacks: its rig's typical bend
-            world[:, j] = world[:, p] @ (target.frames[p] @ target.frames[j].T)
-            local[:, j] = bridges[j].T @ target.frames[p] @ target.frames[j].T
+            typical = target.frames[p] @ target.frames[j].T
+            world[:, j] = world[:, p] @ typical
+            local[:, j] = bridges[j].T @ typical
         else:
             world[:, j] = world[:, p] @ bridges[j]
     scale = target.leg_length / source.leg_length

@@ -88,6 +88,9 @@ class NIK_SceneSettings(bpy.types.PropertyGroup):
     own_share: FloatProperty(name="Own Clips Share", min=0.0, max=0.95, default=0.25, subtype="FACTOR",
                              description="Share of every epoch taken from the rig's own clips when the dataset also "
                                          "holds library motion retargeted from other skeletons (0: no weighting)")
+    limb_mix: FloatProperty(name="Limb Mix", min=0.0, max=4.0, default=1.0,
+                            description="Poses made of the limbs of random frames, added to training as this share of "
+                                        "its frames (teaches the network that limbs move independently; 0: none)")
     weight_fk: FloatProperty(name="FK", min=0.0, default=1.0)
     weight_pose: FloatProperty(name="Pose", min=0.0, default=0.3)
     weight_contact: FloatProperty(name="Contact", min=0.0, default=0.5)

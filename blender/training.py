@@ -44,7 +44,7 @@ def config_from_scene(settings, epochs, time_limit, seed, batch_size, learning_r
     return trainer.TrainConfig(epochs=epochs, time_limit=time_limit, seed=seed,
                                batch_size=batch_size or settings.batch_size,
                                learning_rate=learning_rate or settings.learning_rate, loss_weights=weights,
-                               own_share=settings.own_share)
+                               own_share=settings.own_share, limb_mix=settings.limb_mix)
 
 
 def armature_matches(obj, skeleton):

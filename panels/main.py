@@ -186,6 +186,7 @@ class NEURAL_IK_PT_training(NeuralIKPanel, bpy.types.Panel):
         col.prop(settings, "learning_rate")
         col.prop(settings, "time_limit")
         col.prop(settings, "own_share")
+        col.prop(settings, "limb_mix")
         col.prop(settings, "output_directory", text="")
         draw_loss_weights(layout, settings, training.running)
         row = layout.row(align=True)

@@ -7,9 +7,9 @@ motion around its own base pose, with the hips travelling and turning, so consec
 
 import numpy as np
 
-from neural_ik.neural_network.data.dataset import DatasetBuilder
+from neural_ik.neural_network.data.dataset import DatasetBuilder, training_inputs
 from neural_ik.neural_network.geometry import kinematics, rotations
-from neural_ik.neural_network.skeleton.roles import NUM_ROLES, ROLE_INDEX, ROLE_PARENTS, ROLES
+from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLE_PARENTS, ROLES
 from neural_ik.neural_network.skeleton.skeleton import Skeleton
 
 _OFFSETS = {   # head of each role in its parent's frame at rest (metres; x left, y forward, z up)
@@ -74,3 +74,23 @@ def synthetic_dataset(frames_per_action=60, actions=6, seed=0, skeleton=None, am
         name = _ACTION_NAMES[a % len(_ACTION_NAMES)] + f"_{a}"
         builder.add_action(name, frames, 1, frames_per_action, local, pose.rotations, pose.positions, hips_rot, hips_pos)
     return builder.finish()
+
+
+def with_moving_links(data, seed=5):
+    """The dataset with per-frame links that move (as CMU's pelvis does), positions recomputed by FK through them."""
+    rng = np.random.default_rng(seed)
+    skel = data.skeleton
+    n = len(data)
+    wobble = rotations.axis_angle_to_matrix(rng.normal(size=(n, 23, 3)) * 0.05)
+    bridges = (skel.bridges[None] @ wobble).astype(np.float32)
+    offsets = (skel.offsets[None] * (1.0 + 0.05 * rng.normal(size=(n, 23, 1)))).astype(np.float32)
+    local = rotations.axis_angle_to_matrix(data.rotations.astype(np.float64))
+    pose = kinematics.forward(skel, local, data.hips_rotation.astype(np.float64), data.hips_position.astype(np.float64),
+                              bridges.astype(np.float64), offsets.astype(np.float64))
+    arrays = dict(data.arrays, bridges=bridges, offsets=offsets)
+    positions = pose.positions.astype(np.float32)
+    positions[:, ~skel.role_mask] = np.nan
+    arrays["positions"] = positions
+    arrays["inputs"] = training_inputs(data.feature_spec, pose.positions, pose.rotations[:, list(EFFECTOR_ROLES)],
+                                       data.hips_rotation, data.ground, data.contacts, data.phase, data.task)
+    return type(data)(arrays, dict(data.meta), skel, data.feature_spec)

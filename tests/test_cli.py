@@ -30,16 +30,18 @@ def test_demo_runs_the_whole_main_job(tmp_path):
     assert (out / "loss.svg").read_text(encoding="utf-8").startswith("<?xml")
 
 
-def test_train_takes_the_own_clip_share(tmp_path):
-    """`--own-share` reaches the trainer (the panel's Own Clips Share), and the run says what it used."""
+def test_train_takes_the_own_clip_share_and_limb_mix(tmp_path):
+    """`--own-share` and `--limb-mix` reach the trainer (the panel's Own Clips Share and Limb Mix), and the run says
+    what it used."""
     from synthetic import synthetic_dataset
 
     path = tmp_path / "dataset.npz"
     synthetic_dataset(frames_per_action=20, actions=4).save(str(path))
-    run = nik("train", "--dataset", str(path), "--out", str(tmp_path / "run"), "--epochs", "1", "--own-share", "0.6")
+    run = nik("train", "--dataset", str(path), "--out", str(tmp_path / "run"), "--epochs", "1", "--own-share", "0.6",
+              "--limb-mix", "1.5")
     assert run.returncode == 0, run.stderr[-2000:]
     settings = json.loads((tmp_path / "run" / "metrics.json").read_text())["settings"]
-    assert settings["own_share"] == pytest.approx(0.6)
+    assert settings["own_share"] == pytest.approx(0.6) and settings["limb_mix"] == pytest.approx(1.5)
 
 
 @pytest.mark.parametrize("args, words", [

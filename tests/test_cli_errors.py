@@ -67,6 +67,7 @@ CASES = [
     ("train", ["--dataset", "x.npz", "--out", "run", "--batch", "1"], "--batch"),
     ("train", ["--dataset", "x.npz", "--out", "run", "--time-limit", "-5"], "--time-limit"),
     ("train", ["--dataset", "x.npz", "--out", "run", "--own-share", "1.5"], "--own-share"),
+    ("train", ["--dataset", "x.npz", "--out", "run", "--limb-mix", "-1"], "--limb-mix"),
     ("train", ["--out", "run"], "--dataset"),
     ("train", ["--dataset", "x.npz", "--out", "run", "--no-such-option", "3"], "unrecognized arguments: --no-such-option 3"),
     # import-bvh: no folder, a file, a folder without .bvh files, only broken files, a bad scale

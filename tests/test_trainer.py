@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 import pytest
-from synthetic import humanoid_skeleton, synthetic_dataset
+from synthetic import humanoid_skeleton, synthetic_dataset, with_moving_links
 
 from neural_ik.neural_network.data import files
 from neural_ik.neural_network.data.files import FileRefused
@@ -189,29 +189,6 @@ def test_one_long_clip_never_becomes_the_validation_set():
 # ---- left/right mirror augmentation ----------------------------------------------------------------------------
 
 
-def with_moving_links(data, seed=5):
-    """The dataset with per-frame links that move (as CMU's pelvis does), positions recomputed by FK through them."""
-    from neural_ik.neural_network.data.dataset import training_inputs
-    from neural_ik.neural_network.geometry import kinematics, rotations
-    from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES
-    rng = np.random.default_rng(seed)
-    skel = data.skeleton
-    n = len(data)
-    wobble = rotations.axis_angle_to_matrix(rng.normal(size=(n, 23, 3)) * 0.05)
-    bridges = (skel.bridges[None] @ wobble).astype(np.float32)
-    offsets = (skel.offsets[None] * (1.0 + 0.05 * rng.normal(size=(n, 23, 1)))).astype(np.float32)
-    local = rotations.axis_angle_to_matrix(data.rotations.astype(np.float64))
-    pose = kinematics.forward(skel, local, data.hips_rotation.astype(np.float64), data.hips_position.astype(np.float64),
-                              bridges.astype(np.float64), offsets.astype(np.float64))
-    arrays = dict(data.arrays, bridges=bridges, offsets=offsets)
-    positions = pose.positions.astype(np.float32)
-    positions[:, ~skel.role_mask] = np.nan
-    arrays["positions"] = positions
-    arrays["inputs"] = training_inputs(data.feature_spec, pose.positions, pose.rotations[:, list(EFFECTOR_ROLES)],
-                                       data.hips_rotation, data.ground, data.contacts, data.phase, data.task)
-    return type(data)(arrays, dict(data.meta), skel, data.feature_spec)
-
-
 def mirrored_positions(data):
     """S x with left and right roles swapped: where FK of the mirrored pose must put every joint."""
     from neural_ik.neural_network.data import augment
@@ -275,13 +252,13 @@ def test_an_asymmetric_rig_is_not_mirrored(tmp_path):
     one_sided = synthetic_dataset(frames_per_action=30, actions=4, seed=2,
                                   skeleton=humanoid_skeleton(missing=("Spine2", "NeckUpper", "LeftShoulder")))
     assert "one side only" in augment.mirror_check(one_sided).reason
-    tr = trainer.Trainer(lopsided, trainer.TrainConfig(epochs=1), tmp_path)
+    tr = trainer.Trainer(lopsided, trainer.TrainConfig(epochs=1, limb_mix=0.0), tmp_path)
     assert tr.mirror_note.startswith("skipped") and len(tr.train) == len(lopsided.split_by_action(0, 0.1)[0])
 
 
 def test_training_sees_each_frame_and_its_mirror_image_and_validates_on_recorded_motion(data, tmp_path):
-    tr = trainer.Trainer(data, trainer.TrainConfig(epochs=1), tmp_path)
-    plain = trainer.Trainer(data, trainer.TrainConfig(epochs=1, mirror=False), tmp_path)
+    tr = trainer.Trainer(data, trainer.TrainConfig(epochs=1, limb_mix=0.0), tmp_path)
+    plain = trainer.Trainer(data, trainer.TrainConfig(epochs=1, mirror=False, limb_mix=0.0), tmp_path)
     assert tr.mirror_note == "on" and plain.mirror_note == "off"
     assert len(tr.train) == 2 * len(plain.train) and np.array_equal(tr.val.inputs, plain.val.inputs)
     half = len(plain.train)

@@ -105,12 +105,12 @@ class Dataset:
     def own_action_mask(self):
         """(A,) bool per action name: True for the rig's own motion (the user's clips, and BVH files of the rig's own
         skeleton), False for library motion retargeted from another skeleton (the meta's per-action "source" written
-        by extraction: {"kind": "library", "retargeted": true}). Mirrored copies ("<name> (mirrored)") take their
-        original's kind."""
-        retargeted = {a.get("name"): bool((a.get("source") or {}).get("retargeted", False))
-                      for a in self.meta.get("actions", []) if isinstance(a, dict)}
+        by extraction: {"kind": "library", "retargeted": true}) and for augmented poses ({"kind": "augmented"}).
+        Mirrored copies ("<name> (mirrored)") take their original's kind."""
+        sources = {a.get("name"): a.get("source") or {} for a in self.meta.get("actions", []) if isinstance(a, dict)}
+        library = {name: bool(s.get("retargeted", False) or s.get("kind") == "augmented") for name, s in sources.items()}
         names = [str(n) for n in self.arrays["action_names"]]
-        return np.array([not retargeted.get(n[:-len(" (mirrored)")] if n.endswith(" (mirrored)") else n, False)
+        return np.array([not library.get(n[:-len(" (mirrored)")] if n.endswith(" (mirrored)") else n, False)
                          for n in names], dtype=bool)
 
     def summary_text(self):

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..data import augment
+from ..data import augment, limb_mix
 from ..data.dataset import standing_height
 from ..data.features import NUM_INPUTS
 from ..data.files import FileRefused, load_npz, save_json, save_npz
@@ -49,6 +49,9 @@ class TrainConfig:
     grad_clip: float = 1.0
     input_noise: float = 0.01           # Gaussian noise on the normalised inputs
     mirror: bool = True                 # also train on the left/right mirror image of every training frame
+    limb_mix: float = 1.0               # add this share of training rows as poses mixing the limbs of random frames
+                                        # (data/limb_mix.py; on unseen CMU clips network alone 3.47 -> 2.34 cm)
+    limb_mix_swap: float = 0.5          # chance that each limb of a mixed pose comes from another frame
     val_fraction: float = 0.1           # share of actions held out whole
     own_share: float = 0.25             # share of each epoch's rows drawn from the rig's own clips when the dataset
                                         # also holds retargeted library motion (own rows repeat; 0: rows as they come)
@@ -295,6 +298,8 @@ class Trainer:
         if config.mirror:      # validation stays the recorded motion only
             train_set, mirror = augment.with_mirror(train_set)
             self.mirror_note = f"skipped: {mirror.reason}" if mirror.reason else "on"
+        if config.limb_mix > 0:
+            train_set = limb_mix.with_limb_mix(train_set, config.limb_mix, config.limb_mix_swap, config.seed)
         self.train = TrainingArrays(train_set)
         self.own_rows = train_set.own_action_mask()[self.train.action] if mixed else None
         self.sources = {"own_frames": int(own[np.asarray(dataset.action)].sum()),

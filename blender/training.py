@@ -62,10 +62,13 @@ class _Run:
     scene_name = ""
 
 
-def _worker(run_trainer):
+def _worker(make_trainer):
+    """The training thread: prepare the data (make_trainer() builds the Trainer), then train."""
     progress = state.training
     try:
-        run_trainer.run()
+        make_trainer().run()
+    except trainer.Cancelled as exc:
+        progress.message = str(exc)
     except Exception as exc:     # noqa: BLE001 - the user gets the reason in the panel, not a traceback in a thread
         progress.error = f"training failed: {exc}"
         progress.message = progress.error
@@ -144,11 +147,17 @@ def start_training(context, dataset_path, directory, epochs, time_limit=0.0, see
         if not os.access(directory, os.W_OK):
             raise FileRefused(f"output folder {directory} is not writable")
         config = config_from_scene(settings, epochs, time_limit, seed, batch_size, learning_rate)
+        trainer.check_dataset(dataset)
         progress = state.training
         progress.reset(epochs)
         background = mode == "SYNC" or (mode == "AUTO" and bpy.app.background)
         printer = EpochLine() if background else None
-        run_trainer = trainer.Trainer(dataset, config, directory, progress, resume=resume, on_epoch=printer)
+
+        def make_trainer():
+            return trainer.Trainer(dataset, config, directory, progress, resume=resume, on_epoch=printer)
+
+        if background:      # the synchronous run prepares here, so a refused file is this call's error
+            prepared = make_trainer()
     except (FileRefused, ValueError, OSError) as exc:
         state.training.running = False
         raise DataError(str(exc)) from None
@@ -159,13 +168,13 @@ def start_training(context, dataset_path, directory, epochs, time_limit=0.0, see
         warning = f"{obj.name}'s bone map differs from the dataset's rig: its model is left as is"
     if background:
         _Run.thread = None
-        _worker(run_trainer)
+        _worker(lambda: prepared)
         printer.done()
         _finish_on_main_thread()
         if state.training.error:
             raise DataError(state.training.error)
         return f"{state.training.message}; model {state.training.checkpoint_path}", warning
-    _Run.thread = threading.Thread(target=_worker, args=(run_trainer,), name="neural_ik_training", daemon=True)
+    _Run.thread = threading.Thread(target=_worker, args=(make_trainer,), name="neural_ik_training", daemon=True)
     _Run.thread.start()
     if not bpy.app.timers.is_registered(_poll):
         bpy.app.timers.register(_poll, first_interval=POLL_SECONDS)
@@ -173,9 +182,14 @@ def start_training(context, dataset_path, directory, epochs, time_limit=0.0, see
 
 
 def cancel_training():
-    """Stop a running training (the best checkpoint stays and becomes the armature's model)."""
+    """Stop a running training (the best checkpoint stays and becomes the armature's model). A thread still preparing
+    its data stops at the end of its current stage; the timer then finishes it, and until then no new run starts.
+    Returns what to tell the user."""
     stop_training(wait=True)
+    if _Run.thread is not None:
+        return "training cancelled; it stops when the current step of its data preparation ends"
     _finish_on_main_thread()
+    return "training cancelled; the best model so far is kept"
 
 
 class EpochLine:

@@ -65,8 +65,7 @@ class NEURAL_IK_OT_cancel_training(bpy.types.Operator):
         return False
 
     def execute(self, _context):
-        training.cancel_training()
-        self.report({"INFO"}, "training cancelled; the best model so far is kept")
+        self.report({"INFO"}, training.cancel_training())
         return {"FINISHED"}
 
 

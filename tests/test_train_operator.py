@@ -2,6 +2,7 @@
 otherwise, Cancel keeps the best checkpoint, one run at a time, loading a file stops the run."""
 
 import os
+import threading
 
 import bpy
 import pytest
@@ -67,12 +68,47 @@ def test_thread_training_cancels_within_a_second_and_keeps_the_best(empty_scene,
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp")]
 
 
+def test_the_thread_prepares_the_data_and_a_cancel_there_trains_nothing(empty_scene, dataset_file, tmp_path,
+                                                                        monkeypatch):
+    """Data preparation (mirror, limb mix, statistics: tens of seconds on a large dataset) runs on the training thread,
+    so the operator returns at once; Cancel during it stops the run before any training and allows no second run
+    until the thread has ended."""
+    from neural_ik.blender import training as train_module
+    from neural_ik.neural_network.data import limb_mix
+    path, data = dataset_file
+    matching_armature(data)
+    entered, release = threading.Event(), threading.Event()
+    original = limb_mix.with_limb_mix
+
+    def held(*args, **kwargs):
+        entered.set()
+        release.wait(30)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(limb_mix, "with_limb_mix", held)
+    monkeypatch.setattr(train_module, "JOIN_SECONDS", 0.1)
+    bpy.ops.neural_ik.train(filepath=path, directory=str(tmp_path), epochs=100000, mode="THREAD")
+    thread = train_module._Run.thread
+    assert entered.wait(10) and thread is not threading.current_thread()
+    assert thread.is_alive() and state.training.message == "preparing data"
+    bpy.ops.neural_ik.cancel_training()
+    assert thread.is_alive() and train_module.is_running()
+    with pytest.raises(RuntimeError, match="already going on"):
+        bpy.ops.neural_ik.train(filepath=path, directory=str(tmp_path), epochs=1, mode="THREAD")
+    release.set()
+    thread.join(30)
+    assert not thread.is_alive() and not state.training.running and not state.training.error
+    assert "cancelled while preparing the data" in state.training.message
+    assert not os.path.exists(tmp_path / trainer.MODEL_FILE)
+
+
 def test_loading_another_file_stops_the_training_thread(empty_scene, dataset_file, tmp_path):
     path, data = dataset_file
     matching_armature(data)
     bpy.ops.neural_ik.train(filepath=path, directory=str(tmp_path), epochs=100000, mode="THREAD")
     from neural_ik.blender import training as train_module
     thread = train_module._Run.thread
+    wait_for(lambda: state.training.epoch >= 1, thread)
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
     assert not thread.is_alive()
     checkpoint.load_model(tmp_path / trainer.MODEL_FILE)

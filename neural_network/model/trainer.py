@@ -265,8 +265,23 @@ def _json_rng_state(rng):
 # ---- the loop --------------------------------------------------------------------------------------------------
 
 
+class Cancelled(Exception):
+    """The run was cancelled while its data was being prepared: nothing was trained or written."""
+
+
+def check_dataset(dataset):
+    """Raise ValueError with a plain reason when the dataset cannot be trained on (cheap: before any preparation)."""
+    inputs = np.asarray(dataset.inputs)
+    if inputs.ndim != 2 or inputs.shape[1] != NUM_INPUTS or len(inputs) < 4:
+        raise ValueError(f"the dataset needs at least 4 rows of {NUM_INPUTS} inputs, it has shape {inputs.shape}")
+    if not np.all(np.isfinite(inputs)):
+        raise ValueError("the dataset's inputs hold NaN or infinite numbers")
+
+
 class Trainer:
-    """One training run. Build it on the caller's thread (data preparation), then call run() on any thread."""
+    """One training run. Building it prepares the data (split, mirror, limb mix, statistics: tens of seconds on a
+    100k-frame dataset, so Blender builds it on the training thread); run() then trains. A cancel set on the progress
+    object during preparation raises Cancelled between its stages."""
 
     def __init__(self, dataset, config, out_dir, progress=None, resume=False, on_epoch=None):
         """on_epoch(entry): called on the training thread after each validation with the history entry (e.g. to
@@ -279,11 +294,7 @@ class Trainer:
         self.progress = progress if progress is not None else Progress()
         self.dataset = dataset
         skeleton = dataset.skeleton
-        inputs = np.asarray(dataset.inputs)
-        if inputs.ndim != 2 or inputs.shape[1] != NUM_INPUTS or len(inputs) < 4:
-            raise ValueError(f"the dataset needs at least 4 rows of {NUM_INPUTS} inputs, it has shape {inputs.shape}")
-        if not np.all(np.isfinite(inputs)):
-            raise ValueError("the dataset's inputs hold NaN or infinite numbers")
+        check_dataset(dataset)
         own = dataset.own_action_mask()
         mixed = bool(own.any() and not own.all())
         # validation: from the own clips when there are enough to spare some; with fewer (a user's two clips among
@@ -298,14 +309,17 @@ class Trainer:
         if config.mirror:      # validation stays the recorded motion only
             train_set, mirror = augment.with_mirror(train_set)
             self.mirror_note = f"skipped: {mirror.reason}" if mirror.reason else "on"
+        self._stop_if_cancelled()
         if config.limb_mix > 0:
             train_set = limb_mix.with_limb_mix(train_set, config.limb_mix, config.limb_mix_swap, config.seed)
+        self._stop_if_cancelled()
         self.train = TrainingArrays(train_set)
         self.own_rows = train_set.own_action_mask()[self.train.action] if mixed else None
         self.sources = {"own_frames": int(own[np.asarray(dataset.action)].sum()),
                         "retargeted_frames": int((~own)[np.asarray(dataset.action)].sum()),
                         "validation": self.validation_note}
         self.val = TrainingArrays(val_set)
+        self._stop_if_cancelled()
         self.stats = data_statistics(self.train, config)
         self.train.attach_mean_pose(self.stats["mean_pose"])
         unit = config.position_unit or standing_height(skeleton) / 30.0
@@ -327,6 +341,10 @@ class Trainer:
                       "metrics": os.path.join(self.out_dir, METRICS_FILE), "plot": os.path.join(self.out_dir, PLOT_FILE)}
         if resume and os.path.exists(self.paths["state"]):
             self._load_state()
+
+    def _stop_if_cancelled(self):
+        if self.progress.cancel.is_set():
+            raise Cancelled("cancelled while preparing the data: nothing was trained")
 
     # -- model assembly
 

@@ -14,8 +14,8 @@ WEIGHTS = os.path.join(REPO, "weights")
 
 def test_the_demo_rig_comes_with_the_shipped_model_and_it_solves(empty_scene):
     """Bake with the shipped model, read back from Blender's evaluated pose of the baked action against the source
-    clip's effectors: refined, they land (measured 0.007 cm worst); the network alone comes close (measured 0.73 cm
-    mean, 2.0 cm worst). A bake one frame late misses by 9 cm, the rest pose by 120 cm."""
+    clip's effectors: refined, they land (measured 0.007 cm worst); the network alone comes close (measured 0.41 cm
+    mean, 2.1 cm worst). A bake one frame late misses by 9 cm, the rest pose by 120 cm."""
     import bpy
     from live_helpers import evaluated_effectors
 

@@ -138,6 +138,8 @@ def test_training_adds_mixed_rows_as_library_motion_without_frame_pairs(data, tm
     mixed_rows = np.arange(n, len(tr.train))
     assert np.array_equal(tr.train.prev[mixed_rows], mixed_rows)
     assert not np.isin(tr.train.action[mixed_rows], tr.train.action[:n]).any()
+    full = trainer.data_statistics(tr.train, tr.config)      # limits read from the recorded rows are those of all
+    assert all(np.array_equal(full[k], tr.stats[k]) for k in full)
     together = limb_mix.with_limb_mix(data, 0.2)
     own = together.own_action_mask()
     assert own[:-1].all() and not own[-1]

@@ -187,8 +187,10 @@ class TrainingArrays:
         return out
 
 
-def data_statistics(train, config):
-    """Input normalisation, mean pose, joint limits and planted-ankle height from the training rows only."""
+def data_statistics(train, config, pose_rows=None):
+    """Input normalisation, mean pose, joint limits and planted-ankle height from the training rows only. The joint
+    limits are read from the first `pose_rows` rows (all by default): the limb-mix rows after them only repeat those
+    rows' joint rotations, so they give the same limits at twice the cost."""
     mask = train.skeleton.role_mask
     input_mean = train.inputs.mean(axis=0, dtype=np.float64)
     input_std = np.maximum(train.inputs.std(axis=0, dtype=np.float64), config.std_floor)
@@ -197,8 +199,9 @@ def data_statistics(train, config):
     for j in np.where(mask)[0]:
         mean_pose[j] = chordal_mean(train.local_rotations[::step, j])
     mean_pose[0] = np.eye(3)
-    deltas = np.zeros((len(train), NUM_ROLES, 3))
-    deltas[:, mask] = matrix_to_axis_angle(np.swapaxes(mean_pose[mask], -1, -2)[None] @ train.local_rotations[:, mask])
+    local = train.local_rotations[:pose_rows]
+    deltas = np.zeros((len(local), NUM_ROLES, 3))
+    deltas[:, mask] = matrix_to_axis_angle(np.swapaxes(mean_pose[mask], -1, -2)[None] @ local[:, mask])
     limit_low = np.where(mask[:, None], deltas.min(axis=0) - config.limit_margin, 0.0)
     limit_high = np.where(mask[:, None], deltas.max(axis=0) + config.limit_margin, 0.0)
     limit_low[0] = limit_high[0] = 0.0
@@ -310,6 +313,7 @@ class Trainer:
             train_set, mirror = augment.with_mirror(train_set)
             self.mirror_note = f"skipped: {mirror.reason}" if mirror.reason else "on"
         self._stop_if_cancelled()
+        recorded_rows = len(train_set)
         if config.limb_mix > 0:
             train_set = limb_mix.with_limb_mix(train_set, config.limb_mix, config.limb_mix_swap, config.seed)
         self._stop_if_cancelled()
@@ -320,7 +324,7 @@ class Trainer:
                         "validation": self.validation_note}
         self.val = TrainingArrays(val_set)
         self._stop_if_cancelled()
-        self.stats = data_statistics(self.train, config)
+        self.stats = data_statistics(self.train, config, recorded_rows)
         self.train.attach_mean_pose(self.stats["mean_pose"])
         unit = config.position_unit or standing_height(skeleton) / 30.0
         self.loss_context = losses.LossContext(

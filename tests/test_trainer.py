@@ -206,6 +206,8 @@ def test_mirroring_twice_is_the_identity(data, moving):
     twice = augment.mirror_dataset(once, mirror)
     mask = source.skeleton.role_mask
     assert not np.allclose(once.inputs, source.inputs, atol=1e-2)          # the mirror image is another motion
+    assert np.array_equal(once.action, source.action)                      # a dataset of its own: ids name its actions
+    assert all(str(n).endswith(augment.MIRROR_SUFFIX) for n in once.action_names[once.action])
     for name in ("positions", "hips_rotation", "hips_position", "inputs") + (("bridges", "offsets") if moving else ()):
         assert np.allclose(twice.arrays[name][:, mask] if name == "positions" else twice.arrays[name],
                            source.arrays[name][:, mask] if name == "positions" else source.arrays[name], atol=2e-4), name

@@ -190,7 +190,7 @@ def mirror_pose(mirror, local_rotations, hips_rotation, hips_position, bridges=N
 
 def mirror_dataset(dataset, mirror):
     """A Dataset of the mirrored frames only: left/right roles, contacts and ground swapped, inputs rebuilt with the
-    dataset's own input references, actions renamed "<name> (mirrored)" and numbered after the originals."""
+    dataset's own input references, actions renamed "<name> (mirrored)"."""
     mask = dataset.skeleton.role_mask
     arrays = dataset.arrays
     local = axis_angle_to_matrix(np.asarray(arrays["rotations"], np.float64))
@@ -211,9 +211,7 @@ def mirror_dataset(dataset, mirror):
     out = dict(arrays)
     out.update(inputs=inputs, rotations=rotations.astype(np.float32), positions=positions.astype(np.float32),
                hips_rotation=hips.astype(np.float32), hips_position=hips_pos.astype(np.float32),
-               contacts=contacts, ground=ground,
-               action=(np.asarray(arrays["action"]) + len(names)).astype(np.int32),
-               action_names=np.array([str(n) + MIRROR_SUFFIX for n in names]))
+               contacts=contacts, ground=ground, action_names=np.array([str(n) + MIRROR_SUFFIX for n in names]))
     if bridges is not None:
         out.update(bridges=bridges.astype(np.float32), offsets=offsets.astype(np.float32))
     return Dataset(out, dict(dataset.meta), dataset.skeleton, dataset.feature_spec)
@@ -225,13 +223,4 @@ def with_mirror(dataset, mirror=None):
     mirror = mirror or mirror_check(dataset)
     if not mirror.ok:
         return dataset, mirror
-    flipped = mirror_dataset(dataset, mirror)
-    out = {}
-    for name, value in dataset.arrays.items():
-        if name == "action_names":
-            out[name] = np.concatenate([np.asarray(value, str), flipped.arrays[name]])
-        elif name == "role_mask":
-            out[name] = value
-        else:
-            out[name] = np.concatenate([value, flipped.arrays[name]])
-    return Dataset(out, dict(dataset.meta), dataset.skeleton, dataset.feature_spec), mirror
+    return dataset.appended(mirror_dataset(dataset, mirror)), mirror

@@ -121,6 +121,27 @@ class Dataset:
         return (f"{s['frames']} frames from {s['actions']} actions{kinds} of rig {s['rig']!r} "
                 f"({s['mapped_roles']}/{NUM_ROLES} roles; {tasks})")
 
+    def appended(self, other):
+        """This dataset followed by the rows of `other` (same rig and inputs): other's actions numbered after this
+        one's, and its per-action metadata entries added where their names are new."""
+        names = np.asarray(self.arrays["action_names"], str)
+        out = {}
+        for name, value in self.arrays.items():
+            if name == "role_mask":
+                out[name] = value
+            elif name == "action_names":
+                out[name] = np.concatenate([names, np.asarray(other.arrays[name], str)])
+            elif name == "action":
+                out[name] = np.concatenate([value, np.asarray(other.arrays[name]) + len(names)]).astype(np.int32)
+            else:
+                out[name] = np.concatenate([value, np.asarray(other.arrays[name]).astype(np.asarray(value).dtype)])
+        meta = dict(self.meta)
+        actions = list(self.meta.get("actions", []))
+        known = {a.get("name") for a in actions if isinstance(a, dict)}
+        meta["actions"] = actions + [a for a in other.meta.get("actions", [])
+                                     if isinstance(a, dict) and a.get("name") not in known]
+        return Dataset(out, meta, self.skeleton, self.feature_spec)
+
     def subset(self, rows):
         """A Dataset of the given rows (in order), keeping every action name and the same metadata."""
         rows = np.asarray(rows, dtype=np.int64)

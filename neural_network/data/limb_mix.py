@@ -107,18 +107,4 @@ def with_limb_mix(dataset, share, swap=0.5, seed=0):
     count = int(round(share * len(dataset)))
     if count < 1:
         return dataset
-    mixed = mixed_dataset(dataset, count, swap, seed)
-    names = np.asarray(dataset.arrays["action_names"], str)
-    out = {}
-    for name, value in dataset.arrays.items():
-        if name == "action_names":
-            out[name] = np.concatenate([names, mixed.arrays[name]])
-        elif name == "role_mask":
-            out[name] = value
-        elif name == "action":
-            out[name] = np.concatenate([value, mixed.arrays[name] + len(names)]).astype(np.int32)
-        else:
-            out[name] = np.concatenate([value, mixed.arrays[name].astype(np.asarray(value).dtype)])
-    meta = dict(dataset.meta)
-    meta["actions"] = list(dataset.meta.get("actions", [])) + mixed.meta["actions"]
-    return Dataset(out, meta, dataset.skeleton, dataset.feature_spec)
+    return dataset.appended(mixed_dataset(dataset, count, swap, seed))

@@ -26,7 +26,6 @@ import numpy as np
 from ..neural_network.geometry.rotations import chordal_mean
 from ..neural_network.report import eval_report, metrics, plot_svg
 from ..neural_network.skeleton.roles import ROLES
-from ..neural_network.skeleton.skeleton import nearest_mapped_parents
 from . import action_layouts, blender_ik, evaluated_pose, rig_model
 from .armatures import armature_to_use
 from .bake import bake
@@ -34,6 +33,7 @@ from .bone_maps import map_driven_reasons, stored_or_preset_map
 from .bvh_import import BvhFolderImport, import_bvh, import_messages, list_bvh_files, remove_imported
 from .errors import DataError, EvaluationError, LiveError
 from .extract import action_task
+from .pose_read import role_locals
 from .progress import ProgressLine, duration
 from .rig_model import RigError, character_basis
 
@@ -118,23 +118,6 @@ class PoseReader:
         rotations = np.where(self.mask[None, :, None, None], rotations, eye)
         local = np.where(self.mask[None, :, None, None], local, eye)
         return metrics.Motion(positions, rotations, local)
-
-
-def role_locals(rig, rotations):
-    """(F, 23, 3, 3) local rotations of a driven rig's roles from their evaluated armature-space orientations
-    (F, 23, 3, 3): L_j = bridge_j^T R_p^T R_j against the nearest mapped parent role p (the hips against their rest),
-    what pose_read stores for such a rig and the model's mean pose and limits are in."""
-    mask = rig.role_mask
-    parents = nearest_mapped_parents(mask)
-    out = np.broadcast_to(np.eye(3), rotations.shape).copy()
-    for j in np.flatnonzero(mask):
-        p = parents[j]
-        if p < 0:
-            rest = rig.rest[rig.role_bones[j], :3, :3]
-            out[:, j] = (rest / np.linalg.norm(rest, axis=0)).T @ rotations[:, j]
-        else:
-            out[:, j] = rig.skeleton.bridges[j].T @ np.swapaxes(rotations[:, p], -1, -2) @ rotations[:, j]
-    return out
 
 
 def play(scene, readers, frames, timed=True):

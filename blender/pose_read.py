@@ -135,12 +135,29 @@ def _pose_batch(rig, obj, chain, names, current, pending, dtype=np.float64, keep
     return PoseBatch([p[0] for p in pending], frames, starts, [(p[1], p[2]) for p in pending], animated, local,
                      matrices, heads, moving, matrix_rows)
 
+def role_locals(rig, rotations):
+    """(F, 23, 3, 3) local rotations of a driven rig's roles from their evaluated armature-space orientations
+    (F, 23, 3, 3): L_j = bridge_j^T R_p^T R_j against the nearest mapped parent role p (the hips against their rest),
+    so the role chain's FK reproduces the evaluated orientations whatever Blender's parent links are. Extract stores
+    these for such a rig; the model's mean pose and limits are in them."""
+    mask = rig.role_mask
+    parents = nearest_mapped_parents(mask)
+    out = np.broadcast_to(np.eye(3), rotations.shape).copy()
+    for j in np.flatnonzero(mask):
+        p = parents[j]
+        if p < 0:
+            rest = rig.rest[rig.role_bones[j], :3, :3]
+            out[:, j] = (rest / np.linalg.norm(rest, axis=0)).T @ rotations[:, j]
+        else:
+            out[:, j] = rig.skeleton.bridges[j].T @ np.swapaxes(rotations[:, p], -1, -2) @ rotations[:, j]
+    return out
+
+
 def _evaluated_pose_batch(rig, obj, chain, names, current, pending, dtype=np.float64, keep_rotations=None):
     """The PoseBatch of a rig whose mapped bones are driven (rig.driven): Blender's evaluated pose of the chain's
     bones (evaluated_pose; the scene is left as it was), with each role's local rotation taken against its *role*
-    parent (L_j = bridge_j^T R_p^T R_j with the rest skeleton's bridges; the hips' against their rest), so the role
-    chain's FK reproduces the evaluated orientations whatever Blender's parent links are. Actions whose role
-    offsets move (stretch) are marked moving: their per-frame bridges/offsets go into the dataset."""
+    parent (role_locals). Actions whose role offsets move (stretch) are marked moving: their per-frame
+    bridges/offsets go into the dataset."""
     counts = np.array([last - first + 1 for _, first, last, _ in pending])
     starts = np.concatenate([[0], np.cumsum(counts)])
     frames = np.concatenate([np.arange(first, last + 1) for _, first, last, _ in pending])
@@ -160,13 +177,9 @@ def _evaluated_pose_batch(rig, obj, chain, names, current, pending, dtype=np.flo
     skel = rig.skeleton
     parents = nearest_mapped_parents(rig.role_mask)
     place = {int(r): i for i, r in enumerate(roles)}
-    rel = np.empty_like(world)
-    for i, r in enumerate(roles.tolist()):
-        if parents[r] < 0:      # the hips: against their rest orientation
-            rest = rig.rest[rig.role_bones[r], :3, :3]
-            rel[:, i] = (rest / np.linalg.norm(rest, axis=0)).T @ world[:, i]
-        else:
-            rel[:, i] = skel.bridges[r].T @ np.swapaxes(world[:, place[int(parents[r])]], -1, -2) @ world[:, i]
+    by_role = np.broadcast_to(np.eye(3), (N, NUM_ROLES, 3, 3)).copy()
+    by_role[:, roles] = world
+    rel = role_locals(rig, by_role)[:, roles]
     local[:, ks] = np.moveaxis(matrix_to_quaternion(rel), -1, 0).transpose(0, 2, 1)
     children = [i for i, r in enumerate(roles.tolist()) if parents[r] >= 0]
     moving = np.zeros(len(pending), bool)

@@ -167,7 +167,7 @@ class LiveWriter:
         rows = self.quaternion_rows
         buffer[rows] = out[:4 * len(rows)].reshape(-1, 4)
         for bone, mode, column in self.other_singles:
-            _set_turned(bone, mode, Quaternion(out[4 * column:4 * column + 4].tolist()))
+            set_turned(bone, mode, Quaternion(out[4 * column:4 * column + 4].tolist()))
         sets = []
         if self.steps:
             q = extended.tolist()
@@ -208,7 +208,7 @@ class LiveWriter:
             if len(item) == 2:
                 item[0].matrix_basis = item[1]
             else:
-                _set_turned(*item)
+                set_turned(*item)
 
 
 def _product(a, b):
@@ -216,10 +216,12 @@ def _product(a, b):
     return left_matrices(a) @ b
 
 
-def _set_turned(bone, mode, turned):
-    """Set a mathutils Quaternion on a pose bone whose rotation is Euler (the angles nearest the ones it holds, so
-    nothing jumps by a turn) or axis-angle."""
-    if mode == "AXIS_ANGLE":
+def set_turned(bone, mode, turned):
+    """Set a mathutils Quaternion on a pose bone in its rotation mode: Euler as the angles nearest the ones it
+    holds (so nothing jumps by a turn), axis-angle, or the quaternion itself."""
+    if mode == "QUATERNION":
+        bone.rotation_quaternion = turned
+    elif mode == "AXIS_ANGLE":
         axis, angle = turned.to_axis_angle()
         bone.rotation_axis_angle = (angle, *axis)
     else:

@@ -29,7 +29,7 @@ import numpy as np
 from ..neural_network.geometry.rotations import matrix_to_quaternion
 from ..neural_network.skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX
 from .action_layouts import _key_curve
-from .control_live import LiveWriter
+from .control_live import LiveWriter, set_turned
 from .rig_model import rotation_property
 
 # Rigify (generated from the human meta-rig): (control, role, writes location); {side} is L or R.
@@ -344,10 +344,12 @@ class ControlRig:
     def write(self, pose, i):
         """Set frame i of a control_pose on the controls (rotation in each control's mode, location and scale where
         the entry writes them) and tag the armature."""
+        from mathutils import Matrix
+
         pose_bones = self.obj.pose.bones
         for e, (rot, loc, scale) in zip(self.entries, pose):
             pb = pose_bones[e.control]
-            _set_rotation(pb, e.mode, rot[i])
+            set_turned(pb, e.mode, Matrix(rot[i].tolist()).to_quaternion())
             if loc is not None:
                 pb.location = loc[i].tolist()
             pb.scale = (1.0, 1.0, 1.0) if scale is None else (float(scale[i]),) * 3
@@ -388,19 +390,6 @@ class ControlRig:
         for bone, key, value in self.switches:
             path = f'pose.bones["{bpy.utils.escape_identifier(bone)}"]["{key}"]'
             _key_curve(container, path, 0, bone, frames, np.full(len(frames), float(value)))
-
-
-def _set_rotation(pb, mode, rot):
-    from mathutils import Matrix
-
-    m = Matrix(rot.tolist())
-    if mode == "QUATERNION":
-        pb.rotation_quaternion = m.to_quaternion()
-    elif mode == "AXIS_ANGLE":
-        axis, angle = m.to_quaternion().to_axis_angle()
-        pb.rotation_axis_angle = (angle, *axis)
-    else:
-        pb.rotation_euler = m.to_euler(mode, pb.rotation_euler)
 
 
 def _difference(a, b, height):

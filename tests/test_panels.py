@@ -6,7 +6,7 @@ UILayout without a GPU; with the context overridden to the 3D viewport's sidebar
 live in), each panel's own `draw()` runs against it: real `prop`, `prop_search`, `template_list` (which calls the
 UIList's `draw_item`) and `progress` calls. The popup is never shown: `popmenu_end__internal` reads the
 window's event state, which a window without a display lacks (it crashes), so the popups stay allocated and Blender
-reports them at exit ("Error: Not freed memory blocks", the README says why it is harmless).
+reports them at exit ("Error: Not freed memory blocks", docs/architecture.md says why it is harmless).
 
 Blender does not raise for a property or operator that does not exist, or for an exception inside a UIList
 callback: it prints (to stdout or stderr). The tests therefore capture the process's file descriptors 1 and 2 and

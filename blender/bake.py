@@ -95,16 +95,15 @@ def bake_targets_from_empties(context, obj, rig, frame_start, frame_end):
 
 
 def measured_controls(context, obj, rig):
-    """The rig's ControlRig with its offsets measured (None for a rig whose mapped bones are written directly): the
-    switches set to what the solver needs and the action taken off while measuring; everything put back."""
+    """The rig's ControlRig with both chains measured (None for a rig whose mapped bones are written directly): the
+    switches as the user has them (measuring sets the limbs' IK/FK itself), the action taken off while measuring;
+    everything put back."""
     controls = control_rig.control_rig(obj, rig)
     if controls is not None:
         with evaluated_pose.KeptScene(context.scene, obj):
             if obj.animation_data is not None:
                 obj.animation_data.action = None
-            controls.set_switches()
-            controls.measure()
-        controls.saved_switches = None      # KeptScene put them back
+            controls.measure(both_chains=True)
     return controls
 
 

@@ -12,8 +12,9 @@ the operator's report, and a PNG (error over frames per clip, and a bar chart pe
 A control rig (Rigify: mapped DEF- bones driven by constraints, keys on controls) is evaluated on its deform bones as
 Blender shows them; Bake keys its controls. The Blender IK baseline is skipped there, with the reason in the notes
 and in the report's "skipped" (IK constraints on a copy of such a rig would replay the clip's own control keys, so
-the row would score the reference against itself). Everything the run plays (actions, switches keyed by the baked
-actions, pose channels) is put back: `evaluated_pose.KeptScene` around each baked action and around the whole run.
+the row would score the reference against itself). The baked actions play under the switches as the user has them
+(Bake keys both of Rigify's chains and no switch). Everything the run plays (actions, pose channels) is put back:
+`evaluated_pose.KeptScene` around each baked action and around the whole run.
 """
 
 import fnmatch
@@ -226,8 +227,9 @@ def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path
                 continue
             baked = None
             try:
-                # playing the baked action writes what it keys into the armature (a control rig's IK/FK switches
-                # too): the next method must start from the rig as it was, with the clip assigned
+                # playing the baked action leaves what it keys on the armature (Blender keeps the last values of
+                # channels an action does not key: a control rig's IK twist and poles, which the user's clips may
+                # not key): the next method and the next clip's reference start from the rig as it was
                 with evaluated_pose.KeptScene(scene, obj):
                     baked, seconds = solve_network(context, obj, action, frames, 0 if method == "network" else refine)
                     action_layouts.assign_action(obj, baked)

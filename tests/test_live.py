@@ -7,6 +7,7 @@ from live_helpers import (
     StandInContext,
     assign_action,
     demo_armature,
+    drive_with,
     linear_model_for,
     place_targets,
     pose_channels,
@@ -46,7 +47,7 @@ def live_rig(empty_scene, demo_data):
     obj = demo_armature()
     rig = rig_model.read_rig(obj, get_bone_map(obj))
     assert rig.skeleton.fingerprint() == rig0.skeleton.fingerprint()
-    models.loaded_models[obj.name] = ("", model, None)
+    drive_with(obj, model)
     bpy.ops.neural_ik.create_targets()
     assign_action(obj, bpy.data.actions[held[0].name])
     yield obj, rig, model, held

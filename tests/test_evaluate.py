@@ -179,15 +179,13 @@ def test_blender_ik_with_poles_lands_limbs_and_cleans_up(rig):
     import bpy
 
     before = (len(bpy.data.objects), len(bpy.data.actions), len(bpy.data.armatures))
-    results, out = run_methods(rig, ["blender_ik", "blender_ik_poles"])
+    results, _out = run_methods(rig, ["blender_ik", "blender_ik_poles"])
     plain, poles = results["blender_ik"], results["blender_ik_poles"]
     assert (len(bpy.data.objects), len(bpy.data.actions), len(bpy.data.armatures)) == before
     assert poles["effector_cm"]["p95"] < 1.0
     for knee in ("LeftShin", "RightShin"):      # a pole at the reference knee puts the knee there
         assert poles["per_role_cm"][knee] < 0.2
     assert poles["inner_mpjpe_cm"] <= plain["inner_mpjpe_cm"] + 1e-6
-    ik_seconds = out["blender_ik"][1]    # measured: a difference of two timings, so under load its sign means nothing
-    assert np.isfinite(ik_seconds) and ik_seconds >= 0.0
 
 
 def test_pole_angle_satisfies_blenders_pole_rule():

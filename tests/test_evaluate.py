@@ -266,7 +266,7 @@ def test_bandai_clips_reproduce_the_baseline_note(empty_scene, tmp_path):
 
 def test_network_rows_go_through_bake_and_refinement_lands_effectors(empty_scene, tmp_path):
     """A quickly fitted model on the demo rig: the network row and the refined row come from Bake, read from
-    Blender's evaluated pose; refinement brings the effectors closer than the network alone."""
+    Blender's evaluated pose; after refinement every effector of the held-out clips is within 1 mm."""
     import bpy
     from live_helpers import demo_armature, linear_model_for
 
@@ -291,8 +291,9 @@ def test_network_rows_go_through_bake_and_refinement_lands_effectors(empty_scene
     assert [c["name"] for c in report["clips"]] == held
     assert len(bpy.data.actions) == before                     # the baked actions were removed
     net, refined = results["network"], results["refined"]
-    assert net["effector_cm"]["mean"] > 0.0
-    assert refined["effector_cm"]["mean"] < net["effector_cm"]["mean"]
+    assert net["effector_cm"]["mean"] > 1.0                   # the network alone misses (2.7 cm on these clips)
+    assert refined["effector_cm"]["max"] < 0.1                # every effector of every frame within 1 mm (0.36 mm)
+    assert refined["inner_mpjpe_cm"] < 1.0                    # the inner joints stay near the clip's (0.52 cm)
     assert refined["seconds_per_frame"] > 0.0
     assert "limit_violations" in refined
 

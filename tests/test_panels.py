@@ -8,6 +8,10 @@ UIList's `draw_item`) and `progress` calls. The popup is never shown: `popmenu_e
 window's event state, which a window without a display lacks (it crashes), so the popups stay allocated and Blender
 reports them at exit ("Error: Not freed memory blocks", the README says why it is harmless).
 
+What a panel drew is read back from that same layout with `UILayout.introspect()` (Blender's own account of a
+layout's buttons: each one's text, and the operator or property behind it; tests/test_panels.Drawn), so each state's
+labels, offered operators and the reasons for greyed-out buttons are asserted, not only the absence of errors.
+
 Blender does not raise for a property or operator that does not exist, or for an exception inside a UIList
 callback: it prints (to stdout or stderr). The tests therefore capture the process's file descriptors 1 and 2 and
 fail on those messages too.

@@ -178,7 +178,7 @@ class NEURAL_IK_PT_training(NeuralIKPanel, bpy.types.Panel):
         layout = self.layout
         settings = scene_settings(context)
         training = state.training
-        act_on(layout, chosen_armature(context))
+        armature = need_armature(layout, context)      # Train is greyed out without one: say why
         col = layout.column(align=True)
         col.enabled = not training.running
         col.prop(settings, "epochs")
@@ -194,7 +194,7 @@ class NEURAL_IK_PT_training(NeuralIKPanel, bpy.types.Panel):
         if training.running:
             operator(row, "cancel_training", text="Cancel", icon="CANCEL")
         else:
-            row.enabled = chosen_armature(context) is not None
+            row.enabled = armature is not None
             operator(row, "train", text="Train", icon="PLAY", filepath=settings.dataset_path or None,
                      directory=settings.output_directory or None, epochs=settings.epochs,
                      time_limit=settings.time_limit)

@@ -130,6 +130,24 @@ def demo_armature():
     return bpy.context.active_object
 
 
+def drive_with(obj, model):
+    """Make `model` (a Model built in the test) the armature's model, the way blender/models.py holds a model given in
+    memory: cached under the key "" with no model path. A path left on the armature (create_demo_rig points it at
+    the shipped weights/demo.npz) would win over the cached model, and the operators would run the shipped one."""
+    from neural_ik.blender import models
+
+    obj.neural_ik.model_path = ""
+    models.loaded_models[obj.name] = ("", model, None)
+
+
+def runs(obj, model):
+    """Whether the armature's operators use `model` now (blender/models.model_of gives that very object): how a test
+    shows which model ran."""
+    from neural_ik.blender import models
+
+    return models.model_of(obj)[0] is model
+
+
 def assign_action(obj, action):
     ad = obj.animation_data_create()
     ad.action = action
@@ -152,23 +170,27 @@ def evaluated_effectors(obj, rig, action, frames):
     return np.array(out)
 
 
-def linear_model_for(skeleton, samples):
-    """A linear Model fitted by ridge regression to pose_read.ActionSamples (what a quickly trained network does)."""
+def sample_inputs(spec, skeleton, sample):
+    """The network's inputs for every frame of a pose_read.ActionSample: its own pose as the targets, the ground at 0,
+    the contacts detected in it (as flags and as the desired contact), the phase through the clip, the task its name
+    says."""
     from neural_ik.neural_network.data.features import detect_contacts
     from neural_ik.neural_network.skeleton.roles import FOOT_ROLES, task_from_name
 
+    n = len(sample.frames)
+    contacts = detect_contacts(sample.positions[:, list(FOOT_ROLES)], 0.0, 30.0, skeleton.height)
+    return build_inputs(spec, np.nan_to_num(sample.positions), sample.rotations, sample.hips_rotation, np.zeros((n, 2)),
+                        contacts, contacts, np.arange(n) / n, np.full(n, task_from_name(sample.name)))
+
+
+def linear_model_for(skeleton, samples):
+    """A linear Model fitted by ridge regression to pose_read.ActionSamples (what a quickly trained network does)."""
     positions = np.concatenate([s.positions for s in samples])
     rotations = np.concatenate([s.rotations for s in samples])
     hips_R = np.concatenate([s.hips_rotation for s in samples])
     local = np.concatenate([s.local_rotations for s in samples])
     spec = references_from_data(np.nan_to_num(positions), rotations, hips_R)
-    parts = []
-    for s in samples:
-        n = len(s.frames)
-        contacts = detect_contacts(s.positions[:, list(FOOT_ROLES)], 0.0, 30.0, skeleton.height)
-        parts.append(build_inputs(spec, np.nan_to_num(s.positions), s.rotations, s.hips_rotation, np.zeros((n, 2)),
-                                  contacts, contacts, np.arange(n) / n, np.full(n, task_from_name(s.name))))
-    x = np.concatenate(parts).astype(np.float64)
+    x = np.concatenate([sample_inputs(spec, skeleton, s) for s in samples]).astype(np.float64)
     from neural_ik.neural_network.geometry.rotations import chordal_mean
 
     mean = chordal_mean(local, axis=0)

@@ -502,7 +502,8 @@ def _rows():
     add("one-frame action", "evaluate", scene_one_frame, evaluate, r"Evaluated 1 clips \(1 frames\)", report="INFO")
     add("constant pose", "extract", scene_constant, extract, r"wrote 90 frames from 1 actions", report="INFO",
         changes=EXTRACTED, writes_output=True)
-    add("constant pose", "train", scene_demo, train("data_constant.npz"), "warning|finished", report="INFO",
+    add("constant pose", "train", scene_demo, train("data_constant.npz"),
+        r"finished \(epochs\): best effector \d+\.\d+ cm, inner \d+\.\d+ cm; model .*model\.npz", report="INFO",
         writes_output=True)
     add("constant pose", "bake", scene_constant, op("bake", source_action="idle_constant"),
         r"baked 90 frames into 'idle_constant.nik'", report="INFO",

@@ -25,8 +25,11 @@ def test_demo_runs_the_whole_main_job(tmp_path):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     assert "network + refinement" in run.stdout
     results = json.loads((out / "evaluation.json").read_text())["results"]
-    refined = results["refined"]
-    assert refined["effector_cm"]["mean"] < results["network"]["effector_cm"]["mean"]
+    refined, network = results["refined"], results["network"]
+    # 27 unseen clips after 2 epochs: the network alone misses by centimetres (6.4 cm mean), refinement lands the
+    # effectors: 95% within 1 mm (0.29 mm measured), 0.07 mm on average (a few frames out of reach miss by up to 6 mm)
+    assert network["effector_cm"]["mean"] > 1.0
+    assert refined["effector_cm"]["p95"] < 0.1 and refined["effector_cm"]["mean"] < 0.05
     assert (out / "loss.svg").read_text(encoding="utf-8").startswith("<?xml")
 
 

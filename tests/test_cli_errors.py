@@ -57,7 +57,7 @@ CASES = [
     ("train", ["--dataset", "missing.npz", "--out", "run"], "does not exist"),
     ("train", ["--dataset", "{inputs}/empty.npz", "--out", "run"], "is empty"),
     ("train", ["--dataset", "{inputs}/text.npz", "--out", "run"], "is not a dataset"),
-    ("train", ["--dataset", "{inputs}/cut.npz", "--out", "run"], ""),
+    ("train", ["--dataset", "{inputs}/cut.npz", "--out", "run"], "cut.npz is not a readable .npz file (truncated or corrupt)"),
     ("train", ["--dataset", "{inputs}/a_folder", "--out", "run"], "is a folder"),
     ("train", ["--dataset", "{inputs}/cut.npz", "--out", "{inputs}/a_file"], "is a file"),
     ("train", ["--dataset", "x.npz", "--out", "run", "--epochs", "abc"], "--epochs"),
@@ -80,7 +80,8 @@ CASES = [
     # export: no armature, foreign or missing model, output that is a folder or not .onnx
     ("export", ["--out", "out.onnx"], "armature"),
     ("export", ["--blend", "{inputs}/demo.blend", "--model", "{inputs}/text.npz", "--out", "out.onnx"], "is not a model"),
-    ("export", ["--blend", "{inputs}/demo.blend", "--model", "{inputs}/text.onnx", "--out", "out.onnx"], ""),
+    ("export", ["--blend", "{inputs}/demo.blend", "--model", "{inputs}/text.onnx", "--out", "out.onnx"],
+     "text.onnx is not a readable ONNX file (truncated or corrupt)"),
     ("export", ["--blend", "{inputs}/demo.blend", "--model", "missing.npz", "--out", "out.onnx"], "does not exist"),
     ("export", ["--blend", "{inputs}/demo.blend", "--out", "{inputs}/a_folder"], "is a folder"),
     ("export", ["--blend", "{inputs}/demo.blend", "--out", "out.txt"], ".onnx"),
@@ -92,7 +93,8 @@ CASES = [
     # evaluate: nothing to evaluate, a missing folder, a foreign model, an unknown action
     ("evaluate", ["--json", "out.json"], "--blend"),
     ("evaluate", ["--bvh-folder", "no/such/folder", "--json", "out.json"], "does not exist"),
-    ("evaluate", ["--blend", "{inputs}/demo.blend", "--model", "{inputs}/cut.npz", "--json", "out.json"], ""),
+    ("evaluate", ["--blend", "{inputs}/demo.blend", "--model", "{inputs}/cut.npz", "--json", "out.json"],
+     "cut.npz is not a readable .npz file (truncated or corrupt)"),
     ("evaluate", ["--blend", "{inputs}/demo.blend", "--actions", "nope", "--json", "out.json"], "nope"),
     ("evaluate", ["--blend", "{inputs}/demo.blend", "--max-files", "x"], "--max-files"),
     # create-demo-rig and demo: bad numbers, outputs that cannot be written
@@ -107,6 +109,7 @@ CASES = [
 @pytest.mark.parametrize("command, args, words", CASES,
                          ids=[f"{c}-{i}" for i, (c, _a, _w) in enumerate(CASES)])
 def test_bad_input_is_one_line_nothing_written(inputs, tmp_path, command, args, words):
+    assert words, "a row names the words its message must hold"
     work = tmp_path / "work"
     work.mkdir()
     before, inputs_before = _listing(work), _listing(inputs)

@@ -179,15 +179,13 @@ def test_blender_ik_with_poles_lands_limbs_and_cleans_up(rig):
     import bpy
 
     before = (len(bpy.data.objects), len(bpy.data.actions), len(bpy.data.armatures))
-    results, out = run_methods(rig, ["blender_ik", "blender_ik_poles"])
+    results, _out = run_methods(rig, ["blender_ik", "blender_ik_poles"])
     plain, poles = results["blender_ik"], results["blender_ik_poles"]
     assert (len(bpy.data.objects), len(bpy.data.actions), len(bpy.data.armatures)) == before
     assert poles["effector_cm"]["p95"] < 1.0
     for knee in ("LeftShin", "RightShin"):      # a pole at the reference knee puts the knee there
         assert poles["per_role_cm"][knee] < 0.2
     assert poles["inner_mpjpe_cm"] <= plain["inner_mpjpe_cm"] + 1e-6
-    ik_seconds = out["blender_ik"][1]    # measured: a difference of two timings, so under load its sign means nothing
-    assert np.isfinite(ik_seconds) and ik_seconds >= 0.0
 
 
 def test_pole_angle_satisfies_blenders_pole_rule():
@@ -268,7 +266,7 @@ def test_bandai_clips_reproduce_the_baseline_note(empty_scene, tmp_path):
 
 def test_network_rows_go_through_bake_and_refinement_lands_effectors(empty_scene, tmp_path):
     """A quickly fitted model on the demo rig: the network row and the refined row come from Bake, read from
-    Blender's evaluated pose; refinement brings the effectors closer than the network alone."""
+    Blender's evaluated pose; after refinement every effector of the held-out clips is within 1 mm."""
     import bpy
     from live_helpers import demo_armature, linear_model_for
 
@@ -293,8 +291,9 @@ def test_network_rows_go_through_bake_and_refinement_lands_effectors(empty_scene
     assert [c["name"] for c in report["clips"]] == held
     assert len(bpy.data.actions) == before                     # the baked actions were removed
     net, refined = results["network"], results["refined"]
-    assert net["effector_cm"]["mean"] > 0.0
-    assert refined["effector_cm"]["mean"] < net["effector_cm"]["mean"]
+    assert net["effector_cm"]["mean"] > 1.0                   # the network alone misses (2.7 cm on these clips)
+    assert refined["effector_cm"]["max"] < 0.1                # every effector of every frame within 1 mm (0.36 mm)
+    assert refined["inner_mpjpe_cm"] < 1.0                    # the inner joints stay near the clip's (0.52 cm)
     assert refined["seconds_per_frame"] > 0.0
     assert "limit_violations" in refined
 

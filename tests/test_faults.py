@@ -143,12 +143,12 @@ def demo_model(addon):
 def live(empty_scene, demo_model):
     """A running Run IK (its modal logic driven with stand-in window-manager objects) on a fresh demo rig."""
     import bpy
-    from live_helpers import demo_armature
+    from live_helpers import demo_armature, drive_with
 
     from neural_ik.blender import live_session, models
 
     obj = demo_armature()
-    models.loaded_models[obj.name] = ("", demo_model, None)
+    drive_with(obj, demo_model)
     bpy.ops.neural_ik.create_targets()
     bpy.context.view_layer.update()
     reports = []

@@ -90,7 +90,7 @@ def _check_complete(kind, loaded, original):
         assert n > 0 and all(loaded.arrays[k].shape[0] == n for k in ROW_ARRAYS)
         return
     check_model(loaded)      # raises FileRefused if any shape or number is wrong
-    assert loaded.skeleton.fingerprint() == original.skeleton.fingerprint() or loaded.skeleton.bone_names
+    assert loaded.skeleton.fingerprint() == original.skeleton.fingerprint()     # damage never passes as another rig
 
 
 @pytest.mark.parametrize("kind", ["dataset", "checkpoint", "onnx"])
@@ -132,6 +132,7 @@ json_values = st.recursive(
 def test_any_metadata_value_loads_whole_or_is_refused(good_files, kind):
     """The JSON metadata is validated: any key set to any JSON value (or to text that is not JSON) is refused in
     words or gives a whole model."""
+    import copy
     import json
 
     import onnx
@@ -148,9 +149,7 @@ def test_any_metadata_value_loads_whole_or_is_refused(good_files, kind):
         proto = onnx.load_model_from_string(raw["onnx"])
         keys = sorted(p.key for p in proto.metadata_props)
 
-    @BUDGET
-    @given(st.sampled_from(keys), json_values, st.booleans())
-    def check(key, value, as_text):
+    def attempt(key, value, as_text):
         path = os.path.join(folder, "meta_" + ("model.onnx" if kind == "onnx" else "model.npz"))
         if kind == "checkpoint":
             files.save_npz(path, arrays, dict(meta, **{key: value}))
@@ -167,6 +166,19 @@ def test_any_metadata_value_loads_whole_or_is_refused(good_files, kind):
             assert str(exc)
             return
         _check_complete(kind, loaded, model)
+
+    # A whole, readable skeleton of another rig (one bone 5 cm longer) under the same fingerprint: refused, never
+    # loaded as this rig's model.
+    skeleton_key = "skeleton" if kind == "checkpoint" else "neural_ik.skeleton"
+    edited = copy.deepcopy(meta[skeleton_key] if kind == "checkpoint" else json.loads(
+        next(p.value for p in proto.metadata_props if p.key == skeleton_key)))
+    edited["offsets"][3][2] += 0.05
+    attempt(skeleton_key, edited, False)
+
+    @BUDGET
+    @given(st.sampled_from(keys), json_values, st.booleans())
+    def check(key, value, as_text):
+        attempt(key, value, as_text)
 
     check()
 

@@ -7,6 +7,7 @@ from live_helpers import (
     StandInContext,
     assign_action,
     demo_armature,
+    drive_with,
     linear_model_for,
     place_targets,
     pose_channels,
@@ -46,7 +47,7 @@ def live_rig(empty_scene, demo_data):
     obj = demo_armature()
     rig = rig_model.read_rig(obj, get_bone_map(obj))
     assert rig.skeleton.fingerprint() == rig0.skeleton.fingerprint()
-    models.loaded_models[obj.name] = ("", model, None)
+    drive_with(obj, model)
     bpy.ops.neural_ik.create_targets()
     assign_action(obj, bpy.data.actions[held[0].name])
     yield obj, rig, model, held
@@ -136,6 +137,141 @@ def test_modal_runs_on_timer_events_and_stops_on_escape(live_rig):
     assert obj.name not in state.live_sessions
     np.testing.assert_array_equal(pose_channels(obj), before)
     assert obj.animation_data.action is not None
+
+
+def test_modal_ticks_at_the_live_rate_and_lets_other_timer_events_pass(live_rig, monkeypatch):
+    """Other timers' events reach the operator too: a TIMER event sooner than 0.8 / rate after the last tick passes
+    through without a tick; the rate is read live. Time is a stand-in clock, so nothing depends on the machine's speed."""
+    import types
+
+    import bpy
+
+    from neural_ik.operators import live as live_ops
+
+    obj, rig, model, held = live_rig
+    clock = [100.0]
+    monkeypatch.setattr(live_ops, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    bpy.context.scene.neural_ik.live_rate = 20          # a tick at most every 0.8 / 20 = 40 ms
+    context = StandInContext()
+    runner = runner_reporting_to([])()
+    assert runner.invoke(context, Event("NONE")) == {"RUNNING_MODAL"}
+    assert context.window_manager.timers == [pytest.approx(1 / 20)]
+    ticks = runner.session.tick.times
+    place_targets(obj, rig, held[0], 20)
+    outcomes = []
+    for now, rate in ((100.0, 20), (100.03, 20), (100.041, 20), (100.1, 5), (100.2, 5), (100.202, 5)):
+        clock[0] = now
+        bpy.context.scene.neural_ik.live_rate = rate
+        outcomes.append((runner.modal(context, Event("TIMER")), len(ticks)))
+    assert outcomes == [({"RUNNING_MODAL"}, 1), ({"PASS_THROUGH"}, 1), ({"RUNNING_MODAL"}, 2),
+                        ({"PASS_THROUGH"}, 2), ({"PASS_THROUGH"}, 2), ({"RUNNING_MODAL"}, 3)]
+    assert runner.modal(context, Event("ESC")) == {"CANCELLED"}
+
+
+def test_stop_operator_ends_the_session_and_puts_the_rig_back(live_rig):
+    import bpy
+
+    from neural_ik import state
+
+    obj, rig, model, held = live_rig
+    reports = []
+    context = StandInContext()
+    action = obj.animation_data.action
+    bpy.context.scene.frame_set(7)
+    before = pose_channels(obj)                  # the action's pose at this frame
+    runner = runner_reporting_to(reports)()
+    assert runner.invoke(context, Event("NONE")) == {"RUNNING_MODAL"}
+    assert runner.session.tick.live_groups[0].solver.model is model
+    place_targets(obj, rig, held[0], 20)
+    assert runner.modal(context, Event("TIMER")) == {"RUNNING_MODAL"}
+    assert np.abs(pose_channels(obj) - before).max() > 1e-3
+    assert bpy.ops.neural_ik.stop() == {"FINISHED"}
+    assert not state.live_sessions and runner.session.stopped
+    np.testing.assert_array_equal(pose_channels(obj), before)
+    assert obj.animation_data.action == action
+    runner.last_tick = 0.0
+    assert runner.modal(context, Event("TIMER")) == {"CANCELLED"}     # the operator ends at its next event
+    assert context.window_manager.removed == [("timer", pytest.approx(1 / 60))]
+    assert reports[-1] == ("INFO", "live IK stopped; the pose and action are as they were")
+    assert not bpy.ops.neural_ik.stop.poll()
+    bpy.context.view_layer.update()
+    np.testing.assert_array_equal(pose_channels(obj), before)
+
+
+def test_two_armatures_go_live_in_one_session(live_rig):
+    """Every armature with a model and targets goes live with the active one: one session, one batched solve, each
+    rig's effectors on its own targets; Esc puts both back."""
+    import bpy
+
+    from neural_ik import state
+    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.properties import get_bone_map
+
+    obj, rig, model, held = live_rig
+    other = demo_armature()
+    other.location = (2.0, -1.0, 0.0)
+    other.rotation_euler.z = 0.7
+    drive_with(other, model)
+    bpy.ops.neural_ik.create_targets()
+    assign_action(other, bpy.data.actions[held[1].name])
+    other_rig = rig_model.read_rig(other, get_bone_map(other))
+    bpy.context.view_layer.objects.active = obj
+    bpy.context.view_layer.update()
+    rigs = ((obj, rig, held[0], 20), (other, other_rig, held[1], 30))
+    before = [pose_channels(o) for o, *_ in rigs]
+    for o, *_ in rigs:
+        o.neural_ik.refine_iterations = 4
+    context = StandInContext()
+    runner = runner_reporting_to([])()
+    assert runner.invoke(context, Event("NONE")) == {"RUNNING_MODAL"}
+    session = runner.session
+    assert sorted(session.names) == sorted([obj.name, other.name])
+    assert state.live_sessions[obj.name] is session and state.live_sessions[other.name] is session
+    assert sum(g.k for g in session.tick.live_groups) == 2
+    for o, r, sample, row in rigs:
+        place_targets(o, r, sample, row)
+    assert runner.modal(context, Event("TIMER")) == {"RUNNING_MODAL"}
+    bpy.context.view_layer.update()
+    for o, r, sample, row in rigs:
+        miss = np.linalg.norm(pose_read.armature_pose_heads(o, r)[list(EFFECTOR_ROLES)]
+                              - sample.positions[row, list(EFFECTOR_ROLES)], axis=-1)
+        assert miss.max() < 1e-3, (o.name, miss)
+    assert runner.modal(context, Event("ESC")) == {"CANCELLED"}
+    assert not state.live_sessions
+    for (o, *_), channels in zip(rigs, before):
+        np.testing.assert_array_equal(pose_channels(o), channels)
+
+
+def test_an_unexpected_error_in_a_tick_ends_the_session_and_puts_the_rig_back(live_rig, monkeypatch):
+    """The catch-all: any exception inside a tick (here one raised by the solver) stops the session with its type and
+    message as the reason, removes the timer and restores the pose and action; no traceback escapes the operator."""
+    import gc
+
+    from neural_ik import state
+
+    obj, rig, model, held = live_rig
+    reports = []
+    context = StandInContext()
+    action = obj.animation_data.action
+    before = pose_channels(obj)
+    runner = runner_reporting_to(reports)()
+    assert runner.invoke(context, Event("NONE")) == {"RUNNING_MODAL"}
+    place_targets(obj, rig, held[0], 20)
+    assert runner.modal(context, Event("TIMER")) == {"RUNNING_MODAL"}
+    solver = runner.session.tick.live_groups[0].solver
+
+    def fails(*_args, **_kwargs):
+        raise FloatingPointError("an injected fault")
+
+    monkeypatch.setattr(solver, "step", fails)
+    runner.last_tick = 0.0
+    assert runner.modal(context, Event("TIMER")) == {"CANCELLED"}
+    assert reports[-1] == ("WARNING", "live IK stopped: FloatingPointError: an injected fault")
+    assert not state.live_sessions and runner.session.stopped
+    assert context.window_manager.removed == [("timer", pytest.approx(1 / 60))]
+    np.testing.assert_array_equal(pose_channels(obj), before)
+    assert obj.animation_data.action == action
+    assert gc.isenabled()
 
 
 def test_deleted_target_or_undo_ends_the_session_cleanly(live_rig):

@@ -19,8 +19,12 @@ from test_refine import (
 
 from neural_ik.blender.live_refine import MathutilsRefiner
 from neural_ik.neural_network.geometry import kinematics
-from neural_ik.neural_network.geometry.quaternion_math import matrices_to_quaternions, quaternions_to_matrices
-from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix
+from neural_ik.neural_network.geometry.quaternion_math import (
+    matrices_to_quaternions,
+    multiply_quaternions,
+    quaternions_to_matrices,
+)
+from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix, quaternion_to_axis_angle
 from neural_ik.neural_network.ik.refine import CHAINS
 from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
 
@@ -99,9 +103,7 @@ def test_a_spine2_turn_that_may_meet_its_limits_takes_the_python_float_path(monk
     """Narrow limits: a Spine2 turn that may leave them goes to reach_assist's own functions (which clamp it), the
     others stay in mathutils; either way the result is the NumPy refiner's. Seed 57: 7 of its 16 characters take
     the Python-float path, and none has a clamped Spine2 that the spine's straightening then finds exactly on its
-    limit (about a quarter of the characters of seeds 30-49 do: the turn is clamped onto the limit, the straightening
-    leaves Spine2 within 1e-15 rad of it, and rounding - float32 frames in mathutils, float64 in NumPy - decides its
-    limit check either way: both land, one with least squares)."""
+    limit (the tie: see the two tests below)."""
     outcomes = []
     head_assist = MathutilsRefiner._assist_head
 
@@ -118,6 +120,60 @@ def test_a_spine2_turn_that_may_meet_its_limits_takes_the_python_float_path(monk
     assert_same_refinement(skel, q, hips, expected, got)
     python_float = sum(outcome is None for outcome in outcomes)
     assert 0 < python_float < len(outcomes)
+
+
+TIE_SEEDS = range(30, 50)     # 320 characters; 24 of them meet the tie (measured on main at 36fde6c)
+TIE_TOLERANCE = 1e-5         # metres: what the two refiners' effectors may differ by (float32 against float64)
+
+
+def tie_cases():
+    """Narrow limits (0.2 rad) and head targets 1-3 cm beyond reach: Spine2's turn is often clamped onto its limit,
+    and the spine's straightening leaves it within 1e-15 rad of it, so rounding decides its limit check. Yields
+    (skeleton, q, hips, (NumPy result, mathutils result), whether either result has Spine2 on a limit)."""
+    skel = humanoid_skeleton(twist=0.2)
+    ref = refiner_for(skel, width=0.2)
+    spine2 = ROLE_INDEX["Spine2"]
+    mean_conjugate = matrices_to_quaternions(ref.mean_pose[spine2].T)
+
+    def on_limit(q):
+        delta = quaternion_to_axis_angle(multiply_quaternions(mean_conjugate, q[:, spine2]))
+        return (np.minimum(np.abs(delta - ref.limit_low[spine2]), np.abs(delta - ref.limit_high[spine2])) < 1e-6).any(-1)
+
+    for seed in TIE_SEEDS:
+        local, hips_R, hips_p, tp, tr = pushed_beyond_reach(ref, skel, 16, 4, seed=seed)
+        q, hips = matrices_to_quaternions(local), hips_matrices(hips_R, hips_p)
+        expected, got = one_by_one(skel, ref, q, hips, tp, tr)
+        yield skel, q, hips, (expected, got), on_limit(expected[0]) | on_limit(got[0])
+
+
+def test_at_the_spine2_tie_the_refiners_agree_wherever_they_take_the_same_path():
+    """Where both refiners' limit checks go the same way (the great majority), the results are the same: the closed
+    form to a micrometre, least squares (which starts from the single-precision closed form) to TIE_TOLERANCE."""
+    same = on_limit = 0
+    for skel, q, hips, (expected, got), limit in tie_cases():
+        closed = (expected[2] == got[2]) & (expected[2] == 0)
+        both = (expected[2] == got[2]) & (expected[2] > 0)
+        same, on_limit = same + int(closed.sum() + both.sum()), on_limit + int(limit.sum())
+        assert_same_refinement(skel, q[closed], hips[closed], tuple(a[closed] for a in expected),
+                               tuple(a[closed] for a in got))
+        np.testing.assert_allclose(effector_positions(skel, got[0][both], hips[both]),
+                                   effector_positions(skel, expected[0][both], hips[both]), atol=TIE_TOLERANCE)
+        np.testing.assert_allclose(got[1][both], expected[1][both], atol=TIE_TOLERANCE)
+    print(f"\n{same} of {16 * len(TIE_SEEDS)} characters take the same path; Spine2 ends on its limit in {on_limit}")
+    assert same > 250 and on_limit > 20        # the seeds do reach the tie
+
+
+@pytest.mark.xfail(strict=True, reason="the two limit checks (reach_assist._within_limits, live_refine._within_limits)"
+                   " have no tolerance: a Spine2 turn clamped onto its limit passes in one precision and fails in the "
+                   "other, and the refiner sent to least squares leaves the head up to 2.8 cm off where the other "
+                   "lands it. A 1e-5 rad tolerance in both checks makes all 320 characters agree to 10 micrometres.")
+def test_at_the_spine2_tie_the_refiners_land_the_same_effectors():
+    """The tie itself: however rounding decides the limit check of a Spine2 clamped onto its limit, the NumPy and the
+    mathutils refiner give the same effector positions and errors, to TIE_TOLERANCE."""
+    for skel, _q, hips, (expected, got), _limit in tie_cases():
+        np.testing.assert_allclose(effector_positions(skel, got[0], hips), effector_positions(skel, expected[0], hips),
+                                   atol=TIE_TOLERANCE)
+        np.testing.assert_allclose(got[1], expected[1], atol=TIE_TOLERANCE)
 
 
 @pytest.mark.parametrize("case", BEYOND_SPINE2S_TURN)

@@ -1,4 +1,5 @@
-"""Every training loss against central finite differences, through FK and the axis-angle map, on a real rig layout."""
+"""Every training loss against central finite differences, through FK and the axis-angle map, on a real rig layout;
+the values of the contact, limit, slip and smooth terms against answers worked out by hand (a sign error fails)."""
 
 import numpy as np
 import pytest
@@ -124,3 +125,83 @@ def test_batched_fk_path_equals_the_small_batch_path(per_sample):
         assert np.allclose(small.rotations, big.rotations[part], atol=1e-12)
         assert np.allclose(small.positions, big.positions[part], atol=1e-12)
         assert np.allclose(kinematics.backward(skel, small, g_rot[part], g_pos[part]), g_big[part], atol=1e-10)
+
+
+# ---- values against answers worked out by hand ----------------------------------------------------------------------
+
+def hand_checked(drop=()):
+    """A LossContext on the T-posed humanoid of live_helpers (bridges identity, mean pose identity): with zero deltas
+    every bone keeps its rest offset, so an ankle is 0.05 + 0.42 + 0.42 m below the hips (thigh, shin, foot)."""
+    from live_helpers import humanoid_skeleton as t_posed
+
+    skeleton = t_posed(drop=drop)
+    low, high = np.full((NUM_ROLES, 3), -0.3), np.full((NUM_ROLES, 3), 0.2)
+    ctx = losses.LossContext(skeleton, np.broadcast_to(np.eye(3), (NUM_ROLES, 3, 3)), low, high,
+                             contact_height=np.array([0.08, 0.05]), position_unit=0.5)    # 2 loss units per metre
+    return ctx, 0.05 + 0.42 + 0.42
+
+
+def batch_of(hips_positions, **arrays):
+    n = len(hips_positions)
+    return dict(hips_rotation=np.broadcast_to(np.eye(3), (n, 3, 3)).copy(),
+                hips_position=np.array(hips_positions, np.float64), **arrays)
+
+
+def value_of(term, ctx, deltas, batch):
+    """The term's unweighted value, also checked to be what a weight of 2 doubles in the total."""
+    part = losses.evaluate(ctx, only(term), deltas.reshape(len(deltas), -1), batch).parts[term]
+    weights = losses.LossWeights(**{t: (2.0 if t == term else 0.0) for t in TERMS})
+    assert losses.evaluate(ctx, weights, deltas.reshape(len(deltas), -1), batch).total == pytest.approx(2 * part)
+    return part
+
+
+def test_contact_value_is_the_planted_ankles_height_error():
+    """A planted ankle belongs at the ground under it plus its planted height; a foot not in contact costs nothing."""
+    ctx, leg = hand_checked()
+    batch = batch_of([(0, 0, 1.0), (0.3, 0, 0.95)], contacts=np.array([[1.0, 0.0], [1.0, 1.0]]),
+                     ground=np.array([[0.01, 0.0], [0.0, -0.02]]))
+    ankle = np.array([1.0, 0.95]) - leg                                            # 0.11 m, 0.06 m
+    errors = 2.0 * np.array([ankle[0] - 0.01 - 0.08,                               # row 0, left:  0.04
+                             ankle[1] - 0.00 - 0.08,                               # row 1, left: -0.04
+                             ankle[1] + 0.02 - 0.05])                              # row 1, right: 0.06
+    assert np.sum(errors ** 2) / 2 == pytest.approx(0.0034)
+    assert value_of("contact", ctx, np.zeros((2, NUM_ROLES, 3)), batch) == pytest.approx(0.0034, rel=1e-5)
+
+
+def test_limit_value_is_the_squared_distance_outside_the_range():
+    """Limits [-0.3, 0.2] rad: only what lies outside counts, on either side; the hips (given, not predicted) and an
+    unmapped role never count."""
+    from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
+
+    ctx, _leg = hand_checked(drop=("Spine2",))
+    d = np.zeros((2, NUM_ROLES, 3))
+    d[0, ROLE_INDEX["LeftArm"]] = (0.5, -0.7, 0.1)         # 0.3 over, 0.4 under, inside
+    d[1, ROLE_INDEX["Head"]] = (-0.35, 0.0, 0.31)          # 0.05 under, inside, 0.11 over
+    d[0, ROLE_INDEX["Hips"]] = (2.0, 2.0, 2.0)
+    d[1, ROLE_INDEX["Spine2"]] = (3.0, -3.0, 0.0)
+    expected = (0.3 ** 2 + 0.4 ** 2 + 0.05 ** 2 + 0.11 ** 2) / 2                  # 0.1323
+    assert value_of("limit", ctx, d, batch_of([(0, 0, 1.0)] * 2)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_slip_value_is_how_far_a_foot_planted_on_both_frames_moved():
+    """Rows 0-1 are frames, rows 2-3 their previous frames. Pair 0: the hips moved 5 cm, the left foot is planted on
+    both frames (the right only on one: free); pair 1 is not a valid pair (another clip), however far it moved."""
+    ctx, _leg = hand_checked()
+    batch = batch_of([(0, 0, 1.0), (1.0, 0, 1.0), (-0.03, -0.04, 1.0), (0.5, 0, 1.0)],
+                     contacts=np.array([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0], [1.0, 1.0]]),
+                     ground=np.zeros((4, 2)), pair_valid=np.array([1.0, 0.0]))
+    expected = (2.0 * 0.05) ** 2 / 2                                               # one foot, 0.1 loss units, 2 pairs
+    assert value_of("slip", ctx, np.zeros((4, NUM_ROLES, 3)), batch) == pytest.approx(expected, rel=1e-5)
+
+
+def test_smooth_value_is_the_mean_squared_step_between_paired_frames():
+    from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
+
+    ctx, _leg = hand_checked()
+    d = np.zeros((4, NUM_ROLES, 3))
+    d[0, ROLE_INDEX["LeftForeArm"]] = (0.1, 0.0, -0.2)     # pair 0: a step of (0.1, 0, -0.2)
+    d[2, ROLE_INDEX["Hips"]] = (1.0, 0.0, 0.0)             # the hips do not count
+    d[1, ROLE_INDEX["LeftArm"]] = (0.5, 0.5, 0.5)          # pair 1 is not a valid pair
+    batch = batch_of([(0, 0, 1.0)] * 4, pair_valid=np.array([1.0, 0.0]))
+    expected = (0.1 ** 2 + 0.2 ** 2) / (2 * 3 * (NUM_ROLES - 1))                  # mean over 2 pairs, 22 roles x 3
+    assert value_of("smooth", ctx, d, batch) == pytest.approx(expected, rel=1e-5)

@@ -8,6 +8,10 @@ UIList's `draw_item`) and `progress` calls. The popup is never shown: `popmenu_e
 window's event state, which a window without a display lacks (it crashes), so the popups stay allocated and Blender
 reports them at exit ("Error: Not freed memory blocks", docs/architecture.md says why it is harmless).
 
+What a panel drew is read back from that same layout with `UILayout.introspect()` (Blender's own account of a
+layout's buttons: each one's text, and the operator or property behind it; tests/test_panels.Drawn), so each state's
+labels, offered operators and the reasons for greyed-out buttons are asserted, not only the absence of errors.
+
 Blender does not raise for a property or operator that does not exist, or for an exception inside a UIList
 callback: it prints (to stdout or stderr). The tests therefore capture the process's file descriptors 1 and 2 and
 fail on those messages too.
@@ -25,7 +29,7 @@ BLENDER_UI_ERRORS = re.compile(r"rna_uiItem|property not found|unknown operator|
 
 
 @contextmanager
-def sidebar_layout():
+def sidebar_layout(title="Neural IK"):
     """(context, object with .layout) inside the 3D viewport's sidebar region of the real window."""
     import bpy
 
@@ -34,7 +38,7 @@ def sidebar_layout():
     area = next(a for a in window.screen.areas if a.type == "VIEW_3D")
     region = next(r for r in area.regions if r.type == "UI")
     with bpy.context.temp_override(window=window, screen=window.screen, area=area, region=region):
-        popup = wm.popmenu_begin__internal("Neural IK", icon="NONE")
+        popup = wm.popmenu_begin__internal(title, icon="NONE")
         yield bpy.context, popup
 
 
@@ -44,22 +48,57 @@ def panel_classes():
     return [cls for cls in main.classes]
 
 
+class Drawn:
+    """What one panel drew, read back from its real UILayout with `UILayout.introspect()`: Blender's own list of the
+    buttons the layout holds, each with the text it draws and the operator or property it stands for.
+
+    labels: the texts of the labels, in order; text: them joined by spaces (a wrapped label reads as one line);
+    operators: [(idname, text)] of the operator buttons (idname 'neural_ik.bake'); properties: their 'Struct.prop'."""
+
+    def __init__(self, title, items):
+        self.labels, self.operators, self.properties = [], [], []
+        self._read(items)
+        if self.labels and self.labels[0] == title:       # the popup's own title, not the panel's
+            self.labels.pop(0)
+        self.text = " ".join(self.labels)
+
+    def _read(self, items):
+        for item in items:
+            if "items" in item:
+                self._read(item["items"])
+            elif "operator" in item:
+                self.operators.append((item["operator"].removeprefix("bpy.ops.").split("(")[0], item["draw_string"]))
+            elif "rna" in item:
+                self.properties.append(item["rna"].split("[")[0])
+            elif item["draw_string"]:
+                self.labels.append(item["draw_string"])
+
+    def has_operator(self, idname, text=None):
+        return any(name == idname and (text is None or drawn == text) for name, drawn in self.operators)
+
+    def __repr__(self):
+        return f"Drawn(labels={self.labels}, operators={self.operators})"
+
+
 def draw_everything(capfd):
-    """Draw every panel (when its poll allows) and every menu; fails on anything Blender printed as an error."""
+    """Draw every panel (when its poll allows) and every menu; fails on anything Blender printed as an error.
+    Returns {panel bl_idname: Drawn} of the panels drawn, each in its own real layout."""
     import bpy
 
     import neural_ik.panels.lists as lists
 
     capfd.readouterr()
-    drawn = []
-    with sidebar_layout() as (context, popup):
-        assert context.region.type == "UI" and context.area.type == "VIEW_3D"
-        for cls in panel_classes():
+    drawn = {}
+    for cls in panel_classes():
+        title = f"panel {cls.bl_idname}"
+        with sidebar_layout(title) as (context, popup):
+            assert context.region.type == "UI" and context.area.type == "VIEW_3D"
             assert getattr(bpy.types, cls.__name__) is cls, f"{cls.__name__} is not registered"
             if hasattr(cls, "poll") and not cls.poll(context):
                 continue
             cls.draw(popup, context)
-            drawn.append(cls.bl_idname)
+            drawn[cls.bl_idname] = Drawn(title, popup.layout.introspect())
+    with sidebar_layout() as (context, popup):
         for menu in (lists.NEURAL_IK_MT_operators, lists.NEURAL_IK_MT_bone_map_presets):
             menu.draw(popup, context)
         for host in lists.HOST_MENUS:   # Blender's Object/Pose menus, with the Neural IK submenu appended (F3)
@@ -74,6 +113,18 @@ def draw_everything(capfd):
     problems = [line for line in err.splitlines() if BLENDER_UI_ERRORS.search(line)]
     assert not problems, "Blender reported while drawing:\n" + "\n".join(problems)
     return drawn
+
+
+def refusal(name):
+    """The reason Blender gives for refusing bpy.ops.neural_ik.<name> in this context (its poll message): what the
+    greyed-out button's tooltip says."""
+    import bpy
+
+    op = getattr(bpy.ops.neural_ik, name)
+    assert not op.poll(), f"neural_ik.{name} is available"
+    with pytest.raises(RuntimeError) as info:
+        op()
+    return str(info.value)
 
 
 # ---- scene states -------------------------------------------------------------------------------------------
@@ -138,26 +189,53 @@ def write_dataset(path, actions):
 # ---- the states the issue lists -----------------------------------------------------------------------------
 
 
+CHOOSE_FIRST = "Choose an armature in Rig first"
+SELECT_ONE = "Select an armature (or choose one in the Neural IK panel)"
+
+
 def test_no_armature(empty_scene, training_state, capfd):
+    """Nothing to work on: the panels offer the demo rig, and every panel whose buttons are greyed out says why; the
+    operators themselves refuse with the reason their tooltip shows."""
     drawn = draw_everything(capfd)
-    assert drawn[0] == "NEURAL_IK_PT_main" and len(drawn) == 6
+    assert list(drawn) == [cls.bl_idname for cls in panel_classes()]
+    main = drawn["NEURAL_IK_PT_main"]
+    assert main.labels == ["Learned full-body IK for an armature"]
+    assert main.operators == [("neural_ik.create_demo_rig", "Create Demo Rig")]
+    assert drawn["NEURAL_IK_PT_rig"].labels == ["Choose the armature to map, train and drive"]
+    for panel, greyed in (("data", "extract"), ("training", "train"), ("bake_export", "bake"),
+                          ("bake_export", "export_onnx")):
+        shown = drawn[f"NEURAL_IK_PT_{panel}"]
+        assert shown.has_operator(f"neural_ik.{greyed}") and CHOOSE_FIRST in shown.labels, (panel, shown)
+    live = drawn["NEURAL_IK_PT_live"]
+    assert live.labels == [CHOOSE_FIRST] and live.operators == []
+    for name in ("extract", "bake", "export_onnx", "run", "create_targets", "load_model"):
+        assert SELECT_ONE in refusal(name), name
+    assert "Live IK is not running" in refusal("stop")
+    assert "Training is not running" in refusal("cancel_training")
 
 
 def test_unmapped_rig(empty_scene, training_state, capfd):
-    from neural_ik.neural_network.skeleton.roles import ESSENTIAL_ROLES
+    from neural_ik.neural_network.skeleton.roles import ESSENTIAL_ROLES, ROLES
     from neural_ik.panels.main import bone_map_problems
     from neural_ik.properties import set_bone_map
 
     obj = make_humanoid()
     empty_scene.neural_ik.armature = obj
     assert bone_map_problems(obj) and "Auto Map" in bone_map_problems(obj)[0]
-    draw_everything(capfd)
+    rig = draw_everything(capfd)["NEURAL_IK_PT_rig"]
+    assert "No bones are mapped yet: press Auto Map or choose a preset." in rig.text
+    assert f"0 of {len(ROLES)} roles mapped" in rig.labels and "The bone map is complete" not in rig.labels
+    assert rig.has_operator("neural_ik.auto_map", "Auto Map")
     # A map that names bones the rig lacks, and leaves an essential role empty: both are problems in words.
     set_bone_map(obj, {role: f"missing_{role}" for role in ESSENTIAL_ROLES[1:]})
     problems = bone_map_problems(obj)
     assert any(ESSENTIAL_ROLES[0] in p for p in problems)
     assert len(problems) >= len(ESSENTIAL_ROLES)
-    draw_everything(capfd)
+    rig = draw_everything(capfd)["NEURAL_IK_PT_rig"]
+    for problem in problems[:8]:                    # the first eight in words, then how many more
+        assert problem in rig.text, problem
+    assert f"... and {len(problems) - 8} more" in rig.labels and problems[8] not in rig.text
+    assert f"{len(ESSENTIAL_ROLES) - 1} of {len(ROLES)} roles mapped" in rig.labels
 
 
 def test_mapped_rig_without_dataset(empty_scene, training_state, capfd, tmp_path):
@@ -172,7 +250,15 @@ def test_mapped_rig_without_dataset(empty_scene, training_state, capfd, tmp_path
     assert bone_map_problems(obj) == []
     assert all(role_status(item, obj)[0] == "CHECKMARK" for item in obj.neural_ik.bone_map)
     empty_scene.neural_ik.dataset_path = str(tmp_path / "not_extracted_yet.npz")
-    draw_everything(capfd)
+    drawn = draw_everything(capfd)
+    assert drawn["NEURAL_IK_PT_main"].labels == ["Humanoid"]
+    rig = drawn["NEURAL_IK_PT_rig"]
+    assert f"{len(ROLES)} of {len(ROLES)} roles mapped" in rig.labels and "The bone map is complete" in rig.labels
+    assert "Dataset: not_extracted_yet.npz does not exist yet" in drawn["NEURAL_IK_PT_data"].labels
+    live = drawn["NEURAL_IK_PT_live"]
+    assert "No model yet: train one or use Load Model" in live.labels
+    assert live.has_operator("neural_ik.run", "Run IK") and not live.has_operator("neural_ik.stop")
+    assert all(CHOOSE_FIRST not in shown.labels for shown in drawn.values())
 
 
 def test_dataset_summary_read_from_file(empty_scene, training_state, capfd, tmp_path):
@@ -191,18 +277,29 @@ def test_dataset_summary_read_from_file(empty_scene, training_state, capfd, tmp_
     facts = dataset_summary(meta)
     assert facts["actions"] == 3 and facts["frames"] == 75
     assert dict(facts["per_task"]) == {"idle": 25, "locomotion": 50}
-    draw_everything(capfd)
+    data = draw_everything(capfd)["NEURAL_IK_PT_data"]
+    summary = data.labels[data.labels.index("3 actions, 75 frames"):]
+    assert summary == ["3 actions, 75 frames", "Idle: 25 frames", "Locomotion: 50 frames", "Rig: Humanoid", "30 fps"]
     # The cache follows the file: a rewritten dataset is read again.
     write_dataset(path, actions[:1])
     os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10**9))
     assert dataset_summary(read_meta(path)[0])["frames"] == 40
+    assert "1 actions, 40 frames" in draw_everything(capfd)["NEURAL_IK_PT_data"].labels
     # A file that is not a dataset is reported, not raised.
     with open(path, "wb") as handle:
         handle.write(b"not a zip")
     os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 2 * 10**9))
     meta, reason = read_meta(path)
     assert meta is None and "cannot be read" in reason
-    draw_everything(capfd)
+    data = draw_everything(capfd)["NEURAL_IK_PT_data"]
+    assert f"Dataset: {reason}" in data.labels and not any("frames" in label for label in data.labels)
+
+
+def epoch_table(shown):
+    """The Training panel's table of recent epochs as drawn: a header and five rows of four cells."""
+    start = shown.labels.index("Recent epochs (validation error in cm)") + 1
+    cells = shown.labels[start:start + 24]
+    return [cells[i:i + 4] for i in range(0, 24, 4)]
 
 
 def test_training_running(empty_scene, training_state, capfd, tmp_path):
@@ -224,7 +321,18 @@ def test_training_running(empty_scene, training_state, capfd, tmp_path):
     training_state.plot_path = plot
     training_state.best_metrics = {"effector_cm_mean": 2.5, "inner_mpjpe_cm": 3.1, "frames": 100}
     training_state.message = "training"
-    draw_everything(capfd)
+    drawn = draw_everything(capfd)
+    assert drawn["NEURAL_IK_PT_main"].labels == ["Training: epoch 5/20"]
+    shown = drawn["NEURAL_IK_PT_training"]
+    assert shown.has_operator("neural_ik.cancel_training", "Cancel") and not shown.has_operator("neural_ik.train")
+    assert shown.has_operator("wm.path_open", "Open loss.svg")
+    for line in ("Loss: 0.2", "Validation error: 3.40 cm", "Time left: 1m 15s", "training",
+                 "Recent epochs (validation error in cm)", "Best checkpoint (this run)"):
+        assert line in shown.labels, (line, shown)
+    best = shown.labels[shown.labels.index("Best checkpoint (this run)") + 1:]
+    assert best == ["Effector error", "2.50 cm", "Inner joints", "3.10 cm"]
+    assert epoch_table(shown)[:2] == [["Epoch", "Loss", "Effector", "Inner"], ["3", "0.3333", "3.00", "2.00"]]
+    assert [row[0] for row in epoch_table(shown)[1:]] == ["3", "4", "5", "6", "7"]
     # The loss curve as UI text: the last five epochs, and the best one (epoch 3) kept in view and marked.
     import neural_ik.panels.main as main
 
@@ -234,11 +342,16 @@ def test_training_running(empty_scene, training_state, capfd, tmp_path):
     history.extend({"epoch": e, "train_loss": 0.1, "val_effector_cm_mean": 9.0, "val_inner_mpjpe_cm": 2.0}
                    for e in range(8, 10))
     assert [r[0] for r in main.recent_epochs(history)] == ["3", "6", "7", "8", "9"]
-    draw_everything(capfd)
-    # A run that failed: the reason is drawn in words.
+    shown = draw_everything(capfd)["NEURAL_IK_PT_training"]
+    assert [row[0] for row in epoch_table(shown)[1:]] == ["3", "6", "7", "8", "9"]
+    # A run that failed: the reason is drawn in words, and Train is offered again.
     training_state.running = False
     training_state.error = "the dataset holds no frames"
-    draw_everything(capfd)
+    drawn = draw_everything(capfd)
+    shown = drawn["NEURAL_IK_PT_training"]
+    assert "the dataset holds no frames" in shown.labels and "Time left: 1m 15s" not in shown.labels
+    assert shown.has_operator("neural_ik.train", "Train") and not shown.has_operator("neural_ik.cancel_training")
+    assert drawn["NEURAL_IK_PT_main"].labels == ["Humanoid"]
 
 
 def test_model_ready(empty_scene, training_state, capfd, tmp_path):
@@ -267,43 +380,63 @@ def test_model_ready(empty_scene, training_state, capfd, tmp_path):
         assert lines["Effector error"] == "1.25 cm" and lines["Inner joints"] == "2.00 cm" and "Frames" not in lines
         training_state.epoch, training_state.epochs = 20, 20
         training_state.message = "finished: best epoch 17"
-        draw_everything(capfd)
+        drawn = draw_everything(capfd)
+        shown = drawn["NEURAL_IK_PT_training"]
+        best = shown.labels[shown.labels.index("Best checkpoint (model.npz)") + 1:]
+        assert best == ["Effector error", "1.25 cm", "Effector error p95", "3.50 cm", "Inner joints", "2.00 cm"]
+        assert "finished: best epoch 17" in shown.labels
+        live = drawn["NEURAL_IK_PT_live"]
+        assert "No model yet: train one or use Load Model" not in live.labels and live.has_operator("neural_ik.run")
     finally:
         models.loaded_models.pop(obj.name, None)
 
 
 def test_live_running(empty_scene, training_state, capfd):
     """A real live session, started the way Run IK starts one (LiveTick + LiveSession in state.live_sessions), ticked
-    once; the panel shows Stop, and the tick time it reads is the session's own."""
+    twice; the panel shows Stop instead of Run IK and the session's own tick time, and Run IK refuses while it runs.
+    Stopped, the panel offers Run IK again."""
     import bpy
-    from live_helpers import demo_armature, random_model
+    from live_helpers import demo_armature, drive_with, random_model
 
     import neural_ik.state as state
     from neural_ik.blender import live_session, models, rig_model
     from neural_ik.blender.live import LiveTick
+    from neural_ik.panels.common import format_number
     from neural_ik.panels.main import tick_times_ms
     from neural_ik.properties import get_bone_map
 
     obj = demo_armature()
     empty_scene.neural_ik.armature = obj
     model = random_model(rig_model.read_rig(obj, get_bone_map(obj)).skeleton)
-    models.loaded_models[obj.name] = ("", model, None)
+    drive_with(obj, model)
     try:
         bpy.context.view_layer.objects.active = obj
         bpy.ops.neural_ik.create_targets()
         tick = LiveTick(live_session.live_entries(bpy.context))
+        assert tick.live_groups[0].solver.model is model
         tick.start()
         session = live_session.LiveSession(tick)
         state.live_sessions[obj.name] = session
         tick.tick(empty_scene)
         tick.tick(empty_scene)
-        draw_everything(capfd)
+        drawn = draw_everything(capfd)
         mean, p99, ticks = tick_times_ms(session)
         mean_us, p99_us = tick.timing_us()
         assert ticks == 2 and mean == pytest.approx(mean_us / 1000) and p99 == pytest.approx(p99_us / 1000)
+        assert drawn["NEURAL_IK_PT_main"].labels == [f"Live IK running on {obj.name}"]
+        live = drawn["NEURAL_IK_PT_live"]
+        assert live.has_operator("neural_ik.stop", "Stop") and not live.has_operator("neural_ik.run")
+        assert (f"Tick: {format_number(mean, '{:.2f}')} ms mean, {format_number(p99, '{:.2f}')} ms p99" in live.labels
+                and "2 ticks" in live.labels)
+        assert "Live IK is already running: Esc or Stop ends it" in refusal("run")
         session.stop()
         assert obj.name not in state.live_sessions
-        draw_everything(capfd)
+        drawn = draw_everything(capfd)
+        live = drawn["NEURAL_IK_PT_live"]
+        assert live.has_operator("neural_ik.run", "Run IK") and not live.has_operator("neural_ik.stop")
+        assert not any(label.startswith("Tick:") for label in live.labels)
+        assert drawn["NEURAL_IK_PT_main"].labels == [obj.name]
+        assert "Live IK is not running" in refusal("stop")
     finally:
         models.loaded_models.pop(obj.name, None)
         live_session.stop_all("")

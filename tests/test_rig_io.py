@@ -56,12 +56,10 @@ def import_folder(context, folder, scale=0.01):
 
 
 def assert_auto_map_agrees(obj, mapping):
-    """Once the bone-map module exists, the import auto-maps the rig: it must find the hand-written map."""
-    from neural_ik.neural_network.skeleton import bone_map
+    """The import auto-maps the rig: it must find the hand-written map."""
     from neural_ik.properties import get_bone_map
 
-    if hasattr(bone_map, "auto_map"):
-        assert get_bone_map(obj) == mapping
+    assert get_bone_map(obj) == mapping
 
 
 def use_map(obj, mapping):

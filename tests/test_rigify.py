@@ -313,8 +313,10 @@ def test_panels_draw_the_control_map_and_the_evaluated_dataset(rigify_rig, capfd
     assert dataset.meta["pose_source"].startswith("evaluated")
     summary = control_map_summary(obj, RIGIFY_MAP)
     assert "23 controls" in summary and "torso" in summary
+    bpy.context.scene.neural_ik.dataset_path = path
     drawn = draw_everything(capfd)
-    assert "NEURAL_IK_PT_rig" in drawn and "NEURAL_IK_PT_data" in drawn
+    assert " ".join(summary.split()) in drawn["NEURAL_IK_PT_rig"].text
+    assert "Read from Blender's evaluated pose (driven bones)" in drawn["NEURAL_IK_PT_data"].labels
 
 
 def test_evaluate_measures_the_deform_bones_and_leaves_the_rig(rigify_rig, tmp_path):

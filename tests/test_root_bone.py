@@ -4,7 +4,7 @@ the hips' place is the evaluated hips bone, whatever moves it, in extraction and
 import math
 
 import numpy as np
-from live_helpers import assign_action, demo_armature, evaluated_effectors, linear_model_for
+from live_helpers import assign_action, demo_armature, drive_with, evaluated_effectors, linear_model_for, runs
 
 
 def _add_moving_root(obj, action, frames):
@@ -57,10 +57,12 @@ def test_hips_under_a_moving_root_extract_and_bake(empty_scene):
     assert np.ptp(dataset.hips_position[rows, 0]) > 0.3          # the root's travel is in the hips' input
 
     train = [pose_read.read_action(rig, obj, bpy.data.actions[n]) for n in names]
-    models.loaded_models[obj.name] = ("", linear_model_for(rig.skeleton, train), None)
+    model = linear_model_for(rig.skeleton, train)
+    drive_with(obj, model)
     try:
         assert bpy.ops.neural_ik.bake(source_action=source.name, frame_start=frames[0], frame_end=frames[-1],
                                       refine_iterations=4) == {"FINISHED"}
+        assert runs(obj, model)                    # the model fitted to this rig's clips, not the shipped one
     finally:
         models.loaded_models.pop(obj.name, None)
     baked = obj.animation_data.action

@@ -50,7 +50,7 @@ def test_background_training_points_the_armature_at_the_best_checkpoint(empty_sc
     assert not state.training.running and state.training.epoch == 3
 
 
-def test_thread_training_cancels_within_a_second_and_keeps_the_best(empty_scene, dataset_file, tmp_path):
+def test_cancel_stops_the_training_thread_and_keeps_the_best(empty_scene, dataset_file, tmp_path):
     path, data = dataset_file
     obj = matching_armature(data)
     bpy.ops.neural_ik.train(filepath=path, directory=str(tmp_path), epochs=100000, batch_size=32, mode="THREAD")

@@ -1,0 +1,94 @@
+"""Foot lock: a planted foot's target stays where it landed for the whole contact.
+
+Retargeted or noisy motion slides its feet: the hips' path was scaled by the ratio of leg lengths, or the capture
+drifted. A bake from such a clip takes its effectors as targets, so the solve slides as the clip does. Here each foot
+target becomes the clip's plus an offset that changes only where it must:
+
+- `planted_feet` finds the contacts in the clip itself, per foot, with hysteresis: a foot lands when its ankle is
+  low and slow (`features.detect_contacts`' thresholds) and lifts off only when it is clearly higher or faster, so a
+  flag does not chatter on a noisy ankle; a contact shorter than `min_frames` is dropped.
+- `lock_feet` walks the frames in order. While a foot is planted its target's horizontal position and heading are
+  those it had when it landed (the clip's height and tilt are kept, so the heel still rises before a step); after
+  lift-off the offset to the clip fades to nothing over `blend_frames` (smoothstep), and a landing within the fade
+  locks wherever the foot then is. So the target never jumps: at landing the offset does not change, and afterwards
+  it changes by at most the clip's own slide spread over the fade.
+
+Targets are (F, 6, 4, 4) matrices in character space (+Z up) in the order hips, left hand, right hand, left foot,
+right foot, head (`runtime.inputs`). Pure NumPy.
+"""
+
+import numpy as np
+
+from ..data.features import CONTACT_HEIGHT, CONTACT_SPEED, foot_height_and_speed
+
+FOOT_TARGETS = (3, 4)            # left foot, right foot in the six targets
+LIFT_HEIGHT = 1.5                # lift-off: higher than this many times the landing height threshold ...
+LIFT_SPEED = 1.5                 # ... or faster than this many times the landing speed threshold
+
+
+def planted_feet(foot_positions, fps, rig_height, min_frames=3):
+    """(F, 2) bool: each foot planted, from (F, 2, 3) ankle positions of one clip (ground at its lowest ankle)."""
+    height, speed = foot_height_and_speed(np.asarray(foot_positions, np.float64), 0.0, fps)
+    lands = (height < CONTACT_HEIGHT * rig_height) & (speed < CONTACT_SPEED * rig_height)
+    stays = (height < LIFT_HEIGHT * CONTACT_HEIGHT * rig_height) & (speed < LIFT_SPEED * CONTACT_SPEED * rig_height)
+    planted = np.zeros(lands.shape, bool)
+    for foot in range(2):
+        on = False
+        for f in range(len(lands)):
+            on = lands[f, foot] or (on and stays[f, foot])
+            planted[f, foot] = on
+        for start, end in _spans(planted[:, foot]):
+            if end - start < min_frames:
+                planted[start:end, foot] = False
+    return planted
+
+
+def _spans(flags):
+    """[(start, end)] of the runs of True in a 1-D bool array (end exclusive)."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], flags, [False])).astype(np.int8)))
+    return list(zip(edges[0::2], edges[1::2]))
+
+
+def heading(rotations):
+    """(...,) the heading (radians about +Z) of rotation matrices: the direction their Y axis (a Blender bone's
+    length, heel to toe on a foot) points on the ground."""
+    forward = np.asarray(rotations)[..., :, 1]
+    return np.arctan2(forward[..., 1], forward[..., 0])
+
+
+def _turn_z(angle):
+    c, s = np.cos(angle), np.sin(angle)
+    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+
+def lock_feet(targets, planted, blend_frames=4):
+    """(F, 6, 4, 4) targets with each planted foot held where it landed (horizontal position and heading); `planted`
+    is (F, 2) bool, from `planted_feet`. The other targets are returned as given."""
+    out = np.array(targets, np.float64, copy=True)
+    planted = np.asarray(planted, bool)
+    for foot, t in enumerate(FOOT_TARGETS):
+        clip_xy = out[:, t, :2, 3].copy()
+        clip_heading = heading(out[:, t, :3, :3])
+        offset_xy, offset_turn = np.zeros(2), 0.0      # output - clip
+        locked_xy, locked_heading = None, 0.0
+        fade_from, since_lift = None, 0
+        for f in range(len(out)):
+            if planted[f, foot]:
+                if locked_xy is None:                  # landing: lock where the target is now (no jump)
+                    locked_xy = clip_xy[f] + offset_xy
+                    locked_heading = clip_heading[f] + offset_turn
+                offset_xy = locked_xy - clip_xy[f]
+                offset_turn = np.angle(np.exp(1j * (locked_heading - clip_heading[f])))
+            elif locked_xy is not None or fade_from is not None:
+                if locked_xy is not None:              # lift-off: fade the offset out from here
+                    fade_from, since_lift, locked_xy = (offset_xy.copy(), offset_turn), 0, None
+                since_lift += 1
+                x = min(since_lift / (blend_frames + 1), 1.0)
+                keep = 1.0 - x * x * (3.0 - 2.0 * x)
+                offset_xy, offset_turn = fade_from[0] * keep, fade_from[1] * keep
+                if keep == 0.0:
+                    fade_from = None
+            if offset_turn or offset_xy.any():
+                out[f, t, :2, 3] = clip_xy[f] + offset_xy
+                out[f, t, :3, :3] = _turn_z(offset_turn) @ out[f, t, :3, :3]
+    return out

@@ -102,6 +102,9 @@ class NIK_SceneSettings(bpy.types.PropertyGroup):
                                        description="Action whose effectors are re-solved (empty: the target empties)")
     bake_frame_start: IntProperty(name="Start", default=1)
     bake_frame_end: IntProperty(name="End", default=100)
+    bake_lock_feet: BoolProperty(name="Lock Feet", default=False,
+                                 description="Hold each planted foot where it landed (position and heading) for its "
+                                 "whole contact, so a sliding clip stops sliding; contacts are found in the source")
 
 
 classes = (NIK_BoneMapItem, NIK_ObjectSettings, NIK_SceneSettings)

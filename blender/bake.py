@@ -11,9 +11,10 @@ import numpy as np
 from ..neural_network.data.features import detect_contacts
 from ..neural_network.data.files import FileRefused
 from ..neural_network.geometry import kinematics
+from ..neural_network.ik import foot_lock
 from ..neural_network.runtime.solver import Solver
 from ..neural_network.runtime.status import HELD, HELD_BAD_TARGETS, describe
-from ..neural_network.skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, ROLE_INDEX, TASKS
+from ..neural_network.skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES, ROLE_INDEX, TASKS
 from . import action_layouts, control_rig, evaluated_pose, pose_read, pose_write, rig_model
 from .errors import LiveError
 from .extract import action_task
@@ -94,6 +95,18 @@ def bake_targets_from_empties(context, obj, rig, frame_start, frame_end):
     return frames, targets
 
 
+def _hips_drop(skeleton, targets, hips_rotation, hips_position, links):
+    """foot_lock.hips_drop for the locked targets: the thighs' heads from the given hips (and moving in-between
+    bones), the legs' lengths from the skeleton."""
+    thighs = [ROLE_INDEX["LeftThigh"], ROLE_INDEX["RightThigh"]]
+    n = len(targets)
+    rest = kinematics.forward(skeleton, np.broadcast_to(np.eye(3), (n, NUM_ROLES, 3, 3)), np.asarray(hips_rotation, np.float64),
+                              hips_position, *(links if links is not None else (None, None)))
+    legs = [np.linalg.norm(skeleton.offsets[ROLE_INDEX[side + "Shin"]])
+            + np.linalg.norm(skeleton.offsets[ROLE_INDEX[side + "Foot"]]) for side in ("Left", "Right")]
+    return foot_lock.hips_drop(rest.positions[:, thighs], foot_lock.foot_positions(targets), legs)
+
+
 def measured_controls(context, obj, rig):
     """The rig's ControlRig with its offsets measured (None for a rig whose mapped bones are written directly): the
     switches set to what the solver needs and the action taken off while measuring; everything put back."""
@@ -108,11 +121,13 @@ def measured_controls(context, obj, rig):
     return controls
 
 
-def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iterations=4):
+def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iterations=4, lock_feet=False):
     """Solve frames frame_start..frame_end (0: the source action's or the scene's first / last) and write them as a
     new action, assigned to the armature. Targets: the effectors of the action called `source_action` (its hips and
     unmapped in-between bones given and keyed with the source's values), else the armature's target empties
-    (in-between bones as they are now). Returns (the new action, a one-line summary)."""
+    (in-between bones as they are now). With `lock_feet` each planted foot's target is held where it landed
+    (ik.foot_lock; contacts found in the targets' own motion, and they are the network's contact inputs).
+    Returns (the new action, a one-line summary)."""
     try:
         rig = rig_of(obj)
         model, data = model_of(obj, rig)
@@ -147,6 +162,21 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
             task = TASKS.index(settings.task.lower())
             name = f"{obj.name}.nik"
         n = len(frames)
+        locked = ""
+        if lock_feet:
+            planted = foot_lock.planted_feet(foot_lock.foot_positions(targets),
+                                             scene.render.fps / scene.render.fps_base, rig.skeleton.height)
+            targets = foot_lock.lock_feet(targets, planted)
+            contacts = desired = planted.astype(np.float64)
+            if hips_rot is not None and not source.keys_hips:
+                # where a leg cannot otherwise reach its locked foot the body comes down: the hips (keyed from the
+                # solve) and with them the hands and head; the feet stay where they are
+                hips_pos = np.array(hips_pos, np.float64)
+                drop = _hips_drop(rig.skeleton, targets, hips_rot, hips_pos, links)
+                hips_pos[:, 2] -= drop
+                targets[:, list(foot_lock.BODY_TARGETS), 2, 3] -= drop[:, None]
+                locked += f", the hips lowered up to {drop.max() * 100:.1f} cm" if drop.any() else ""
+            locked = f", {planted.mean(axis=0).mean() * 100:.0f} % of the feet's frames locked"
         solver = Solver(model, data, characters=n, links=links)
         phase = (np.arange(n) / max(n, 1)) % 1.0
         result = solver.solve(targets, 0.0, desired, np.full(n, task), phase,
@@ -175,4 +205,4 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
     errors = result.errors[np.isfinite(result.errors).all(axis=1)]
     worst = float(errors.max()) * 100 if len(errors) else float("nan")
     note = f"; {held} frames held the previous pose ({describe(HELD_BAD_TARGETS)})" if held else ""
-    return action, f"baked {n} frames into {action.name!r} (worst effector miss {worst:.2f} cm){note}"
+    return action, f"baked {n} frames into {action.name!r} (worst effector miss {worst:.2f} cm{locked}){note}"

@@ -480,6 +480,8 @@ def _bake_command(parser):
     parser.add_argument("--start", type=number(int, 0), default=0, help="first frame (0: the source's or the scene's)")
     parser.add_argument("--end", type=number(int, 0), default=0, help="last frame (0: the source's or the scene's)")
     parser.add_argument("--refine", type=number(int, 0, 50), default=4, help="refinement iterations (0: network only)")
+    parser.add_argument("--lock-feet", action="store_true",
+                        help="hold each planted foot where it landed for its whole contact (no sliding)")
     parser.add_argument("--save", default="", help="save the .blend here afterwards")
 
     def run(args):
@@ -497,7 +499,7 @@ def _bake_command(parser):
         if model:
             run_operator(bpy.ops.neural_ik.load_model, filepath=model)
         run_operator(bpy.ops.neural_ik.bake, source_action=args.source_action, frame_start=args.start,
-                     frame_end=args.end, refine_iterations=args.refine)
+                     frame_end=args.end, refine_iterations=args.refine, lock_feet=args.lock_feet)
         say(f"baked {obj.animation_data.action.name!r}")
         save_blend(args.save)
     return run

@@ -83,7 +83,7 @@ def test_planted_feet_stand_still_and_the_rest_is_untouched():
     np.testing.assert_array_equal(locked[:, untouched], targets[:, untouched])
     # the skate the clip had is gone: the planted feet move less than 1 % of it
     def skate(tg):
-        step = np.linalg.norm(np.diff(tg[:, list(foot_lock.FOOT_TARGETS)][..., :2, 3], axis=0), axis=-1)
+        step = np.linalg.norm(np.diff(foot_lock.foot_positions(tg)[..., :2], axis=0), axis=-1)
         both = planted[1:] & planted[:-1]
         return step[both].mean()
     assert skate(locked) < 0.01 * skate(targets)
@@ -107,7 +107,7 @@ def test_the_target_never_jumps_and_returns_to_the_clip():
             np.testing.assert_allclose(np.diff(out[:, t, :3, 3], axis=0)[landings - 1],
                                        np.diff(targets[:, t, :3, 3], axis=0)[landings - 1], atol=1e-12)
         # 5 frames after each lift-off the target is the clip's again
-        for start, end in foot_lock._spans(planted[:, foot]):
+        for _start, end in foot_lock._spans(planted[:, foot]):
             if end + 5 < len(feet) and not planted[end:end + 5, foot].any():
                 np.testing.assert_allclose(locked[end + 4, t], targets[end + 4, t], atol=1e-12)
 

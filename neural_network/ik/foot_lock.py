@@ -13,6 +13,11 @@ target becomes the clip's plus an offset that changes only where it must:
   locks wherever the foot then is. So the target never jumps: at landing the offset does not change, and afterwards
   it changes by at most the clip's own slide spread over the fade.
 
+A locked foot can be out of its leg's reach where the clip's hips travel farther than its steps (exactly the
+retargeted clip whose feet slide). `hips_drop` then says how far the hips must come down for both legs to reach,
+smoothed over time so the body sinks into the step and rises out of it without a pop; the bake lowers the hips (and
+the root target, the hands and the head: the whole body sinks, the feet stay) by it.
+
 Targets are (F, 6, 4, 4) matrices in character space (+Z up) in the order hips, left hand, right hand, left foot,
 right foot, head (`runtime.inputs`). Pure NumPy.
 """
@@ -22,6 +27,7 @@ import numpy as np
 from ..data.features import CONTACT_HEIGHT, CONTACT_SPEED, foot_height_and_speed
 
 FOOT_TARGETS = (3, 4)            # left foot, right foot in the six targets
+BODY_TARGETS = (0, 1, 2, 5)      # the root (hips), both hands and the head: they come down with the hips
 LIFT_HEIGHT = 1.5                # lift-off: higher than this many times the landing height threshold ...
 LIFT_SPEED = 1.5                 # ... or faster than this many times the landing speed threshold
 
@@ -41,6 +47,11 @@ def planted_feet(foot_positions, fps, rig_height, min_frames=3):
             if end - start < min_frames:
                 planted[start:end, foot] = False
     return planted
+
+
+def foot_positions(targets):
+    """(F, 2, 3) the foot targets' positions of (F, 6, 4, 4) targets."""
+    return np.asarray(targets)[:, list(FOOT_TARGETS)][..., :3, 3]
 
 
 def _spans(flags):
@@ -92,3 +103,22 @@ def lock_feet(targets, planted, blend_frames=4):
                 out[f, t, :2, 3] = clip_xy[f] + offset_xy
                 out[f, t, :3, :3] = _turn_z(offset_turn) @ out[f, t, :3, :3]
     return out
+
+
+def hips_drop(thighs, feet, leg_lengths, reach=0.995, window=6):
+    """(F,) how far (along -Z) the hips must come down so each ankle target in `feet` (F, 2, 3) is within `reach` of
+    its leg's length (2,) from the thigh's head `thighs` (F, 2, 3); 0 where both already are. Smoothed: the need is
+    spread over `window` frames each side (a running maximum, then a weighted average over the same window), so the
+    drop is at least the need in every frame and changes gently."""
+    v = np.asarray(thighs, np.float64) - np.asarray(feet, np.float64)
+    longest = reach * np.asarray(leg_lengths, np.float64)
+    horizontal = np.minimum(np.sum(v[..., :2] ** 2, axis=-1), longest ** 2)
+    need = np.max(np.maximum(v[..., 2] - np.sqrt(longest ** 2 - horizontal), 0.0), axis=1)
+    if not need.any():
+        return need
+    w = int(window)
+    envelope = np.max(np.lib.stride_tricks.sliding_window_view(np.pad(need, w, mode="edge"), 2 * w + 1), axis=1)
+    x = (np.arange(2 * w + 1) + 1) / (2 * w + 2)
+    kernel = x * x * (3 - 2 * x) * (1 - x)               # a smooth bump
+    # every envelope value the kernel averages at frame i is a maximum over a window holding frame i: never below it
+    return np.convolve(np.pad(envelope, w, mode="edge"), kernel / kernel.sum(), mode="valid")

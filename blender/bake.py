@@ -11,14 +11,15 @@ import numpy as np
 from ..neural_network.data.features import detect_contacts
 from ..neural_network.data.files import FileRefused
 from ..neural_network.geometry import kinematics
-from ..neural_network.ik import foot_lock
+from ..neural_network.ik import foot_lock, layering, terrain
 from ..neural_network.runtime.solver import Solver
 from ..neural_network.runtime.status import HELD, HELD_BAD_TARGETS, describe
 from ..neural_network.skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES, ROLE_INDEX, TASKS
 from . import action_layouts, control_rig, evaluated_pose, pose_read, pose_write, rig_model
 from .errors import LiveError
 from .extract import action_task
-from .live import LiveCharacter, missing_targets
+from .ground import Ground
+from .live import LAYER_SLOTS, LiveCharacter, missing_targets, targets_of
 from .models import model_of, rig_of
 
 
@@ -95,6 +96,95 @@ def bake_targets_from_empties(context, obj, rig, frame_start, frame_end):
     return frames, targets
 
 
+def _layered(context, obj, rig, frames, targets):
+    """A source action's targets with the empties blended in where the armature's layer influences (keyable, so
+    sampled at every frame) say; returned as given when no empty has any influence."""
+    settings = obj.neural_ik
+    layers = [getattr(settings, slot) for slot in LAYER_SLOTS]
+    empties = targets_of(obj)
+    present = np.array([e is not None for e in empties])
+    still = [layer.position == 0 and layer.rotation == 0 for layer, here in zip(layers, present) if here]
+    if not present.any() or (all(still) and not _layers_animated(obj)):
+        return targets
+    scene = context.scene
+    sampled = np.broadcast_to(np.eye(4), targets.shape).copy()
+    position, rotation = np.zeros(targets.shape[:2]), np.zeros(targets.shape[:2])
+    current = scene.frame_current
+    try:
+        for i, f in enumerate(frames):
+            scene.frame_set(int(f))
+            to_character = rig_model.world_to_character(obj, rig)
+            for k, (empty, layer) in enumerate(zip(empties, layers)):
+                if empty is not None:
+                    sampled[i, k] = to_character @ np.array(empty.matrix_world, np.float64)
+                    position[i, k], rotation[i, k] = layer.position, layer.rotation
+    finally:
+        scene.frame_set(current)
+    if not (position.any() or rotation.any()):
+        return targets
+    return layering.blend_targets(targets, sampled, position, rotation, present)
+
+
+def _layers_animated(obj):
+    """Whether a driver or a key of the armature's action animates its layer influences."""
+    ad = obj.animation_data
+    if ad is None:
+        return False
+    curves = list(ad.drivers) + (list(action_layouts.all_action_fcurves(ad.action)) if ad.action is not None else [])
+    return any(fc.data_path.startswith("neural_ik.layer_") for fc in curves)
+
+
+def edit_targets(targets, hips_rotation, hips_position, links, rig, lock_feet, ground, world_to_character, fps, frames):
+    """The edits of a clip's targets before the solve: Lock Feet (ik.foot_lock), the ground under each foot
+    (ik.terrain, rays through `ground`), and the body brought down where a leg cannot reach its foot
+    (foot_lock.hips_drop). Returns (targets, hips position (None where the root target places the hips), the
+    planted feet (F, 2) or None where neither edit runs, a note for the summary)."""
+    if not lock_feet and ground is None:
+        return targets, hips_position, None, ""
+    planted = foot_lock.planted_feet(foot_lock.foot_positions(targets), fps, rig.skeleton.height)
+    notes = [f"{planted.mean() * 100:.0f} % of the feet's frames planted"]
+    if lock_feet:
+        targets = foot_lock.lock_feet(targets, planted)
+    lift = np.zeros(len(targets))
+    if ground is not None:
+        heights, normals = _ground_under_feet(ground, targets, world_to_character, rig.skeleton.height, frames)
+        targets, lift = terrain.fit_to_ground(targets, planted, heights, normals)
+        notes.append(f"on {', '.join(sorted(ground.names))}")
+    if hips_position is not None:
+        hips_position = np.array(hips_position, np.float64)
+        hips_position[:, 2] += lift
+    hips_rotation = targets[:, 0, :3, :3] if hips_rotation is None else hips_rotation
+    hips = targets[:, 0, :3, 3] if hips_position is None else hips_position
+    drop = _hips_drop(rig.skeleton, targets, hips_rotation, hips, links)
+    if drop.any():       # the body comes down where a leg cannot otherwise reach its foot; the feet stay
+        targets[:, list(foot_lock.BODY_TARGETS[1:]), 2, 3] -= drop[:, None]
+        targets[:, 0, 2, 3] -= drop
+        if hips_position is not None:
+            hips_position[:, 2] -= drop
+        notes.append(f"the body lowered up to {drop.max() * 100:.1f} cm")
+    return targets, hips_position, planted, "; " + ", ".join(notes)
+
+
+def _ground_under_feet(ground, targets, world_to_character, rig_height, frames):
+    """(heights (F, 2), normals (F, 2, 3)) of the ground under each foot target, in character space; raises
+    LiveError where no ground lies under a foot."""
+    to_world = np.linalg.inv(world_to_character)
+    feet = foot_lock.foot_positions(targets).reshape(-1, 3)
+    world = feet @ to_world[:3, :3].T + to_world[:3, 3]
+    scale = np.linalg.norm(to_world[:3, 2])          # character metres -> world units
+    heights, normals = ground.cast(world, rig_height * scale, 2.0 * rig_height * scale)
+    missing = np.flatnonzero(~np.isfinite(heights))
+    if len(missing):
+        i = int(missing[0])
+        raise LiveError(f"no ground under the {('left', 'right')[i % 2]} foot at frame {int(frames[i // 2])}: "
+                        f"{', '.join(sorted(ground.names))} is not within {2 * rig_height:.1f} m below it")
+    hits = np.concatenate([world[:, :2], heights[:, None]], axis=1)
+    heights = (hits @ world_to_character[:3, :3].T + world_to_character[:3, 3])[:, 2]
+    normals = normals @ world_to_character[:3, :3].T
+    normals /= np.linalg.norm(normals, axis=-1, keepdims=True)
+    return heights.reshape(-1, 2), normals.reshape(-1, 2, 3)
+
+
 def _hips_drop(skeleton, targets, hips_rotation, hips_position, links):
     """foot_lock.hips_drop for the locked targets: the thighs' heads from the given hips (and moving in-between
     bones), the legs' lengths from the skeleton."""
@@ -162,21 +252,14 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
             task = TASKS.index(settings.task.lower())
             name = f"{obj.name}.nik"
         n = len(frames)
-        locked = ""
-        if lock_feet:
-            planted = foot_lock.planted_feet(foot_lock.foot_positions(targets),
-                                             scene.render.fps / scene.render.fps_base, rig.skeleton.height)
-            targets = foot_lock.lock_feet(targets, planted)
+        if source_action:
+            targets = _layered(context, obj, rig, frames, targets)
+        ground = Ground.of(settings, context.evaluated_depsgraph_get())
+        targets, hips_pos, planted, note = edit_targets(targets, hips_rot, hips_pos, links, rig, lock_feet, ground,
+                                                         rig_model.world_to_character(obj, rig),
+                                                         scene.render.fps / scene.render.fps_base, frames)
+        if planted is not None:
             contacts = desired = planted.astype(np.float64)
-            if hips_rot is not None and not source.keys_hips:
-                # where a leg cannot otherwise reach its locked foot the body comes down: the hips (keyed from the
-                # solve) and with them the hands and head; the feet stay where they are
-                hips_pos = np.array(hips_pos, np.float64)
-                drop = _hips_drop(rig.skeleton, targets, hips_rot, hips_pos, links)
-                hips_pos[:, 2] -= drop
-                targets[:, list(foot_lock.BODY_TARGETS), 2, 3] -= drop[:, None]
-                locked += f", the hips lowered up to {drop.max() * 100:.1f} cm" if drop.any() else ""
-            locked = f", {planted.mean(axis=0).mean() * 100:.0f} % of the feet's frames locked"
         solver = Solver(model, data, characters=n, links=links)
         phase = (np.arange(n) / max(n, 1)) % 1.0
         result = solver.solve(targets, 0.0, desired, np.full(n, task), phase,
@@ -204,5 +287,5 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
         ad.action_slot = action.slots[0]
     errors = result.errors[np.isfinite(result.errors).all(axis=1)]
     worst = float(errors.max()) * 100 if len(errors) else float("nan")
-    note = f"; {held} frames held the previous pose ({describe(HELD_BAD_TARGETS)})" if held else ""
-    return action, f"baked {n} frames into {action.name!r} (worst effector miss {worst:.2f} cm{locked}){note}"
+    held_note = f"; {held} frames held the previous pose ({describe(HELD_BAD_TARGETS)})" if held else ""
+    return action, f"baked {n} frames into {action.name!r} (worst effector miss {worst:.2f} cm{note}){held_note}"

@@ -1,0 +1,97 @@
+"""Terrain: a clip made on flat ground, fitted to the ground under each foot.
+
+The clip's motion was captured on flat ground at height 0 (the armature origin's level). Given, per frame and foot,
+the height and normal of the ground under the foot's target (Blender casts the rays), `fit_to_ground` moves:
+
+- each foot target up or down by the ground's height under it, so a planted sole rests on the surface at the foot's
+  own height above the ground in the clip; during a contact the height is the one under the foot, between contacts
+  it goes from the lift-off's height to the next landing's with a smoothstep over the swing, so a step's edge passing
+  under a swinging foot does not make it pop;
+- each planted foot turned about its ankle toward the surface normal (the tilt fades in and out over `blend_frames`
+  around the contact); the ankle's joint limits are the refinement's to keep;
+- the body (root target, hands, head) by the lower of the two feet's ground heights, smoothed over time, so the
+  character walks up a slope or a stair instead of crouching into it. Where a leg still cannot reach its lower foot,
+  `foot_lock.hips_drop` brings the hips down further.
+
+The network's ground inputs stay as training saw them (normal +Z, height 0 under the clip's feet): every dataset has
+flat ground, so a tilted normal would be out of distribution; the slope is applied here, to the targets, instead.
+Pure NumPy.
+"""
+
+import numpy as np
+
+from ..geometry.rotations import axis_angle_to_matrix
+from .foot_lock import BODY_TARGETS, FOOT_TARGETS, _spans
+
+UP = np.array([0.0, 0.0, 1.0])
+
+
+def foot_ground(planted, hit_height):
+    """(F, 2) the ground height each foot target stands over: the hit under it while planted, and between two
+    contacts a smoothstep from the lift-off's height to the next landing's (before the first contact and after the
+    last: the nearest contact's; a foot never planted: the hit under it, smoothed by the same rule over the clip)."""
+    planted = np.asarray(planted, bool)
+    hit_height = np.asarray(hit_height, np.float64)
+    out = hit_height.copy()
+    for foot in range(2):
+        spans = _spans(planted[:, foot])
+        if not spans:
+            continue
+        h = hit_height[:, foot]
+        out[:spans[0][0], foot] = h[spans[0][0]]
+        out[spans[-1][1]:, foot] = h[spans[-1][1] - 1]
+        for (_s0, e0), (s1, _e1) in zip(spans[:-1], spans[1:]):
+            x = (np.arange(e0, s1) - e0 + 1) / (s1 - e0 + 1)
+            out[e0:s1, foot] = h[e0 - 1] + (h[s1] - h[e0 - 1]) * x * x * (3 - 2 * x)
+    return out
+
+
+def smooth(values, window):
+    """A moving average over `window` frames each side with a smooth (triangular) weight, edges held."""
+    w = int(window)
+    if w <= 0 or len(values) < 2:
+        return np.asarray(values, np.float64).copy()
+    kernel = np.concatenate([np.arange(1, w + 2), np.arange(w, 0, -1)]).astype(np.float64)
+    return np.convolve(np.pad(values, w, mode="edge"), kernel / kernel.sum(), mode="valid")
+
+
+def contact_weight(planted, blend_frames):
+    """(F, 2) 1 inside contacts, fading to 0 over `blend_frames` before each landing and after each lift-off."""
+    planted = np.asarray(planted, bool)
+    out = planted.astype(np.float64)
+    n = len(planted)
+    for foot in range(2):
+        for start, end in _spans(planted[:, foot]):
+            for i in range(1, blend_frames + 1):
+                x = 1.0 - i / (blend_frames + 1)
+                w = x * x * (3 - 2 * x)
+                if start - i >= 0:
+                    out[start - i, foot] = max(out[start - i, foot], w)
+                if end - 1 + i < n:
+                    out[end - 1 + i, foot] = max(out[end - 1 + i, foot], w)
+    return out
+
+
+def tilt_toward(normals, weight):
+    """(..., 3, 3) rotations turning +Z toward `normals` (..., 3) by the share `weight` (...,) of the angle."""
+    n = np.asarray(normals, np.float64)
+    n = n / np.linalg.norm(n, axis=-1, keepdims=True)
+    axis = np.cross(UP, n)
+    sin = np.linalg.norm(axis, axis=-1, keepdims=True)
+    angle = np.arctan2(sin[..., 0], n[..., 2])
+    axis = np.where(sin > 1e-12, axis / np.maximum(sin, 1e-12), 0.0)
+    return axis_angle_to_matrix(axis * (angle * np.asarray(weight, np.float64))[..., None])
+
+
+def fit_to_ground(targets, planted, hit_height, hit_normal, blend_frames=4, body_window=8):
+    """(targets on the ground (F, 6, 4, 4), body lift (F,)): see the module's docstring. hit_height (F, 2) and
+    hit_normal (F, 2, 3) are the ground under each foot target, in character space."""
+    out = np.array(targets, np.float64, copy=True)
+    ground = foot_ground(planted, hit_height)
+    weight = contact_weight(planted, blend_frames)
+    for foot, t in enumerate(FOOT_TARGETS):
+        out[:, t, 2, 3] += ground[:, foot]
+        out[:, t, :3, :3] = tilt_toward(hit_normal[:, foot], weight[:, foot]) @ out[:, t, :3, :3]
+    lift = smooth(ground.min(axis=1), body_window)
+    out[:, list(BODY_TARGETS), 2, 3] += lift[:, None]
+    return out, lift

@@ -147,8 +147,9 @@ def edit_targets(targets, hips_rotation, hips_position, links, rig, lock_feet, g
         targets = foot_lock.lock_feet(targets, planted)
     lift = np.zeros(len(targets))
     if ground is not None:
-        heights, normals = _ground_under_feet(ground, targets, world_to_character, rig.skeleton.height, frames)
-        targets, lift = terrain.fit_to_ground(targets, planted, heights, normals)
+        heights, normals = _ground_under_feet(ground, targets, rig.skeleton, world_to_character, frames)
+        fitted, lift = terrain.fit_to_ground(targets, planted, heights, normals)
+        targets = _lift_sunk_balls(ground, fitted, targets, rig.skeleton, world_to_character, frames)
         notes.append(f"on {', '.join(sorted(ground.names))}")
     if hips_position is not None:
         hips_position = np.array(hips_position, np.float64)
@@ -165,24 +166,53 @@ def edit_targets(targets, hips_rotation, hips_position, links, rig, lock_feet, g
     return targets, hips_position, planted, "; " + ", ".join(notes)
 
 
-def _ground_under_feet(ground, targets, world_to_character, rig_height, frames):
-    """(heights (F, 2), normals (F, 2, 3)) of the ground under each foot target, in character space; raises
-    LiveError where no ground lies under a foot."""
+def _ground_under_feet(ground, targets, skeleton, world_to_character, frames):
+    """(heights (F, 2), sole normals (F, 2, 3)) of the ground under each foot target, in character space: rays down
+    at the ankle and at the ball of the foot (terrain.support; the ankle's ground alone on a rig without toes);
+    raises LiveError where no ground lies under a foot."""
+    ankles, ankle_normals = _cast(ground, foot_lock.foot_positions(targets), skeleton, world_to_character, frames)
+    toes = _toe_offsets(skeleton)
+    if toes is None:
+        return ankles[..., 2], ankle_normals
+    balls, ball_normals = _cast(ground, terrain.balls(targets, toes), skeleton, world_to_character, frames)
+    return terrain.support(ankles, balls, ankle_normals, ball_normals)
+
+
+def _toe_offsets(skeleton):
+    """(2, 3) where each toe bone's head sits in its foot's frame; None on a rig without toe bones."""
+    toes = [ROLE_INDEX["LeftToeBase"], ROLE_INDEX["RightToeBase"]]
+    return skeleton.offsets[toes] if skeleton.role_mask[toes].all() else None
+
+
+def _cast(ground, points, skeleton, world_to_character, frames):
+    """(hits (F, 2, 3), unit normals (F, 2, 3)) in character space of the ground under character-space points
+    (F, 2, 3) (a foot each); raises LiveError where none lies under a point."""
     to_world = np.linalg.inv(world_to_character)
-    feet = foot_lock.foot_positions(targets).reshape(-1, 3)
-    world = feet @ to_world[:3, :3].T + to_world[:3, 3]
     scale = np.linalg.norm(to_world[:3, 2])          # character metres -> world units
-    heights, normals = ground.cast(world, rig_height * scale, 2.0 * rig_height * scale)
-    missing = np.flatnonzero(~np.isfinite(heights))
+    world = points.reshape(-1, 3) @ to_world[:3, :3].T + to_world[:3, 3]
+    h, n = ground.cast(world, 2.0 * skeleton.height * scale)
+    missing = np.flatnonzero(~np.isfinite(h))
     if len(missing):
         i = int(missing[0])
         raise LiveError(f"no ground under the {('left', 'right')[i % 2]} foot at frame {int(frames[i // 2])}: "
-                        f"{', '.join(sorted(ground.names))} is not within {2 * rig_height:.1f} m below it")
-    hits = np.concatenate([world[:, :2], heights[:, None]], axis=1)
-    heights = (hits @ world_to_character[:3, :3].T + world_to_character[:3, 3])[:, 2]
-    normals = normals @ world_to_character[:3, :3].T
-    normals /= np.linalg.norm(normals, axis=-1, keepdims=True)
-    return heights.reshape(-1, 2), normals.reshape(-1, 2, 3)
+                        f"{', '.join(sorted(ground.names))} is not within {2 * skeleton.height:.1f} m below it")
+    hits = np.concatenate([world[:, :2], h[:, None]], axis=1) @ world_to_character[:3, :3].T + world_to_character[:3, 3]
+    n = n @ world_to_character[:3, :3].T
+    return hits.reshape(points.shape), (n / np.linalg.norm(n, axis=-1, keepdims=True)).reshape(points.shape)
+
+
+def _lift_sunk_balls(ground, fitted, clip, skeleton, world_to_character, frames):
+    """Raise each fitted foot target where the ball of its foot would sink below the ground it stands over (by less
+    than the clip's own ball height above its flat ground): the sole plane is fitted at the clip's ball, and the
+    tilt moves the ball a little; a second ray under the moved ball catches what that leaves."""
+    toes = _toe_offsets(skeleton)
+    if toes is None:
+        return fitted
+    moved = terrain.balls(fitted, toes)
+    hits, _normals = _cast(ground, moved, skeleton, world_to_character, frames)
+    sink = hits[..., 2] + terrain.balls(clip, toes)[..., 2] - moved[..., 2]
+    fitted[:, list(foot_lock.FOOT_TARGETS), 2, 3] += np.maximum(sink, 0.0)
+    return fitted
 
 
 def _hips_drop(skeleton, targets, hips_rotation, hips_position, links):

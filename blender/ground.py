@@ -2,8 +2,9 @@
 
 An armature's settings name a Ground object (a mesh) and / or a Ground Collection (its meshes). `Ground` builds one
 `mathutils.bvhtree.BVHTree` per mesh from its evaluated geometry (modifiers, shape keys) once, in the mesh's own
-space; `cast` turns world points into each mesh's space, casts straight down from `above` over the point, and keeps
-the highest hit within `below` under it. `stale(depsgraph)` says whether an update touched a ground mesh (its
+space; `cast` turns world points into each mesh's space, casts straight down from above the ground's highest point,
+and keeps the highest hit that is not more than `below` under the point (a clip made on flat ground may stand far
+below or above the terrain it is fitted to). `stale(depsgraph)` says whether an update touched a ground mesh (its
 geometry or its transform), so a live session rebuilds only then. Heights and normals come back in world space, NaN
 where no mesh lies under a point.
 """
@@ -43,9 +44,16 @@ class Ground:
         self.names = {o.name for o in objects}
         self.meshes = {o.data.name for o in objects}
         self.trees, self.to_local, self.normal_to_world = [], [], []
+        self.top = -np.inf
         for obj in objects:
             evaluated = obj.evaluated_get(depsgraph)
             world = evaluated.matrix_world.copy()
+            mesh = evaluated.data
+            co = np.empty(3 * len(mesh.vertices))
+            mesh.vertices.foreach_get("co", co)
+            if len(co):
+                w = np.array(world, np.float64)
+                self.top = max(self.top, float((co.reshape(-1, 3) @ w[2, :3] + w[2, 3]).max()))
             self.trees.append(BVHTree.FromObject(evaluated, depsgraph))
             self.to_local.append(world.inverted_safe())
             self.normal_to_world.append(world.to_3x3().inverted_safe().transposed())
@@ -67,19 +75,20 @@ class Ground:
                 return True
         return False
 
-    def cast(self, points, above, below):
-        """(heights (N,), normals (N, 3)) in world space of the highest ground within `above` over and `below` under
-        each world point (N, 3); NaN where there is none."""
+    def cast(self, points, below):
+        """(heights (N,), normals (N, 3)) in world space of the highest ground over each world point (N, 3), or
+        under it by at most `below`; NaN where there is none."""
         points = np.asarray(points, np.float64)
         heights = np.full(len(points), np.nan)
         normals = np.full((len(points), 3), np.nan)
         for tree, to_local, to_world_normal in zip(self.trees, self.to_local, self.normal_to_world):
             for i, p in enumerate(points):
-                start_world = Vector((p[0], p[1], p[2] + above))
-                start = to_local @ start_world
+                height = self.top + 0.01
+                start = to_local @ Vector((p[0], p[1], height))
                 direction = (to_local.to_3x3() @ DOWN)
                 scale = direction.length
-                hit, normal, _index, _distance = tree.ray_cast(start, direction / scale, (above + below) * scale)
+                reach = max(height - (p[2] - below), 0.0)
+                hit, normal, _index, _distance = tree.ray_cast(start, direction / scale, reach * scale)
                 if hit is None:
                     continue
                 z = (to_local.inverted_safe() @ hit).z

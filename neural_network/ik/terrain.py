@@ -9,9 +9,9 @@ the height and normal of the ground under the foot's target (Blender casts the r
   under a swinging foot does not make it pop;
 - each planted foot turned about its ankle toward the surface normal (the tilt fades in and out over `blend_frames`
   around the contact); the ankle's joint limits are the refinement's to keep;
-- the body (root target, hands, head) by the lower of the two feet's ground heights, smoothed over time, so the
-  character walks up a slope or a stair instead of crouching into it. Where a leg still cannot reach its lower foot,
-  `foot_lock.hips_drop` brings the hips down further.
+- the body (root target, hands, head) by the higher of the two feet's ground heights, smoothed over time, so the
+  character walks up a slope or a stair instead of crouching into it; where a leg then cannot reach its lower foot,
+  `foot_lock.hips_drop` brings the body down just enough (so the upper leg bends no more than it must).
 
 The network's ground inputs stay as training saw them (normal +Z, height 0 under the clip's feet): every dataset has
 flat ground, so a tilted normal would be out of distribution; the slope is applied here, to the targets, instead.
@@ -83,6 +83,37 @@ def tilt_toward(normals, weight):
     return axis_angle_to_matrix(axis * (angle * np.asarray(weight, np.float64))[..., None])
 
 
+def balls(targets, toe_offsets):
+    """(F, 2, 3) where each foot target puts the ball of its foot (the toe bone's head): ankle + R_foot @ offset, the
+    offsets (2, 3) in the foot's frame (Skeleton.offsets of the toe roles)."""
+    feet = np.asarray(targets)[:, list(FOOT_TARGETS)]
+    return feet[..., :3, 3] + np.einsum("fkij,kj->fki", feet[..., :3, :3], np.asarray(toe_offsets, np.float64))
+
+
+def support(ankle_hits, ball_hits, ankle_normals, ball_normals, edge=0.02):
+    """(heights (F, 2), normals (F, 2, 3)): the ground a sole rests on, from the ground under its ankle and under the
+    ball of its foot (points (F, 2, 3), unit normals (F, 2, 3)).
+
+    On a smooth surface (the two heights differ as the normals' slope says, within `edge` m) the sole lies on the
+    plane through both points, its roll from the normal under the ankle (on a bump that plane seats the sole better
+    than either point's normal); the height is the ground's under the ankle. Across an edge (a step's nose, a kerb)
+    the foot stands on the higher of the two, flat on that surface, with the rest of the sole over the drop."""
+    a, b = np.asarray(ankle_hits, np.float64), np.asarray(ball_hits, np.float64)
+    na, nb = np.asarray(ankle_normals, np.float64), np.asarray(ball_normals, np.float64)
+    d = b - a
+    mean = na + nb
+    predicted = -np.sum(mean[..., :2] * d[..., :2], axis=-1) / np.maximum(mean[..., 2], 1e-6)
+    smooth = np.abs(d[..., 2] - predicted) <= edge
+    lateral = np.cross(na, d)
+    plane = np.cross(d, lateral)
+    length = np.linalg.norm(plane, axis=-1, keepdims=True)
+    plane = np.where(length > 1e-9, plane / np.maximum(length, 1e-12), na)
+    ball_higher = b[..., 2] > a[..., 2]
+    heights = np.where(smooth | ~ball_higher, a[..., 2], b[..., 2])
+    normals = np.where(smooth[..., None], plane, np.where(ball_higher[..., None], nb, na))
+    return heights, normals
+
+
 def fit_to_ground(targets, planted, hit_height, hit_normal, blend_frames=4, body_window=8):
     """(targets on the ground (F, 6, 4, 4), body lift (F,)): see the module's docstring. hit_height (F, 2) and
     hit_normal (F, 2, 3) are the ground under each foot target, in character space."""
@@ -92,6 +123,6 @@ def fit_to_ground(targets, planted, hit_height, hit_normal, blend_frames=4, body
     for foot, t in enumerate(FOOT_TARGETS):
         out[:, t, 2, 3] += ground[:, foot]
         out[:, t, :3, :3] = tilt_toward(hit_normal[:, foot], weight[:, foot]) @ out[:, t, :3, :3]
-    lift = smooth(ground.min(axis=1), body_window)
+    lift = smooth(ground.max(axis=1), body_window)
     out[:, list(BODY_TARGETS), 2, 3] += lift[:, None]
     return out, lift

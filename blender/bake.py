@@ -11,6 +11,7 @@ import numpy as np
 from ..neural_network.data.features import detect_contacts
 from ..neural_network.data.files import FileRefused
 from ..neural_network.geometry import kinematics
+from ..neural_network.geometry.quaternion_math import matrices_to_quaternions
 from ..neural_network.ik import foot_lock, layering, terrain
 from ..neural_network.runtime.solver import Solver
 from ..neural_network.runtime.status import HELD, HELD_BAD_TARGETS, describe
@@ -125,6 +126,18 @@ def _layered(context, obj, rig, frames, targets):
     return layering.blend_targets(targets, sampled, position, rotation, present)
 
 
+def _feet_within_limits(refiner, result):
+    """Turn back each foot that the ground's tilt took past its ankle's joint limits (the model's), in place: the
+    sole follows the surface only as far as the ankle allows. A foot is the end of its chain, so its turn moves no
+    other effector."""
+    feet = list(FOOT_ROLES)
+    local = result.local[:, feet]
+    clamped = refiner.clamp_to_limits(local, np.array(feet))
+    if clamped is not local:
+        result.quaternions[:, feet] = matrices_to_quaternions(clamped)
+        result._local = None
+
+
 def _layers_animated(obj):
     """Whether a driver or a key of the armature's action animates its layer influences."""
     ad = obj.animation_data
@@ -137,19 +150,21 @@ def _layers_animated(obj):
 def edit_targets(targets, hips_rotation, hips_position, links, rig, lock_feet, ground, world_to_character, fps, frames):
     """The edits of a clip's targets before the solve: Lock Feet (ik.foot_lock), the ground under each foot
     (ik.terrain, rays through `ground`), and the body brought down where a leg cannot reach its foot
-    (foot_lock.hips_drop). Returns (targets, hips position (None where the root target places the hips), the
-    planted feet (F, 2) or None where neither edit runs, a note for the summary)."""
+    (foot_lock.hips_drop). Returns (the edited targets, or None where neither edit runs; the hips position (None
+    where the root target places the hips); the planted feet (F, 2) or None; a note for the summary). The targets
+    given are not changed."""
     if not lock_feet and ground is None:
-        return targets, hips_position, None, ""
+        return None, hips_position, None, ""
     planted = foot_lock.planted_feet(foot_lock.foot_positions(targets), fps, rig.skeleton.height)
     notes = [f"{planted.mean() * 100:.0f} % of the feet's frames planted"]
     if lock_feet:
         targets = foot_lock.lock_feet(targets, planted)
     lift = np.zeros(len(targets))
     if ground is not None:
-        heights, normals = _ground_under_feet(ground, targets, rig.skeleton, world_to_character, frames)
+        heights, normals = _ground_under_feet(ground, targets, planted, rig.skeleton, world_to_character, frames)
         fitted, lift = terrain.fit_to_ground(targets, planted, heights, normals)
-        targets = _lift_sunk_balls(ground, fitted, targets, rig.skeleton, world_to_character, frames)
+        _lift_sunk_balls(ground, fitted, targets, planted, rig.skeleton, world_to_character, frames)
+        targets = fitted
         notes.append(f"on {', '.join(sorted(ground.names))}")
     if hips_position is not None:
         hips_position = np.array(hips_position, np.float64)
@@ -166,16 +181,18 @@ def edit_targets(targets, hips_rotation, hips_position, links, rig, lock_feet, g
     return targets, hips_position, planted, "; " + ", ".join(notes)
 
 
-def _ground_under_feet(ground, targets, skeleton, world_to_character, frames):
+def _ground_under_feet(ground, targets, planted, skeleton, world_to_character, frames):
     """(heights (F, 2), sole normals (F, 2, 3)) of the ground under each foot target, in character space: rays down
-    at the ankle and at the ball of the foot (terrain.support; the ankle's ground alone on a rig without toes);
+    at the ankle and at the ball of the foot (terrain.support, terrain.hold_across_edges; the ankle's ground alone on
+    a rig without toes);
     raises LiveError where no ground lies under a foot."""
     ankles, ankle_normals = _cast(ground, foot_lock.foot_positions(targets), skeleton, world_to_character, frames)
     toes = _toe_offsets(skeleton)
     if toes is None:
         return ankles[..., 2], ankle_normals
     balls, ball_normals = _cast(ground, terrain.balls(targets, toes), skeleton, world_to_character, frames)
-    return terrain.support(ankles, balls, ankle_normals, ball_normals)
+    heights, normals, edges = terrain.support(ankles, balls, ankle_normals, ball_normals)
+    return terrain.hold_across_edges(planted, heights, normals, edges)
 
 
 def _toe_offsets(skeleton):
@@ -201,18 +218,42 @@ def _cast(ground, points, skeleton, world_to_character, frames):
     return hits.reshape(points.shape), (n / np.linalg.norm(n, axis=-1, keepdims=True)).reshape(points.shape)
 
 
-def _lift_sunk_balls(ground, fitted, clip, skeleton, world_to_character, frames):
-    """Raise each fitted foot target where the ball of its foot would sink below the ground it stands over (by less
-    than the clip's own ball height above its flat ground): the sole plane is fitted at the clip's ball, and the
-    tilt moves the ball a little; a second ray under the moved ball catches what that leaves."""
+def _lift_sunk_balls(ground, fitted, clip, planted, skeleton, world_to_character, frames, balls=None):
+    """Raise each fitted foot target (in place) where, planted, the ball of its foot would sink below the ground it
+    stands over (by less than the clip's own ball height above its flat ground); returns the largest sink (m). The
+    balls are where `fitted` puts them (the sole plane is fitted at the clip's ball and the tilt moves it a little)
+    or, given, where a solve put them (its ankle turned back inside the joint limits). The raise is smoothed over a
+    few frames (foot_lock.cover), so a foot never jumps; in the swing the toes may pass close to a step's nose, as
+    the clip's did over its flat floor."""
     toes = _toe_offsets(skeleton)
     if toes is None:
-        return fitted
-    moved = terrain.balls(fitted, toes)
-    hits, _normals = _cast(ground, moved, skeleton, world_to_character, frames)
-    sink = hits[..., 2] + terrain.balls(clip, toes)[..., 2] - moved[..., 2]
-    fitted[:, list(foot_lock.FOOT_TARGETS), 2, 3] += np.maximum(sink, 0.0)
-    return fitted
+        return 0.0
+    balls = terrain.balls(fitted, toes) if balls is None else balls
+    hits, _normals = _cast(ground, balls, skeleton, world_to_character, frames)
+    sink = np.where(planted, np.maximum(hits[..., 2] + terrain.balls(clip, toes)[..., 2] - balls[..., 2], 0.0), 0.0)
+    for foot, t in enumerate(foot_lock.FOOT_TARGETS):
+        fitted[:, t, 2, 3] += foot_lock.cover(sink[:, foot], 0)
+    return float(sink.max())
+
+
+def _solve_edited(solver, network, edited, iterations, clip, planted, ground, rig, links, world_to_character, frames):
+    """The network's pose of the clip refined toward the edited targets. On the ground, a foot that the surface's
+    tilt took past its ankle's limits is turned back; where its ball then sinks, the foot is raised and the pose
+    refined again (twice at most)."""
+    result = solver.refine_toward(network, edited, iterations)
+    if ground is None:
+        return result
+    toes = [ROLE_INDEX["LeftToeBase"], ROLE_INDEX["RightToeBase"]]
+    _feet_within_limits(solver.refiner, result)
+    for _ in range(2):
+        pose = kinematics.forward(rig.skeleton, result.local, result.hips_rotation, result.hips_position,
+                                  *(links if links is not None else (None, None)))
+        if _lift_sunk_balls(ground, edited, clip, planted, rig.skeleton, world_to_character, frames,
+                            balls=pose.positions[:, toes]) < 1e-3:
+            break
+        result = solver.refine_toward(network, edited, iterations)
+        _feet_within_limits(solver.refiner, result)
+    return result
 
 
 def _hips_drop(skeleton, targets, hips_rotation, hips_position, links):
@@ -285,15 +326,20 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
         if source_action:
             targets = _layered(context, obj, rig, frames, targets)
         ground = Ground.of(settings, context.evaluated_depsgraph_get())
-        targets, hips_pos, planted, note = edit_targets(targets, hips_rot, hips_pos, links, rig, lock_feet, ground,
-                                                         rig_model.world_to_character(obj, rig),
-                                                         scene.render.fps / scene.render.fps_base, frames)
+        edited, hips_pos, planted, note = edit_targets(targets, hips_rot, hips_pos, links, rig, lock_feet, ground,
+                                                        rig_model.world_to_character(obj, rig),
+                                                        scene.render.fps / scene.render.fps_base, frames)
         if planted is not None:
             contacts = desired = planted.astype(np.float64)
         solver = Solver(model, data, characters=n, links=links)
         phase = (np.arange(n) / max(n, 1)) % 1.0
-        result = solver.solve(targets, 0.0, desired, np.full(n, task), phase,
-                              refine_iterations=refine_iterations, dt=1.0 / 30, contact=contacts)
+        if edited is None:
+            result = solver.solve(targets, 0.0, desired, np.full(n, task), phase,
+                                  refine_iterations=refine_iterations, dt=1.0 / 30, contact=contacts)
+        else:      # the network sees the clip as training did (flat ground); the refinement reaches the edit
+            network = solver.solve(targets, 0.0, desired, np.full(n, task), phase, dt=1.0 / 30, contact=contacts)
+            result = _solve_edited(solver, network, edited, max(refine_iterations, 1), targets, planted, ground, rig,
+                                   links, rig_model.world_to_character(obj, rig), frames)
         if hips_rot is None:
             hips_rot, hips_pos = result.hips_rotation, result.hips_position
     except (FileRefused, rig_model.RigError, control_rig.ControlRigError) as exc:

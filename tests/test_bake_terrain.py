@@ -101,16 +101,10 @@ def test_bake_fits_a_clip_to_the_ground(demo_rig, clip, ground):
         tilt = np.degrees(np.arccos(np.clip(np.sum(sole * normal, -1), -1, 1)))[flat]
         roles = rig.role_mask.copy()
         roles[0] = False                                          # the hips are given
-        excess = metrics.limit_excess(local, model.mean_pose, model.limit_low, model.limit_high)[:, roles]
-        from neural_ik.neural_network.skeleton.roles import ROLES
-        full = metrics.limit_excess(local, model.mean_pose, model.limit_low, model.limit_high).max(axis=(0, 2))
-        src_full = metrics.limit_excess(src_local, model.mean_pose, model.limit_low, model.limit_high).max(axis=(0, 2))
-        print("excess", {ROLES[r]: (round(full[r], 1), round(src_full[r], 1)) for r in range(1, 23) if full[r] > 0.5})
-        rel = np.swapaxes(local[:-1], -1, -2) @ local[1:]
-        ang = np.degrees(np.arccos(np.clip((np.trace(rel, axis1=-2, axis2=-1) - 1) / 2, -1, 1)))
-        ang[:, ~rig.role_mask] = 0
-        f, r = np.unravel_index(np.argmax(ang), ang.shape)
-        print("largest turn at frame", f, ROLES[r], "planted", planted[f - 2:f + 3].T.tolist())
+        # joint limits hold: no joint further outside the model's limits than the clip itself goes
+        excess = (metrics.limit_excess(local, model.mean_pose, model.limit_low, model.limit_high).max(axis=(0, 2))
+                  - metrics.limit_excess(src_local, model.mean_pose, model.limit_low, model.limit_high).max(axis=(0, 2))
+                  )[roles]
         turn, src_turn = _largest_turn(local, rig.role_mask), _largest_turn(src_local, rig.role_mask)
         print(f"\n{clip} on {ground}: ankle off the surface (contacts) max {on.max() * 100:.2f} cm, sink max "
               f"{sink.max() * 1000:.1f} mm, sole tilt max {tilt.max():.1f} deg p95 {np.percentile(tilt, 95):.1f} "

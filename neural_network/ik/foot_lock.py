@@ -107,18 +107,24 @@ def lock_feet(targets, planted, blend_frames=4):
 
 def hips_drop(thighs, feet, leg_lengths, reach=0.995, window=6):
     """(F,) how far (along -Z) the hips must come down so each ankle target in `feet` (F, 2, 3) is within `reach` of
-    its leg's length (2,) from the thigh's head `thighs` (F, 2, 3); 0 where both already are. Smoothed: the need is
-    spread over `window` frames each side (a running maximum, then a weighted average over the same window), so the
-    drop is at least the need in every frame and changes gently."""
+    its leg's length (2,) from the thigh's head `thighs` (F, 2, 3); 0 where both already are. Smoothed by `cover`,
+    so the drop is at least the need in every frame and changes gently."""
     v = np.asarray(thighs, np.float64) - np.asarray(feet, np.float64)
     longest = reach * np.asarray(leg_lengths, np.float64)
     horizontal = np.minimum(np.sum(v[..., :2] ** 2, axis=-1), longest ** 2)
     need = np.max(np.maximum(v[..., 2] - np.sqrt(longest ** 2 - horizontal), 0.0), axis=1)
+    return cover(need, window)
+
+
+def cover(need, window):
+    """(F,) a smooth curve at or above `need` (F,) >= 0 everywhere: a running maximum over `window` frames each side,
+    then a weighted average over the same window (every value the average takes at frame i is a maximum over a
+    window holding frame i, so it never falls below need[i]); zeros stay zeros away from any need."""
+    need = np.asarray(need, np.float64)
     if not need.any():
-        return need
+        return need.copy()
     w = int(window)
     envelope = np.max(np.lib.stride_tricks.sliding_window_view(np.pad(need, w, mode="edge"), 2 * w + 1), axis=1)
     x = (np.arange(2 * w + 1) + 1) / (2 * w + 2)
     kernel = x * x * (3 - 2 * x) * (1 - x)               # a smooth bump
-    # every envelope value the kernel averages at frame i is a maximum over a window holding frame i: never below it
     return np.convolve(np.pad(envelope, w, mode="edge"), kernel / kernel.sum(), mode="valid")

@@ -21,7 +21,7 @@ Pure NumPy.
 import numpy as np
 
 from ..geometry.rotations import axis_angle_to_matrix
-from .foot_lock import BODY_TARGETS, FOOT_TARGETS, _spans
+from .foot_lock import BODY_TARGETS, FOOT_TARGETS, _spans, cover
 
 UP = np.array([0.0, 0.0, 1.0])
 
@@ -91,7 +91,7 @@ def balls(targets, toe_offsets):
 
 
 def support(ankle_hits, ball_hits, ankle_normals, ball_normals, edge=0.02):
-    """(heights (F, 2), normals (F, 2, 3)): the ground a sole rests on, from the ground under its ankle and under the
+    """(heights (F, 2), normals (F, 2, 3), across an edge (F, 2) bool): the ground a sole rests on, from the ground under its ankle and under the
     ball of its foot (points (F, 2, 3), unit normals (F, 2, 3)).
 
     On a smooth surface (the two heights differ as the normals' slope says, within `edge` m) the sole lies on the
@@ -111,6 +111,20 @@ def support(ankle_hits, ball_hits, ankle_normals, ball_normals, edge=0.02):
     ball_higher = b[..., 2] > a[..., 2]
     heights = np.where(smooth | ~ball_higher, a[..., 2], b[..., 2])
     normals = np.where(smooth[..., None], plane, np.where(ball_higher[..., None], nb, na))
+    return heights, normals, ~smooth
+
+
+def hold_across_edges(planted, heights, normals, edges):
+    """Heights and normals with every contact that stands across an edge at any of its frames placed once, on the
+    highest surface it meets (the normal there), for the whole contact: a foot rolling over a step's nose must not
+    drop onto the lower tread halfway through its stance."""
+    heights, normals = np.array(heights, np.float64), np.array(normals, np.float64)
+    for foot in range(2):
+        for start, end in _spans(np.asarray(planted, bool)[:, foot]):
+            if np.asarray(edges)[start:end, foot].any():
+                top = start + int(np.argmax(heights[start:end, foot]))
+                heights[start:end, foot] = heights[top, foot]
+                normals[start:end, foot] = normals[top, foot]
     return heights, normals
 
 
@@ -123,6 +137,6 @@ def fit_to_ground(targets, planted, hit_height, hit_normal, blend_frames=4, body
     for foot, t in enumerate(FOOT_TARGETS):
         out[:, t, 2, 3] += ground[:, foot]
         out[:, t, :3, :3] = tilt_toward(hit_normal[:, foot], weight[:, foot]) @ out[:, t, :3, :3]
-    lift = smooth(ground.max(axis=1), body_window)
+    lift = smooth(cover(ground.max(axis=1), body_window // 2), body_window // 2)
     out[:, list(BODY_TARGETS), 2, 3] += lift[:, None]
     return out, lift

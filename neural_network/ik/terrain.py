@@ -91,8 +91,8 @@ def balls(targets, toe_offsets):
 
 
 def support(ankle_hits, ball_hits, ankle_normals, ball_normals, edge=0.02):
-    """(heights (F, 2), normals (F, 2, 3), across an edge (F, 2) bool): the ground a sole rests on, from the ground under its ankle and under the
-    ball of its foot (points (F, 2, 3), unit normals (F, 2, 3)).
+    """(heights (F, 2), normals (F, 2, 3), across an edge (F, 2) bool): the ground a sole rests on, from the ground
+    under its ankle and under the ball of its foot (points (F, 2, 3), unit normals (F, 2, 3)).
 
     On a smooth surface (the two heights differ as the normals' slope says, within `edge` m) the sole lies on the
     plane through both points, its roll from the normal under the ankle (on a bump that plane seats the sole better

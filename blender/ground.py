@@ -26,7 +26,7 @@ def ground_objects(settings):
     obj = settings.ground_object
     if obj is not None:
         if obj.type != "MESH":
-            raise LiveError(f"the ground {obj.name!r} is a {obj.type.lower()}, not a mesh")
+            raise LiveError(f"the ground {obj.name!r} is not a mesh ({obj.type.lower()})")
         objects.append(obj)
     collection = settings.ground_collection
     if collection is not None:

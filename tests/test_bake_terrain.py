@@ -118,3 +118,39 @@ def test_bake_fits_a_clip_to_the_ground(demo_rig, clip, ground):
     finally:
         obj.neural_ik.ground_object = None
         bpy.data.objects.remove(mesh)
+
+
+def test_a_ground_far_below_the_feet_is_refused_in_one_line(demo_rig):
+    import bpy
+
+    obj, _rig, _model = demo_rig
+    mesh = terrain.slope([0.0, -1.0, 0.0], degrees=0.0)
+    mesh.location.z = -10.0
+    actions = set(bpy.data.actions.keys())
+    try:
+        obj.neural_ik.ground_object = mesh
+        with pytest.raises(RuntimeError, match=r"no ground under the (left|right) foot at frame \d+: GroundSlope is not "
+                                               r"within [\d.]+ m below it"):
+            bpy.ops.neural_ik.bake(source_action="walk_normal_03")
+        assert set(bpy.data.actions.keys()) == actions                 # nothing made
+    finally:
+        obj.neural_ik.ground_object = None
+        bpy.data.objects.remove(mesh)
+
+
+def test_a_ground_that_is_not_a_mesh_is_refused_in_one_line(demo_rig):
+    """The panel's picker offers meshes only; Python can set anything, and Bake says what is wrong."""
+    import bpy
+
+    obj, _rig, _model = demo_rig
+    empty = bpy.data.objects.new("NotGround", None)
+    bpy.context.scene.collection.objects.link(empty)
+    actions = set(bpy.data.actions.keys())
+    try:
+        obj.neural_ik.ground_object = empty
+        with pytest.raises(RuntimeError, match=r"the ground 'NotGround' is not a mesh \(empty\)"):
+            bpy.ops.neural_ik.bake(source_action="walk_normal_03")
+        assert set(bpy.data.actions.keys()) == actions
+    finally:
+        obj.neural_ik.ground_object = None
+        bpy.data.objects.remove(empty)

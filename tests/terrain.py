@@ -38,7 +38,7 @@ def slope(forward, degrees=15.0, start=0.3):
     return _mesh_object("GroundSlope", vertices, faces)
 
 
-def steps(forward, rise=0.15, tread=0.35, start=0.3, count=40):
+def steps(forward, rise=0.15, tread=0.6, start=0.3, count=40):
     """A staircase of `count` steps of `rise` m up and `tread` m deep along `forward`, from `start` m ahead."""
     import bmesh
     import bpy

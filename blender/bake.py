@@ -158,7 +158,7 @@ def edit_targets(targets, hips_rotation, hips_position, links, rig, lock_feet, g
     planted = foot_lock.planted_feet(foot_lock.foot_positions(targets), fps, rig.skeleton.height)
     notes = [f"{planted.mean() * 100:.0f} % of the feet's frames planted"]
     if lock_feet:
-        targets = foot_lock.lock_feet(targets, planted)
+        targets = foot_lock.lock_feet(targets, planted, max_offset=foot_lock.RELEASE * rig.skeleton.height)
     lift = np.zeros(len(targets))
     if ground is not None:
         heights, normals = _ground_under_feet(ground, targets, planted, rig.skeleton, world_to_character, frames)

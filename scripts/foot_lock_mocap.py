@@ -75,7 +75,7 @@ def main():
         demo = bpy.context.scene.neural_ik.armature
     demo_rig = rig_model.read_rig(demo, get_bone_map(demo))
     print(f"{'clip':34s} {'frames':>6s} {'skate clip':>10s} {'baked':>7s} {'locked':>7s} {'ratio':>6s} "
-          f"{'hands/head mm':>13s} {'free feet mm':>12s} {'hips down cm':>12s} {'inner cm':>8s}")
+          f"{'hands/head mm (baked)':>21s} {'free feet mm':>12s} {'hips down cm':>12s} {'inner cm':>8s}")
     scene = bpy.context.scene
     for name in args.files.split(","):
         fps = scene.render.fps / scene.render.fps_base
@@ -111,6 +111,7 @@ def main():
         lowered[..., 2] -= drop[:, None]
         upper = [r for r in EFFECTOR_ROLES if r not in FOOT_ROLES]
         upper_miss = np.linalg.norm(locked[:, upper] - lowered[:, upper], axis=-1).max() * 1000
+        plain_miss = np.linalg.norm(results[False][:, upper] - clip[:, upper], axis=-1).max() * 1000
         planted = foot_lock.planted_feet(clip[:, feet], fps, demo_rig.skeleton.height)
         free = ~planted
         for foot in range(2):
@@ -119,7 +120,7 @@ def main():
         free_miss = np.linalg.norm(locked[:, feet] - clip[:, feet], axis=-1)[free].max() * 1000
         inner = np.linalg.norm(locked[:, list(INNER_ROLES)] - clip[:, list(INNER_ROLES)], axis=-1).mean() * CM
         print(f"{name[:34]:34s} {len(frames):6d} {skate[0]:10.3f} {skate[1]:7.3f} {skate[2]:7.4f} "
-              f"{skate[2] / skate[0]:6.3f} {upper_miss:13.2f} {free_miss:12.2f} {drop.max() * CM:12.2f} {inner:8.2f}")
+              f"{skate[2] / skate[0]:6.3f} {upper_miss:12.2f} ({plain_miss:6.2f}) {free_miss:12.2f} {drop.max() * CM:12.2f} {inner:8.2f}")
         bpy.data.objects.remove(source_obj)
 
 

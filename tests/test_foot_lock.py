@@ -115,3 +115,22 @@ def test_the_target_never_jumps_and_returns_to_the_clip():
 def test_nothing_planted_changes_nothing():
     targets = _targets(_walk())
     np.testing.assert_array_equal(foot_lock.lock_feet(targets, np.zeros((len(targets), 2), bool)), targets)
+
+
+def test_a_lock_lets_go_when_the_clip_moves_the_foot_too_far():
+    """A pivot the contact test takes for a stance: the clip's planted foot drifts 1 cm a frame for 30 frames."""
+    frames = 40
+    feet = np.zeros((frames, 2, 3))
+    feet[:, 0, 0] = np.where(np.arange(frames) < 5, 0.0, 0.01 * (np.arange(frames) - 5))
+    feet[:, 1, 1] = 0.2
+    targets = _targets(feet)
+    planted = np.ones((frames, 2), bool)
+    locked = foot_lock.lock_feet(targets, planted, blend_frames=4, max_offset=0.1)
+    left = foot_lock.FOOT_TARGETS[0]
+    offset = np.linalg.norm(locked[:, left, :2, 3] - targets[:, left, :2, 3], axis=-1)
+    assert offset.max() <= 0.1 + 0.01 + 1e-12            # held until it is 10 cm behind, then let go ...
+    assert np.allclose(locked[-5:, left], targets[-5:, left])           # ... and back on the clip
+    step = np.linalg.norm(np.diff(locked[:, left, :2, 3], axis=0), axis=-1)
+    assert step.max() < 0.1                               # fading back, not jumping
+    unlimited = foot_lock.lock_feet(targets, planted, blend_frames=4)
+    assert np.abs(np.diff(unlimited[:, left, :2, 3], axis=0)).max() < 1e-12     # without a limit: held throughout

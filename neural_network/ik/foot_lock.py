@@ -8,7 +8,7 @@ target becomes the clip's plus an offset that changes only where it must:
   low and slow (`features.detect_contacts`' thresholds) and lifts off only when it is clearly higher or faster, so a
   flag does not chatter on a noisy ankle; a contact shorter than `min_frames` is dropped.
 - `lock_feet` walks the frames in order. While a foot is planted its target's horizontal position and heading are
-  those it had when it landed (the clip's height and tilt are kept, so the heel still rises before a step); after
+  those it had when it landed (unless the clip's foot moves on too far: then the lock lets go) (the clip's height and tilt are kept, so the heel still rises before a step); after
   lift-off the offset to the clip fades to nothing over `blend_frames` (smoothstep), and a landing within the fade
   locks wherever the foot then is. So the target never jumps: at landing the offset does not change, and afterwards
   it changes by at most the clip's own slide spread over the fade.
@@ -30,6 +30,7 @@ FOOT_TARGETS = (3, 4)            # left foot, right foot in the six targets
 BODY_TARGETS = (0, 1, 2, 5)      # the root (hips), both hands and the head: they come down with the hips
 LIFT_HEIGHT = 1.5                # lift-off: higher than this many times the landing height threshold ...
 LIFT_SPEED = 1.5                 # ... or faster than this many times the landing speed threshold
+RELEASE = 0.08                   # a lock lets go when the clip's foot has moved this share of the rig's height on
 
 
 def planted_feet(foot_positions, fps, rig_height, min_frames=3):
@@ -72,9 +73,11 @@ def _turn_z(angle):
     return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
 
 
-def lock_feet(targets, planted, blend_frames=4):
+def lock_feet(targets, planted, blend_frames=4, max_offset=np.inf):
     """(F, 6, 4, 4) targets with each planted foot held where it landed (horizontal position and heading); `planted`
-    is (F, 2) bool, from `planted_feet`. The other targets are returned as given."""
+    is (F, 2) bool, from `planted_feet`. A lock whose foot has moved on more than `max_offset` (m) in the clip is let
+    go there, as at a lift-off (a pivot or a shuffle the contact test took for a stance: holding it would leave the
+    foot behind the body); the foot locks again at its next landing. The other targets are returned as given."""
     out = np.array(targets, np.float64, copy=True)
     planted = np.asarray(planted, bool)
     for foot, t in enumerate(FOOT_TARGETS):
@@ -83,8 +86,13 @@ def lock_feet(targets, planted, blend_frames=4):
         offset_xy, offset_turn = np.zeros(2), 0.0      # output - clip
         locked_xy, locked_heading = None, 0.0
         fade_from, since_lift = None, 0
+        released = False
         for f in range(len(out)):
-            if planted[f, foot]:
+            if not planted[f, foot]:
+                released = False
+            elif locked_xy is not None and np.linalg.norm(locked_xy - clip_xy[f]) > max_offset:
+                released = True
+            if planted[f, foot] and not released:
                 if locked_xy is None:                  # landing: lock where the target is now (no jump)
                     locked_xy = clip_xy[f] + offset_xy
                     locked_heading = clip_heading[f] + offset_turn

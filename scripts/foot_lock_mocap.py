@@ -120,7 +120,8 @@ def main():
         free_miss = np.linalg.norm(locked[:, feet] - clip[:, feet], axis=-1)[free].max() * 1000
         inner = np.linalg.norm(locked[:, list(INNER_ROLES)] - clip[:, list(INNER_ROLES)], axis=-1).mean() * CM
         print(f"{name[:34]:34s} {len(frames):6d} {skate[0]:10.3f} {skate[1]:7.3f} {skate[2]:7.4f} "
-              f"{skate[2] / skate[0]:6.3f} {upper_miss:12.2f} ({plain_miss:6.2f}) {free_miss:12.2f} {drop.max() * CM:12.2f} {inner:8.2f}")
+              f"{skate[2] / skate[0]:6.3f} {upper_miss:12.2f} ({plain_miss:6.2f}) "
+              f"{free_miss:12.2f} {drop.max() * CM:12.2f} {inner:8.2f}")
         bpy.data.objects.remove(source_obj)
 
 

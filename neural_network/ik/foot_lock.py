@@ -8,10 +8,11 @@ target becomes the clip's plus an offset that changes only where it must:
   low and slow (`features.detect_contacts`' thresholds) and lifts off only when it is clearly higher or faster, so a
   flag does not chatter on a noisy ankle; a contact shorter than `min_frames` is dropped.
 - `lock_feet` walks the frames in order. While a foot is planted its target's horizontal position and heading are
-  those it had when it landed (unless the clip's foot moves on too far: then the lock lets go) (the clip's height and tilt are kept, so the heel still rises before a step); after
-  lift-off the offset to the clip fades to nothing over `blend_frames` (smoothstep), and a landing within the fade
-  locks wherever the foot then is. So the target never jumps: at landing the offset does not change, and afterwards
-  it changes by at most the clip's own slide spread over the fade.
+  those it had when it landed (the clip's height and tilt are kept, so the heel still rises before a step), unless
+  the clip's foot moves on too far (then the lock lets go); after lift-off the offset to the clip fades to nothing
+  over `blend_frames` (smoothstep), and a landing within the fade locks wherever the foot then is. So the target
+  never jumps: at landing the offset does not change, and afterwards it changes by at most the clip's own slide
+  spread over the fade.
 
 A locked foot can be out of its leg's reach where the clip's hips travel farther than its steps (exactly the
 retargeted clip whose feet slide). `hips_drop` then says how far the hips must come down for both legs to reach,

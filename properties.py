@@ -38,6 +38,23 @@ class NIK_BoneMapItem(bpy.types.PropertyGroup):
     bone: StringProperty(name="Bone", description="Bone of this armature that plays the role (empty: the rig lacks it)")
 
 
+def _is_mesh(_self, obj):
+    return obj.type == "MESH"
+
+
+class NIK_TargetLayer(bpy.types.PropertyGroup):
+    """How much of one target comes from its empty rather than the playing action (keyable: a pin fades in and out).
+    Without an action the empties drive; a target without an empty follows the action."""
+    position: FloatProperty(name="Position", min=0.0, max=1.0, default=0.0, subtype="FACTOR",
+                            description="Share of the target's position taken from its empty while an action plays "
+                                        "(0: where the action puts the effector, 1: the empty)",
+                            update=_live_setting_changed)
+    rotation: FloatProperty(name="Rotation", min=0.0, max=1.0, default=0.0, subtype="FACTOR",
+                            description="Share of the target's rotation taken from its empty while an action plays "
+                                        "(0: the action's, 1: the empty's)",
+                            update=_live_setting_changed)
+
+
 class NIK_ObjectSettings(bpy.types.PropertyGroup):
     bone_map: CollectionProperty(type=NIK_BoneMapItem)
     bone_map_index: IntProperty(name="Active Role", default=0)
@@ -50,6 +67,22 @@ class NIK_ObjectSettings(bpy.types.PropertyGroup):
     target_left_foot: PointerProperty(name="Left Foot Target", type=bpy.types.Object, poll=_is_empty)
     target_right_foot: PointerProperty(name="Right Foot Target", type=bpy.types.Object, poll=_is_empty)
     target_head: PointerProperty(name="Head Target", type=bpy.types.Object, poll=_is_empty)
+    layer_root: PointerProperty(name="Root Layer", type=NIK_TargetLayer)
+    layer_left_hand: PointerProperty(name="Left Hand Layer", type=NIK_TargetLayer)
+    layer_right_hand: PointerProperty(name="Right Hand Layer", type=NIK_TargetLayer)
+    layer_left_foot: PointerProperty(name="Left Foot Layer", type=NIK_TargetLayer)
+    layer_right_foot: PointerProperty(name="Right Foot Layer", type=NIK_TargetLayer)
+    layer_head: PointerProperty(name="Head Layer", type=NIK_TargetLayer)
+    ground_object: PointerProperty(name="Ground", type=bpy.types.Object, poll=_is_mesh, update=_live_setting_changed,
+                                   description="Mesh the feet stand on: a ray cast down at each foot gives the ground's "
+                                               "height and slope there (empty: the flat ground heights below)")
+    ground_collection: PointerProperty(name="Ground Collection", type=bpy.types.Collection,
+                                       update=_live_setting_changed,
+                                       description="Meshes of this collection are ground too (with or instead of the "
+                                                   "Ground object)")
+    lock_feet: BoolProperty(name="Lock Feet", default=False, update=_live_setting_changed,
+                            description="Hold each planted foot where it landed (position and heading) for its whole "
+                                        "contact, so a sliding clip stops sliding; contacts come from the motion")
     ground_left: FloatProperty(name="Left Ground", unit="LENGTH", default=0.0,
                                description="Ground height under the left foot",
                                update=_live_setting_changed)
@@ -104,7 +137,7 @@ class NIK_SceneSettings(bpy.types.PropertyGroup):
     bake_frame_end: IntProperty(name="End", default=100)
 
 
-classes = (NIK_BoneMapItem, NIK_ObjectSettings, NIK_SceneSettings)
+classes = (NIK_BoneMapItem, NIK_TargetLayer, NIK_ObjectSettings, NIK_SceneSettings)
 
 
 def register():

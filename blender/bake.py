@@ -11,13 +11,16 @@ import numpy as np
 from ..neural_network.data.features import detect_contacts
 from ..neural_network.data.files import FileRefused
 from ..neural_network.geometry import kinematics
+from ..neural_network.geometry.quaternion_math import matrices_to_quaternions
+from ..neural_network.ik import foot_lock, layering, terrain
 from ..neural_network.runtime.solver import Solver
 from ..neural_network.runtime.status import HELD, HELD_BAD_TARGETS, describe
-from ..neural_network.skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, ROLE_INDEX, TASKS
+from ..neural_network.skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES, ROLE_INDEX, TASKS
 from . import action_layouts, control_rig, evaluated_pose, pose_read, pose_write, rig_model
 from .errors import LiveError
 from .extract import action_task
-from .live import LiveCharacter, missing_targets
+from .ground import Ground
+from .live import LAYER_SLOTS, LiveCharacter, missing_targets, targets_of
 from .models import model_of, rig_of
 
 
@@ -94,6 +97,177 @@ def bake_targets_from_empties(context, obj, rig, frame_start, frame_end):
     return frames, targets
 
 
+def _layered(context, obj, rig, frames, targets):
+    """A source action's targets with the empties blended in where the armature's layer influences (keyable, so
+    sampled at every frame) say; returned as given when no empty has any influence."""
+    settings = obj.neural_ik
+    layers = [getattr(settings, slot) for slot in LAYER_SLOTS]
+    empties = targets_of(obj)
+    present = np.array([e is not None for e in empties])
+    still = [layer.position == 0 and layer.rotation == 0 for layer, here in zip(layers, present) if here]
+    if not present.any() or (all(still) and not _layers_animated(obj)):
+        return targets
+    scene = context.scene
+    sampled = np.broadcast_to(np.eye(4), targets.shape).copy()
+    position, rotation = np.zeros(targets.shape[:2]), np.zeros(targets.shape[:2])
+    current = scene.frame_current
+    try:
+        for i, f in enumerate(frames):
+            scene.frame_set(int(f))
+            to_character = rig_model.world_to_character(obj, rig)
+            for k, (empty, layer) in enumerate(zip(empties, layers)):
+                if empty is not None:
+                    sampled[i, k] = to_character @ np.array(empty.matrix_world, np.float64)
+                    position[i, k], rotation[i, k] = layer.position, layer.rotation
+    finally:
+        scene.frame_set(current)
+    if not (position.any() or rotation.any()):
+        return targets
+    return layering.blend_targets(targets, sampled, position, rotation, present)
+
+
+def _feet_within_limits(refiner, result):
+    """Turn back each foot that the ground's tilt took past its ankle's joint limits (the model's), in place: the
+    sole follows the surface only as far as the ankle allows. A foot is the end of its chain, so its turn moves no
+    other effector."""
+    feet = list(FOOT_ROLES)
+    local = result.local[:, feet]
+    clamped = refiner.clamp_to_limits(local, np.array(feet))
+    if clamped is not local:
+        result.quaternions[:, feet] = matrices_to_quaternions(clamped)
+        result._local = None
+
+
+def _layers_animated(obj):
+    """Whether a driver or a key of the armature's action animates its layer influences."""
+    ad = obj.animation_data
+    if ad is None:
+        return False
+    curves = list(ad.drivers) + (list(action_layouts.all_action_fcurves(ad.action)) if ad.action is not None else [])
+    return any(fc.data_path.startswith("neural_ik.layer_") for fc in curves)
+
+
+def edit_targets(targets, hips_rotation, hips_position, links, rig, lock_feet, ground, world_to_character, fps, frames):
+    """The edits of a clip's targets before the solve: Lock Feet (ik.foot_lock), the ground under each foot
+    (ik.terrain, rays through `ground`), and the body brought down where a leg cannot reach its foot
+    (foot_lock.hips_drop). Returns (the edited targets, or None where neither edit runs; the hips position (None
+    where the root target places the hips); the planted feet (F, 2) or None; a note for the summary). The targets
+    given are not changed."""
+    if not lock_feet and ground is None:
+        return None, hips_position, None, ""
+    planted = foot_lock.planted_feet(foot_lock.foot_positions(targets), fps, rig.skeleton.height)
+    notes = [f"{planted.mean() * 100:.0f} % of the feet's frames planted"]
+    if lock_feet:
+        targets = foot_lock.lock_feet(targets, planted, max_offset=foot_lock.RELEASE * rig.skeleton.height)
+    lift = np.zeros(len(targets))
+    if ground is not None:
+        heights, normals = _ground_under_feet(ground, targets, planted, rig.skeleton, world_to_character, frames)
+        fitted, lift = terrain.fit_to_ground(targets, planted, heights, normals)
+        _lift_sunk_balls(ground, fitted, targets, planted, rig.skeleton, world_to_character, frames)
+        targets = fitted
+        notes.append(f"on {', '.join(sorted(ground.names))}")
+    if hips_position is not None:
+        hips_position = np.array(hips_position, np.float64)
+        hips_position[:, 2] += lift
+    hips_rotation = targets[:, 0, :3, :3] if hips_rotation is None else hips_rotation
+    hips = targets[:, 0, :3, 3] if hips_position is None else hips_position
+    drop = _hips_drop(rig.skeleton, targets, hips_rotation, hips, links)
+    if drop.any():       # the body comes down where a leg cannot otherwise reach its foot; the feet stay
+        targets[:, list(foot_lock.BODY_TARGETS[1:]), 2, 3] -= drop[:, None]
+        targets[:, 0, 2, 3] -= drop
+        if hips_position is not None:
+            hips_position[:, 2] -= drop
+        notes.append(f"the body lowered up to {drop.max() * 100:.1f} cm")
+    return targets, hips_position, planted, "; " + ", ".join(notes)
+
+
+def _ground_under_feet(ground, targets, planted, skeleton, world_to_character, frames):
+    """(heights (F, 2), sole normals (F, 2, 3)) of the ground under each foot target, in character space: rays down
+    at the ankle and at the ball of the foot (terrain.support, terrain.hold_across_edges; the ankle's ground alone on
+    a rig without toes);
+    raises LiveError where no ground lies under a foot."""
+    ankles, ankle_normals = _cast(ground, foot_lock.foot_positions(targets), skeleton, world_to_character, frames)
+    toes = _toe_offsets(skeleton)
+    if toes is None:
+        return ankles[..., 2], ankle_normals
+    balls, ball_normals = _cast(ground, terrain.balls(targets, toes), skeleton, world_to_character, frames)
+    heights, normals, edges = terrain.support(ankles, balls, ankle_normals, ball_normals)
+    return terrain.hold_across_edges(planted, heights, normals, edges)
+
+
+def _toe_offsets(skeleton):
+    """(2, 3) where each toe bone's head sits in its foot's frame; None on a rig without toe bones."""
+    toes = [ROLE_INDEX["LeftToeBase"], ROLE_INDEX["RightToeBase"]]
+    return skeleton.offsets[toes] if skeleton.role_mask[toes].all() else None
+
+
+def _cast(ground, points, skeleton, world_to_character, frames):
+    """(hits (F, 2, 3), unit normals (F, 2, 3)) in character space of the ground under character-space points
+    (F, 2, 3) (a foot each); raises LiveError where none lies under a point."""
+    to_world = np.linalg.inv(world_to_character)
+    scale = np.linalg.norm(to_world[:3, 2])          # character metres -> world units
+    world = points.reshape(-1, 3) @ to_world[:3, :3].T + to_world[:3, 3]
+    h, n = ground.cast(world, 2.0 * skeleton.height * scale)
+    missing = np.flatnonzero(~np.isfinite(h))
+    if len(missing):
+        i = int(missing[0])
+        raise LiveError(f"no ground under the {('left', 'right')[i % 2]} foot at frame {int(frames[i // 2])}: "
+                        f"{', '.join(sorted(ground.names))} is not within {2 * skeleton.height:.1f} m below it")
+    hits = np.concatenate([world[:, :2], h[:, None]], axis=1) @ world_to_character[:3, :3].T + world_to_character[:3, 3]
+    n = n @ world_to_character[:3, :3].T
+    return hits.reshape(points.shape), (n / np.linalg.norm(n, axis=-1, keepdims=True)).reshape(points.shape)
+
+
+def _lift_sunk_balls(ground, fitted, clip, planted, skeleton, world_to_character, frames, balls=None):
+    """Raise each fitted foot target (in place) where, planted, the ball of its foot would sink below the ground it
+    stands over (by less than the clip's own ball height above its flat ground); returns the largest sink (m). The
+    balls are where `fitted` puts them (the sole plane is fitted at the clip's ball and the tilt moves it a little)
+    or, given, where a solve put them (its ankle turned back inside the joint limits). The raise is smoothed over a
+    few frames (foot_lock.cover), so a foot never jumps; in the swing the toes may pass close to a step's nose, as
+    the clip's did over its flat floor."""
+    toes = _toe_offsets(skeleton)
+    if toes is None:
+        return 0.0
+    balls = terrain.balls(fitted, toes) if balls is None else balls
+    hits, _normals = _cast(ground, balls, skeleton, world_to_character, frames)
+    sink = np.where(planted, np.maximum(hits[..., 2] + terrain.balls(clip, toes)[..., 2] - balls[..., 2], 0.0), 0.0)
+    for foot, t in enumerate(foot_lock.FOOT_TARGETS):
+        fitted[:, t, 2, 3] += foot_lock.cover(sink[:, foot], 0)
+    return float(sink.max())
+
+
+def _solve_edited(solver, network, edited, iterations, clip, planted, ground, rig, links, world_to_character, frames):
+    """The network's pose of the clip refined toward the edited targets. On the ground, a foot that the surface's
+    tilt took past its ankle's limits is turned back; where its ball then sinks, the foot is raised and the pose
+    refined again (twice at most)."""
+    result = solver.refine_toward(network, edited, iterations)
+    if ground is None:
+        return result
+    toes = [ROLE_INDEX["LeftToeBase"], ROLE_INDEX["RightToeBase"]]
+    _feet_within_limits(solver.refiner, result)
+    for _ in range(2):
+        pose = kinematics.forward(rig.skeleton, result.local, result.hips_rotation, result.hips_position,
+                                  *(links if links is not None else (None, None)))
+        if _lift_sunk_balls(ground, edited, clip, planted, rig.skeleton, world_to_character, frames,
+                            balls=pose.positions[:, toes]) < 1e-3:
+            break
+        result = solver.refine_toward(network, edited, iterations)
+        _feet_within_limits(solver.refiner, result)
+    return result
+
+
+def _hips_drop(skeleton, targets, hips_rotation, hips_position, links):
+    """foot_lock.hips_drop for the locked targets: the thighs' heads from the given hips (and moving in-between
+    bones), the legs' lengths from the skeleton."""
+    thighs = [ROLE_INDEX["LeftThigh"], ROLE_INDEX["RightThigh"]]
+    n = len(targets)
+    rest = kinematics.forward(skeleton, np.broadcast_to(np.eye(3), (n, NUM_ROLES, 3, 3)), np.asarray(hips_rotation, np.float64),
+                              hips_position, *(links if links is not None else (None, None)))
+    legs = [np.linalg.norm(skeleton.offsets[ROLE_INDEX[side + "Shin"]])
+            + np.linalg.norm(skeleton.offsets[ROLE_INDEX[side + "Foot"]]) for side in ("Left", "Right")]
+    return foot_lock.hips_drop(rest.positions[:, thighs], foot_lock.foot_positions(targets), legs)
+
+
 def measured_controls(context, obj, rig):
     """The rig's ControlRig with both chains measured (None for a rig whose mapped bones are written directly): the
     switches as the user has them (measuring sets the limbs' IK/FK itself), the action taken off while measuring;
@@ -107,11 +281,13 @@ def measured_controls(context, obj, rig):
     return controls
 
 
-def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iterations=4):
+def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iterations=4, lock_feet=False):
     """Solve frames frame_start..frame_end (0: the source action's or the scene's first / last) and write them as a
     new action, assigned to the armature. Targets: the effectors of the action called `source_action` (its hips and
     unmapped in-between bones given and keyed with the source's values), else the armature's target empties
-    (in-between bones as they are now). Returns (the new action, a one-line summary)."""
+    (in-between bones as they are now). With `lock_feet` each planted foot's target is held where it landed
+    (ik.foot_lock; contacts found in the targets' own motion, and they are the network's contact inputs).
+    Returns (the new action, a one-line summary)."""
     try:
         rig = rig_of(obj)
         model, data = model_of(obj, rig)
@@ -146,10 +322,23 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
             task = TASKS.index(settings.task.lower())
             name = f"{obj.name}.nik"
         n = len(frames)
+        if source_action:
+            targets = _layered(context, obj, rig, frames, targets)
+        ground = Ground.of(settings, context.evaluated_depsgraph_get())
+        edited, hips_pos, planted, note = edit_targets(targets, hips_rot, hips_pos, links, rig, lock_feet, ground,
+                                                        rig_model.world_to_character(obj, rig),
+                                                        scene.render.fps / scene.render.fps_base, frames)
+        if planted is not None:
+            contacts = desired = planted.astype(np.float64)
         solver = Solver(model, data, characters=n, links=links)
         phase = (np.arange(n) / max(n, 1)) % 1.0
-        result = solver.solve(targets, 0.0, desired, np.full(n, task), phase,
-                              refine_iterations=refine_iterations, dt=1.0 / 30, contact=contacts)
+        if edited is None:
+            result = solver.solve(targets, 0.0, desired, np.full(n, task), phase,
+                                  refine_iterations=refine_iterations, dt=1.0 / 30, contact=contacts)
+        else:      # the network sees the clip as training did (flat ground); the refinement reaches the edit
+            network = solver.solve(targets, 0.0, desired, np.full(n, task), phase, dt=1.0 / 30, contact=contacts)
+            result = _solve_edited(solver, network, edited, max(refine_iterations, 1), targets, planted, ground, rig,
+                                   links, rig_model.world_to_character(obj, rig), frames)
         if hips_rot is None:
             hips_rot, hips_pos = result.hips_rotation, result.hips_position
     except (FileRefused, rig_model.RigError, control_rig.ControlRigError) as exc:
@@ -173,5 +362,5 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
         ad.action_slot = action.slots[0]
     errors = result.errors[np.isfinite(result.errors).all(axis=1)]
     worst = float(errors.max()) * 100 if len(errors) else float("nan")
-    note = f"; {held} frames held the previous pose ({describe(HELD_BAD_TARGETS)})" if held else ""
-    return action, f"baked {n} frames into {action.name!r} (worst effector miss {worst:.2f} cm){note}"
+    held_note = f"; {held} frames held the previous pose ({describe(HELD_BAD_TARGETS)})" if held else ""
+    return action, f"baked {n} frames into {action.name!r} (worst effector miss {worst:.2f} cm{note}){held_note}"

@@ -39,6 +39,7 @@ from .live_refine import MathutilsRefiner
 
 TARGET_SLOTS = ("target_root", "target_left_hand", "target_right_hand", "target_left_foot", "target_right_foot",
                 "target_head")
+LAYER_SLOTS = tuple(slot.replace("target_", "layer_") for slot in TARGET_SLOTS)   # properties.NIK_TargetLayer
 TARGET_LABELS = ("root", "left hand", "right hand", "left foot", "right foot", "head")
 HIPS_ROW = NUM_ROLES         # where LiveCharacter.write_other_bones puts the hips' quaternion after the roles'
 _RAW_SETTINGS = attrgetter("ground_left", "ground_right", "contact_left", "contact_right", "task", "phase",

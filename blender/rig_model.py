@@ -76,6 +76,13 @@ class RigModel:
     def _identity_basis(self):
         return bool(np.array_equal(self.basis, np.eye(3)))
 
+def world_to_character(obj, rig):
+    """(4, 4) world space -> the rig's character space (+Z up, metres), for the object as it is placed now."""
+    basis = np.eye(4)
+    basis[:3, :3] = rig.scale * rig.basis
+    return basis @ np.linalg.inv(np.array(obj.matrix_world, np.float64))
+
+
 def character_basis(obj):
     """(C, s): the rotation and uniform scale of the object's world matrix, times the scene's unit scale."""
     m = np.array(obj.matrix_world, dtype=np.float64)[:3, :3]

@@ -11,7 +11,7 @@ import time
 
 import bpy
 from bpy.app.handlers import persistent
-from bpy.props import IntProperty, StringProperty
+from bpy.props import BoolProperty, IntProperty, StringProperty
 
 from .. import state
 from ..blender import rig_model
@@ -220,6 +220,9 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
     frame_end: IntProperty(name="End", default=0, description="Last frame (0: the source's last or the scene's end)")
     refine_iterations: IntProperty(name="Refinement", min=0, max=50, default=4,
                                    description="Least-squares iterations that make effectors land exactly (0: none)")
+    lock_feet: BoolProperty(name="Lock Feet", default=False,
+                            description="Hold each planted foot where it landed (position and heading) for its whole "
+                            "contact; contacts are found in the targets' own motion")
 
     @classmethod
     def poll(cls, context):
@@ -229,7 +232,7 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
         try:
             obj = armature_to_use(context, LiveError)
             _action, summary = bake(context, obj, self.source_action, self.frame_start, self.frame_end,
-                                    self.refine_iterations)
+                                    self.refine_iterations, lock_feet=self.lock_feet)
         except LiveError as exc:
             return cancelled(self, exc)
         self.report({"INFO"}, summary)

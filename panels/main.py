@@ -261,7 +261,8 @@ class NEURAL_IK_PT_bake_export(NeuralIKPanel, bpy.types.Panel):
         row.enabled = armature is not None
         refine = armature.neural_ik.refine_iterations if armature is not None else None
         operator(row, "bake", text="Bake", icon="REC", source_action=settings.bake_source_action,
-                 frame_start=settings.bake_frame_start, frame_end=settings.bake_frame_end, refine_iterations=refine)
+                 frame_start=settings.bake_frame_start, frame_end=settings.bake_frame_end, refine_iterations=refine,
+                 lock_feet=armature.neural_ik.lock_feet if armature is not None else None)
         layout.separator()
         row = layout.row()
         row.enabled = armature is not None

@@ -221,6 +221,40 @@ def number(kind, low=None, high=None, low_open=False):
     return parse
 
 
+LAYER_NAMES = ("root", "left_hand", "right_hand", "left_foot", "right_foot", "head")
+
+
+def influence(text):
+    """argparse type of --influence TARGET=P[,R]: (target, position, rotation), each influence within 0..1."""
+    target, _, values = text.partition("=")
+    if target not in LAYER_NAMES or not values:
+        raise argparse.ArgumentTypeError(f"{text!r} is not TARGET=P[,R] with TARGET one of {', '.join(LAYER_NAMES)}")
+    parts = values.split(",")
+    if len(parts) > 2:
+        raise argparse.ArgumentTypeError(f"{text!r} has more than two influences")
+    share = number(float, 0.0, 1.0)
+    position = share(parts[0])
+    return target, position, share(parts[1]) if len(parts) == 2 else position
+
+
+def set_ground(obj, name):
+    """The armature's ground: the mesh object or the collection called `name` (CommandError for anything else)."""
+    import bpy
+
+    ground = bpy.data.objects.get(name)
+    if ground is not None:
+        if ground.type != "MESH":
+            raise CommandError(f"--ground {name!r} is not a mesh ({ground.type.lower()})")
+        obj.neural_ik.ground_object = ground
+        return
+    collection = bpy.data.collections.get(name)
+    if collection is None:
+        raise CommandError(f"--ground: no object or collection called {name!r} in this file")
+    if not any(o.type == "MESH" for o in collection.all_objects):
+        raise CommandError(f"--ground: the collection {name!r} holds no mesh")
+    obj.neural_ik.ground_collection = collection
+
+
 def blender():
     """Load Blender and the add-on (after a command's own checks, so bad input is refused at once); returns bpy."""
     load_addon()
@@ -480,6 +514,14 @@ def _bake_command(parser):
     parser.add_argument("--start", type=number(int, 0), default=0, help="first frame (0: the source's or the scene's)")
     parser.add_argument("--end", type=number(int, 0), default=0, help="last frame (0: the source's or the scene's)")
     parser.add_argument("--refine", type=number(int, 0, 50), default=4, help="refinement iterations (0: network only)")
+    parser.add_argument("--lock-feet", action="store_true",
+                        help="hold each planted foot where it landed for its whole contact (no sliding)")
+    parser.add_argument("--ground", default="",
+                        help="a mesh object (or a collection of meshes) the feet stand on: the clip is fitted to it")
+    parser.add_argument("--influence", action="append", default=[], type=influence, metavar="TARGET=P[,R]",
+                        help="how much of a target comes from its empty rather than the source action, position P "
+                             "and rotation R in 0..1 (R defaults to P); TARGET is one of " + ", ".join(LAYER_NAMES)
+                             + "; may repeat")
     parser.add_argument("--save", default="", help="save the .blend here afterwards")
 
     def run(args):
@@ -494,10 +536,15 @@ def _bake_command(parser):
         obj = active_armature(args.armature)
         if args.source_action and args.source_action not in bpy.data.actions:
             raise CommandError(f"there is no action called {args.source_action!r}")
+        if args.ground:
+            set_ground(obj, args.ground)
+        for target, position, rotation in args.influence:
+            layer = getattr(obj.neural_ik, f"layer_{target}")
+            layer.position, layer.rotation = position, rotation
         if model:
             run_operator(bpy.ops.neural_ik.load_model, filepath=model)
         run_operator(bpy.ops.neural_ik.bake, source_action=args.source_action, frame_start=args.start,
-                     frame_end=args.end, refine_iterations=args.refine)
+                     frame_end=args.end, refine_iterations=args.refine, lock_feet=args.lock_feet)
         say(f"baked {obj.animation_data.action.name!r}")
         save_blend(args.save)
     return run

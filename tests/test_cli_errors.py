@@ -90,6 +90,15 @@ CASES = [
     ("bake", ["--blend", "{inputs}/demo.blend", "--refine", "-1", "--save", "out.blend"], "--refine"),
     ("bake", ["--blend", "{inputs}/demo.blend", "--start", "20", "--end", "10", "--save", "out.blend"], "before"),
     ("bake", ["--blend", "{inputs}/text.blend", "--save", "out.blend"], "is not a .blend file"),
+    # bake on the ground and with pins: no such ground, a ground that is not a mesh, influences out of range
+    ("bake", ["--blend", "{inputs}/demo.blend", "--source-action", "walk_slow_01", "--ground", "Nothing",
+              "--save", "out.blend"], "no object or collection called 'Nothing'"),
+    ("bake", ["--blend", "{inputs}/demo.blend", "--source-action", "walk_slow_01", "--ground", "NeuralIK_Demo",
+              "--save", "out.blend"], "is not a mesh (armature)"),
+    ("bake", ["--blend", "{inputs}/demo.blend", "--influence", "right_hand=1.5", "--save", "out.blend"],
+     "--influence: 1.5 must be at most 1.0"),
+    ("bake", ["--blend", "{inputs}/demo.blend", "--influence", "tail=1", "--save", "out.blend"],
+     "--influence: 'tail=1' is not TARGET=P[,R]"),
     # evaluate: nothing to evaluate, a missing folder, a foreign model, an unknown action
     ("evaluate", ["--json", "out.json"], "--blend"),
     ("evaluate", ["--bvh-folder", "no/such/folder", "--json", "out.json"], "does not exist"),

@@ -14,7 +14,7 @@ import numpy as np
 from ..geometry.rotations import matrix_to_axis_angle, orthonormalize
 from ..skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES, ROLE_INDEX, ROLES, TASKS, task_from_name
 from ..skeleton.skeleton import Skeleton
-from .features import LAYOUT_VERSION, NUM_INPUTS, FeatureSpec, root_frame
+from .features import CONTACT_HEIGHT, CONTACT_SPEED, LAYOUT_VERSION, NUM_INPUTS, FeatureSpec, root_frame
 from .files import FileRefused, load_npz, save_npz
 
 KIND = "neural_ik.dataset"
@@ -292,7 +292,7 @@ def segment_contacts(foot_positions, ground_height, fps, rig_height, starts):
     height = foot_positions[..., 2] - np.asarray(ground_height, np.float64)
     counts = np.diff(starts)
     lowest = np.repeat(np.minimum.reduceat(height, starts[:-1], axis=0), counts, axis=0)
-    low = height - lowest < 0.08 * rig_height
+    low = height - lowest < CONTACT_HEIGHT * rig_height
     speed = np.zeros(height.shape)
     if len(height) > 1:
         speed[1:] = np.linalg.norm(np.diff(foot_positions, axis=0), axis=-1) * fps
@@ -300,7 +300,7 @@ def segment_contacts(foot_positions, ground_height, fps, rig_height, starts):
     several = counts > 1
     speed[first[several]] = speed[first[several] + 1]   # an action's first frame takes its first step's speed
     speed[first[~several]] = 0.0
-    return (low & (speed < 0.6 * rig_height)).astype(np.float32)
+    return (low & (speed < CONTACT_SPEED * rig_height)).astype(np.float32)
 
 
 

@@ -34,6 +34,10 @@ assert len(INPUT_NAMES) == NUM_INPUTS
 SLICE_EFFECTORS = slice(0, 30)
 SLICE_ROOT = slice(30, 36)
 SLICE_GROUND = slice(36, 48)
+# A foot is in contact when its ankle is this close (times the rig height) to its lowest and this slow (rig heights
+# per second).
+CONTACT_HEIGHT = 0.08
+CONTACT_SPEED = 0.6
 SLICE_MOTION = slice(48, 50)
 
 _HIPS, _LTHIGH, _RTHIGH = ROLE_INDEX["Hips"], ROLE_INDEX["LeftThigh"], ROLE_INDEX["RightThigh"]
@@ -124,6 +128,19 @@ def build_inputs(spec, positions, rotations, hips_rotation, ground_height, conta
     return out.astype(np.float32)
 
 
+def foot_height_and_speed(foot_positions, ground_height, fps):
+    """(N, 2) ankle height above the action's lowest ankle height over the ground, and (N, 2) ankle speed (units
+    per second; the first frame takes the second's), from (N, 2, 3) ankle positions: what contact detection reads."""
+    height = foot_positions[..., 2] - np.asarray(ground_height, np.float64)
+    height = height - np.min(height, axis=0, keepdims=True)
+    speed = np.zeros(height.shape)
+    if len(foot_positions) > 1:
+        step = np.linalg.norm(np.diff(foot_positions, axis=0), axis=-1) * fps
+        speed[1:] = step
+        speed[0] = step[0]
+    return height, speed
+
+
 def detect_contacts(foot_positions, ground_height, fps, rig_height):
     """(N, 2) contact flags for one action from (N, 2, 3) ankle positions: low and slow.
 
@@ -131,11 +148,5 @@ def detect_contacts(foot_positions, ground_height, fps, rig_height):
     the action's lowest ankle height above ground (so the ankle's own height above the sole does not matter) and
     it moves slower than 0.6 rig heights per second.
     """
-    height = foot_positions[..., 2] - np.asarray(ground_height, np.float64)
-    low = height - np.min(height, axis=0, keepdims=True) < 0.08 * rig_height
-    speed = np.zeros(height.shape)
-    if len(foot_positions) > 1:
-        step = np.linalg.norm(np.diff(foot_positions, axis=0), axis=-1) * fps
-        speed[1:] = step
-        speed[0] = step[0]
-    return (low & (speed < 0.6 * rig_height)).astype(np.float32)
+    height, speed = foot_height_and_speed(foot_positions, ground_height, fps)
+    return ((height < CONTACT_HEIGHT * rig_height) & (speed < CONTACT_SPEED * rig_height)).astype(np.float32)

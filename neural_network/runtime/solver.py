@@ -361,6 +361,28 @@ class Solver:
             return
         self._hold(usable, refine_iterations > 0 or measure_errors, refine_iterations > 0)
 
+    def refine_toward(self, result, targets, refine_iterations):
+        """`result` (a solve without refinement) refined toward other targets (K, 6, 4, 4) than its network saw, as a
+        new SolveResult. A bake that fits a clip to the ground or locks its feet solves the network on the clip's own
+        targets (the flat ground and the motion training saw) and refines toward the edited ones, so the pose keeps
+        the clip's swivels and the edit only bends what it must. Characters with unusable targets keep the result."""
+        usable = self._normalise_and_check(np.asarray(targets, np.float64))
+        t = self.normalised
+        q = result.quaternions.copy()
+        errors = self.refiner.refine_quaternions(q, t[:, 0], t[:, 1:, :3, 3], t[:, 1:, :3, :3],
+                                                 iterations=refine_iterations)
+        good = np.isfinite(q).all(axis=(1, 2)) & np.isfinite(errors).all(axis=1)
+        if usable is not None:
+            good &= usable
+        q[~good] = result.quaternions[~good]
+        status = result.status.copy()
+        status[~good] |= HELD_BAD_TARGETS
+        status[good & (errors.max(axis=1) > self.tolerance)] |= MISSED
+        hips = np.where(good[:, None, None], t[:, 0], np.eye(4))
+        hips[~good, :3, :3], hips[~good, :3, 3] = result.hips_rotation[~good], result.hips_position[~good]
+        return SolveResult(q, hips[:, :3, :3].copy(), hips[:, :3, 3].copy(), status,
+                           np.where(good[:, None], errors, result.errors))
+
     def world_targets(self):
         """Character-space targets (K, 6, 4, 4) from the run-time engine's world matrices (what a live tick read)."""
         rt = self.runtime

@@ -1,0 +1,142 @@
+"""Terrain: a clip made on flat ground, fitted to the ground under each foot.
+
+The clip's motion was captured on flat ground at height 0 (the armature origin's level). Given, per frame and foot,
+the height and normal of the ground under the foot's target (Blender casts the rays), `fit_to_ground` moves:
+
+- each foot target up or down by the ground's height under it, so a planted sole rests on the surface at the foot's
+  own height above the ground in the clip; during a contact the height is the one under the foot, between contacts
+  it goes from the lift-off's height to the next landing's with a smoothstep over the swing, so a step's edge passing
+  under a swinging foot does not make it pop;
+- each planted foot turned about its ankle toward the surface normal (the tilt fades in and out over `blend_frames`
+  around the contact); the ankle's joint limits are the refinement's to keep;
+- the body (root target, hands, head) by the higher of the two feet's ground heights, smoothed over time, so the
+  character walks up a slope or a stair instead of crouching into it; where a leg then cannot reach its lower foot,
+  `foot_lock.hips_drop` brings the body down just enough (so the upper leg bends no more than it must).
+
+The network's ground inputs stay as training saw them (normal +Z, height 0 under the clip's feet): every dataset has
+flat ground, so a tilted normal would be out of distribution; the slope is applied here, to the targets, instead.
+Pure NumPy.
+"""
+
+import numpy as np
+
+from ..geometry.rotations import axis_angle_to_matrix
+from .foot_lock import BODY_TARGETS, FOOT_TARGETS, _spans, cover
+
+UP = np.array([0.0, 0.0, 1.0])
+
+
+def foot_ground(planted, hit_height):
+    """(F, 2) the ground height each foot target stands over: the hit under it while planted, and between two
+    contacts a smoothstep from the lift-off's height to the next landing's (before the first contact and after the
+    last: the nearest contact's; a foot never planted: the hit under it, smoothed by the same rule over the clip)."""
+    planted = np.asarray(planted, bool)
+    hit_height = np.asarray(hit_height, np.float64)
+    out = hit_height.copy()
+    for foot in range(2):
+        spans = _spans(planted[:, foot])
+        if not spans:
+            continue
+        h = hit_height[:, foot]
+        out[:spans[0][0], foot] = h[spans[0][0]]
+        out[spans[-1][1]:, foot] = h[spans[-1][1] - 1]
+        for (_s0, e0), (s1, _e1) in zip(spans[:-1], spans[1:]):
+            x = (np.arange(e0, s1) - e0 + 1) / (s1 - e0 + 1)
+            out[e0:s1, foot] = h[e0 - 1] + (h[s1] - h[e0 - 1]) * x * x * (3 - 2 * x)
+    return out
+
+
+def smooth(values, window):
+    """A moving average over `window` frames each side with a smooth (triangular) weight, edges held."""
+    w = int(window)
+    if w <= 0 or len(values) < 2:
+        return np.asarray(values, np.float64).copy()
+    kernel = np.concatenate([np.arange(1, w + 2), np.arange(w, 0, -1)]).astype(np.float64)
+    return np.convolve(np.pad(values, w, mode="edge"), kernel / kernel.sum(), mode="valid")
+
+
+def contact_weight(planted, blend_frames):
+    """(F, 2) 1 inside contacts, fading to 0 over `blend_frames` before each landing and after each lift-off."""
+    planted = np.asarray(planted, bool)
+    out = planted.astype(np.float64)
+    n = len(planted)
+    for foot in range(2):
+        for start, end in _spans(planted[:, foot]):
+            for i in range(1, blend_frames + 1):
+                x = 1.0 - i / (blend_frames + 1)
+                w = x * x * (3 - 2 * x)
+                if start - i >= 0:
+                    out[start - i, foot] = max(out[start - i, foot], w)
+                if end - 1 + i < n:
+                    out[end - 1 + i, foot] = max(out[end - 1 + i, foot], w)
+    return out
+
+
+def tilt_toward(normals, weight):
+    """(..., 3, 3) rotations turning +Z toward `normals` (..., 3) by the share `weight` (...,) of the angle."""
+    n = np.asarray(normals, np.float64)
+    n = n / np.linalg.norm(n, axis=-1, keepdims=True)
+    axis = np.cross(UP, n)
+    sin = np.linalg.norm(axis, axis=-1, keepdims=True)
+    angle = np.arctan2(sin[..., 0], n[..., 2])
+    axis = np.where(sin > 1e-12, axis / np.maximum(sin, 1e-12), 0.0)
+    return axis_angle_to_matrix(axis * (angle * np.asarray(weight, np.float64))[..., None])
+
+
+def balls(targets, toe_offsets):
+    """(F, 2, 3) where each foot target puts the ball of its foot (the toe bone's head): ankle + R_foot @ offset, the
+    offsets (2, 3) in the foot's frame (Skeleton.offsets of the toe roles)."""
+    feet = np.asarray(targets)[:, list(FOOT_TARGETS)]
+    return feet[..., :3, 3] + np.einsum("fkij,kj->fki", feet[..., :3, :3], np.asarray(toe_offsets, np.float64))
+
+
+def support(ankle_hits, ball_hits, ankle_normals, ball_normals, edge=0.02):
+    """(heights (F, 2), normals (F, 2, 3), across an edge (F, 2) bool): the ground a sole rests on, from the ground
+    under its ankle and under the ball of its foot (points (F, 2, 3), unit normals (F, 2, 3)).
+
+    On a smooth surface (the two heights differ as the normals' slope says, within `edge` m) the sole lies on the
+    plane through both points, its roll from the normal under the ankle (on a bump that plane seats the sole better
+    than either point's normal); the height is the ground's under the ankle. Across an edge (a step's nose, a kerb)
+    the foot stands on the higher of the two, flat on that surface, with the rest of the sole over the drop."""
+    a, b = np.asarray(ankle_hits, np.float64), np.asarray(ball_hits, np.float64)
+    na, nb = np.asarray(ankle_normals, np.float64), np.asarray(ball_normals, np.float64)
+    d = b - a
+    mean = na + nb
+    predicted = -np.sum(mean[..., :2] * d[..., :2], axis=-1) / np.maximum(mean[..., 2], 1e-6)
+    smooth = np.abs(d[..., 2] - predicted) <= edge
+    lateral = np.cross(na, d)
+    plane = np.cross(d, lateral)
+    length = np.linalg.norm(plane, axis=-1, keepdims=True)
+    plane = np.where(length > 1e-9, plane / np.maximum(length, 1e-12), na)
+    ball_higher = b[..., 2] > a[..., 2]
+    heights = np.where(smooth | ~ball_higher, a[..., 2], b[..., 2])
+    normals = np.where(smooth[..., None], plane, np.where(ball_higher[..., None], nb, na))
+    return heights, normals, ~smooth
+
+
+def hold_across_edges(planted, heights, normals, edges):
+    """Heights and normals with every contact that stands across an edge at any of its frames placed once, on the
+    highest surface it meets (the normal there), for the whole contact: a foot rolling over a step's nose must not
+    drop onto the lower tread halfway through its stance."""
+    heights, normals = np.array(heights, np.float64), np.array(normals, np.float64)
+    for foot in range(2):
+        for start, end in _spans(np.asarray(planted, bool)[:, foot]):
+            if np.asarray(edges)[start:end, foot].any():
+                top = start + int(np.argmax(heights[start:end, foot]))
+                heights[start:end, foot] = heights[top, foot]
+                normals[start:end, foot] = normals[top, foot]
+    return heights, normals
+
+
+def fit_to_ground(targets, planted, hit_height, hit_normal, blend_frames=4, body_window=8):
+    """(targets on the ground (F, 6, 4, 4), body lift (F,)): see the module's docstring. hit_height (F, 2) and
+    hit_normal (F, 2, 3) are the ground under each foot target, in character space."""
+    out = np.array(targets, np.float64, copy=True)
+    ground = foot_ground(planted, hit_height)
+    weight = contact_weight(planted, blend_frames)
+    for foot, t in enumerate(FOOT_TARGETS):
+        out[:, t, 2, 3] += ground[:, foot]
+        out[:, t, :3, :3] = tilt_toward(hit_normal[:, foot], weight[:, foot]) @ out[:, t, :3, :3]
+    lift = smooth(cover(ground.max(axis=1), body_window // 2), body_window // 2)
+    out[:, list(BODY_TARGETS), 2, 3] += lift[:, None]
+    return out, lift

@@ -3,7 +3,7 @@ retargeted onto longer legs does) is baked with and without Lock Feet, and measu
 
 import numpy as np
 import pytest
-from live_helpers import assign_action, demo_armature, evaluated_effectors, linear_model_for
+from live_helpers import assign_action, demo_armature, drive_with, evaluated_effectors, linear_model_for, runs
 
 CM = 100.0
 
@@ -20,7 +20,9 @@ def sliding_walk(empty_scene):
     names = sorted(a.name for a in bpy.data.actions)
     walk = next(n for n in names if "walk" in n)
     train = [pose_read.read_action(rig, obj, bpy.data.actions[n]) for n in names if n != walk]
-    models.loaded_models[obj.name] = ("", linear_model_for(rig.skeleton, train), None)
+    model = linear_model_for(rig.skeleton, train)
+    drive_with(obj, model)
+    assert runs(obj, model)
     source = bpy.data.actions[walk].copy()
     source.name = "sliding_walk"
     hips = rig.bone_names[int(rig.role_bones[0])]

@@ -10,10 +10,10 @@ names, hierarchy, proportions, channels and frame rate:
 - Bandai-like (`BANDAI_LIKE`): joint_Root > Hips > Spine > Chest > Neck > Head, Chest > Shoulder_L > UpperArm_L >
   LowerArm_L > Hand_L, Hips > UpperLeg_L > LowerLeg_L > Foot_L > Toes_L; six channels on every joint (every bone is
   disconnected, and the exporter writes position channels for those), Z-X-Y rotation channels, 30 fps, shorter
-  legs and a longer trunk. Bandai's files end their chains with End Sites of zero length; the exporter writes the
-  bone's tail there, so the helper rewrites those OFFSET lines in the text (the one change made after export). One
-  file keeps the exporter's End Sites and has its whole rest moved: as between some of Bandai's files, Blender's
-  importer then gives its end bones other rest orientations.
+  legs and a longer trunk, a T-pose rest (the demo rig's is an A-pose). Bandai's files end their chains with End
+  Sites of zero length; the exporter writes the bone's tail there, so the helper rewrites those OFFSET lines in the
+  text (the one change made after export). One file keeps the exporter's End Sites and has its whole rest moved: as
+  between some of Bandai's files, Blender's importer then gives its end bones other rest orientations.
 - CMU-like (`CMU_LIKE`): CC_Base_Hip > CC_Base_Pelvis > thighs (the pelvis turned off its rest in every frame, as in
   CMU's files), twist and share bones that move, a finger and a facial bone, Z-Y-X rotation channels, six channels on
   the root only (root_transform_only), 60 fps (the demo motion sampled between its frames), longer legs.
@@ -55,6 +55,7 @@ class SkeletonSpec:
     rotate_mode: str                # the channels' rotation order
     root_transform_only: bool       # six channels on the root only (else on every disconnected bone: all of them)
     zero_end_sites: bool
+    rest_turns: tuple = ()          # (demo bone, axis, degrees): that limb turned about its head in the rest pose
 
 
 def _right(name):
@@ -131,7 +132,8 @@ BANDAI_LIKE = SkeletonSpec(
     (("dataset-1_bow_active_001", "crouch_shallow_01", True), ("dataset-1_run_normal_001", "run_easy_01"),
      ("dataset-1_walk_normal_001", "walk_normal_03"), ("dataset-1_walk_tired_001", "walk_normal_04"),
      ("dataset-2_raise-up-left-hand_normal_001", "reach_high_left_01")),
-    legs=0.95, trunk=1.05, fps=30, rotate_mode="ZXY", root_transform_only=False, zero_end_sites=True)
+    legs=0.95, trunk=1.05, fps=30, rotate_mode="ZXY", root_transform_only=False, zero_end_sites=True,
+    rest_turns=(("LeftArm", (0.0, 1.0, 0.0), -35.0), ("RightArm", (0.0, 1.0, 0.0), 35.0)))      # a T-pose
 CMU_LIKE = SkeletonSpec(
     "cmu", CMU_JOINTS,
     (("005_01", "walk_normal_03"), ("006_01", "run_easy_01"), ("006_08", "reach_front_left_03")),
@@ -197,8 +199,9 @@ def write_library_file(demo, spec, action_name, path, other_rest=False):
     scene = bpy.context.scene
     times = 1.0 + np.arange((DEMO_FRAMES - 1) * spec.fps // 30 + 1) * 30.0 / spec.fps
     demo_rest, demo_pose = _demo_motion(demo, bpy.data.actions[action_name], times, spec)
-    rig = build_armature(bpy.context, spec.name + "_like", _rest_bones(demo, spec, OTHER_REST_SHIFT if other_rest else None))
-    keys = _keys(rig, spec, demo_rest, demo_pose, times)
+    bones, turns = _rest_bones(demo, spec, OTHER_REST_SHIFT if other_rest else None)
+    rig = build_armature(bpy.context, spec.name + "_like", bones)
+    keys = _keys(rig, spec, demo_rest, demo_pose, turns, times)
     action, _slot, _container = action_layouts.new_action(rig, f"{spec.name}_{action_name}")
     frames = np.arange(1, len(times) + 1, dtype=np.float64)
     pose_write.key_bone_values(rig, action, frames, keys)
@@ -227,11 +230,14 @@ def _placed(spec, joint, point, hips):
 
 
 def _rest_bones(demo, spec, shift=None):
-    """[(bone, parent, head, tail, roll, connected)] of spec's rig in the file's axes (Y up): each joint where its
-    demo bone is, every bone disconnected (the exporter writes position channels for those)."""
+    """([(bone, parent, head, tail, roll, connected)], {bone: (3, 3)}) of spec's rig in the file's axes (Y up): each
+    joint where its demo bone is (every bone disconnected: the exporter writes position channels for those), and the
+    turn of the joints that spec.rest_turns moved in the rest pose."""
+    from mathutils import Matrix
+
     bones = demo.data.bones
     hips = np.array(bones["Hips"].head_local)
-    out = []
+    out, turns = [], {}
     for joint in spec.joints:
         anchor = _anchor(joint)
         if anchor is None:                          # a root joint at the origin
@@ -244,10 +250,16 @@ def _rest_bones(demo, spec, shift=None):
                 head = a + joint.at[1] * (b - a)
                 tail = head + 0.25 * (b - a)
             head, tail = _placed(spec, joint, head, hips), _placed(spec, joint, tail, hips)
+            for limb, axis, degrees in spec.rest_turns:
+                if anchor == limb or limb in [p.name for p in bones[anchor].parent_recursive]:
+                    pivot = _placed(spec, joint, np.array(bones[limb].head_local), hips)
+                    turn = np.array(Matrix.Rotation(np.radians(degrees), 3, axis))
+                    head, tail = pivot + turn @ (head - pivot), pivot + turn @ (tail - pivot)
+                    turns[joint.name] = TO_BVH @ turn @ TO_BVH.T
             if shift is not None:
                 head, tail = head + shift, tail + shift
         out.append((joint.name, joint.parent, tuple(TO_BVH @ head), tuple(TO_BVH @ tail), 0.0, False))
-    return out
+    return out, turns
 
 
 def _demo_motion(demo, action, times, spec):
@@ -269,11 +281,12 @@ def _demo_motion(demo, action, times, spec):
     return rest, pose
 
 
-def _keys(rig, spec, demo_rest, demo_pose, times):
+def _keys(rig, spec, demo_rest, demo_pose, turns, times):
     """{bone: {"rotation_quaternion": (T, 4), "location": (T, 3)}}: the matrix_basis that pose rig as the demo rig.
 
-    A bone that follows a demo bone turns rigidly with it (its world pose G @ rest, G the demo bone's motion in the
-    file's axes); the hips' head travels the demo's path scaled by spec.legs; a helper turns by its own lean and sway.
+    A bone that follows a demo bone turns rigidly with it (its world orientation G @ turn^T @ rest, G the demo bone's
+    motion in the file's axes, turn its rest-pose turn); the hips' head travels the demo's path scaled by spec.legs;
+    a helper turns by its own lean and sway.
     Blender's pose of a bone is parent pose @ parent rest^-1 @ rest @ basis, so the basis follows parent by parent."""
     from mathutils import Euler, Matrix
 
@@ -293,7 +306,8 @@ def _keys(rig, spec, demo_rest, demo_pose, times):
         if joint.follows:
             d = joint.follows
             G = to_bvh @ demo_pose[d] @ np.linalg.inv(demo_rest[d]) @ to_bvh.T
-            B[:, :3, :3] = np.swapaxes(A[:, :3, :3], -1, -2) @ G[:, :3, :3] @ M[:3, :3]
+            turn = turns.get(joint.name, np.eye(3))
+            B[:, :3, :3] = np.swapaxes(A[:, :3, :3], -1, -2) @ G[:, :3, :3] @ turn.T @ M[:3, :3]
             if d == "Hips":
                 head = spec.legs * demo_pose[d][:, :3, 3] @ TO_BVH.T
                 B[:, :3, 3] = np.einsum("tji,tj->ti", A[:, :3, :3], head - A[:, :3, 3])

@@ -1,4 +1,5 @@
-"""Bone map: presets on real rigs, the hierarchy fallback on a renamed rig, validation, and no input that breaks it."""
+"""Bone map: presets on Bandai's and CMU's rigs (made in the test, and real where ../shared/mocap is), the hierarchy
+fallback on a renamed rig, validation, and no input that breaks it."""
 
 import random
 

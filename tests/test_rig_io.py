@@ -1,11 +1,10 @@
-"""Reading rigs and actions (blender.rig_model, pose_read, pose_write) against Blender itself, on real motion capture
-(Bandai's and CMU's skeletons) and on BVH files written from the demo rig (tests/demo_bvh.py, for what any rig does):
-positions and orientations read without frame_set equal
-Blender's evaluated pose_bone.head/matrix; FK on the extracted rotations reproduces them; extraction changes nothing;
-written poses and actions read back exactly.
+"""Reading rigs and actions (blender.rig_model, pose_read, pose_write) against Blender itself, on Bandai's and CMU's
+skeletons (files made in the test, tests/other_skeletons.py, and the real ones where ../shared/mocap is) and on BVH
+files written from the demo rig (tests/demo_bvh.py, for what any rig does): positions and orientations read without
+frame_set equal Blender's evaluated pose_bone.head/matrix; FK on the extracted rotations reproduces them; extraction
+changes nothing; written poses and actions read back exactly.
 
-The bone maps of the mocap rigs are written out here by hand (also used by test_extract.py) so these tests do not
-depend on auto-mapping.
+The bone maps of the mocap rigs are written out here by hand so these tests do not depend on auto-mapping.
 """
 
 import hashlib

@@ -14,7 +14,9 @@ from ..neural_network.skeleton import bone_map
 from ..properties import set_bone_map
 
 
-def _build_armature(context, name):
+def build_armature(context, name, bones):
+    """A new armature object `name` in the scene, active and the only one selected, from edit bones [(name, parent
+    or None, head, tail, roll, connected)] (parents first; armature space); its pose bones in quaternion mode."""
     data = bpy.data.armatures.new(name)
     obj = bpy.data.objects.new(name, data)
     context.scene.collection.objects.link(obj)
@@ -26,7 +28,7 @@ def _build_armature(context, name):
     bpy.ops.object.mode_set(mode="EDIT")
     try:
         edit_bones = data.edit_bones
-        for bone_name, parent, head, tail, roll, connect in demo_motion.rig_bones():
+        for bone_name, parent, head, tail, roll, connect in bones:
             bone = edit_bones.new(bone_name)
             bone.head, bone.tail, bone.roll = head, tail, roll
             if parent:
@@ -82,7 +84,7 @@ def create_demo_rig(context, seed=0, name="NeuralIK_Demo"):
 def build_demo(context, seed=0, name="NeuralIK_Demo"):
     """(armature object, [bpy actions]) of a new demo rig; see create_demo_rig."""
     motions = demo_motion.generate_actions(seed)
-    obj = _build_armature(context, name)
+    obj = build_armature(context, name, demo_motion.rig_bones())
     written = [_write_action(obj, motion) for motion in motions]
     obj.animation_data_create()
     first_action, first_slot = written[0]

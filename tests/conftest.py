@@ -17,6 +17,7 @@ BANDAI = os.path.join(MOCAP, "bandai")
 CMU = os.path.join(MOCAP, "cmu")
 
 load_package()   # makes `neural_ik` importable; registering needs bpy and happens in the `addon` fixture
+_session = {}
 
 
 def need_mocap(folder=MOCAP):
@@ -25,7 +26,22 @@ def need_mocap(folder=MOCAP):
     return folder
 
 
-_session = {}
+def pytest_collection_modifyitems(config, items):
+    """Without the real motion capture, the tests marked `mocap` (extras on the real files: every behaviour they
+    check also has a test on data the tests make) are deselected, not skipped, and the summary says so."""
+    if os.path.isdir(MOCAP):
+        return
+    extras = [item for item in items if item.get_closest_marker("mocap")]
+    if extras:
+        config.hook.pytest_deselected(items=extras)
+        items[:] = [item for item in items if not item.get_closest_marker("mocap")]
+        _session["real_file_extras"] = len(extras)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _session.get("real_file_extras"):
+        terminalreporter.write_line(f"{_session['real_file_extras']} tests on the real motion capture deselected: "
+                                    f"none at {MOCAP} (set NEURAL_IK_MOCAP to its folder to run them)")
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -57,6 +73,30 @@ def demo_bvh(addon, tmp_path_factory):
     from demo_bvh import export_demo_bvh
 
     return export_demo_bvh(tmp_path_factory.mktemp("demo_bvh"))
+
+
+@pytest.fixture(scope="session")
+def other_skeletons(addon, tmp_path_factory):
+    """Folders of BVH files of other skeletons (a Bandai-like and a CMU-like library) written by Blender's exporter
+    from rigs built in the test (tests/other_skeletons.py). Link the files, never edit them."""
+    from other_skeletons import export_other_skeletons
+
+    return export_other_skeletons(tmp_path_factory.mktemp("other_skeletons"))
+
+
+# a test on both the made libraries and the real ones: @pytest.mark.parametrize("libraries", MADE_AND_REAL, indirect=True)
+MADE_AND_REAL = (pytest.param("made", id="made"), pytest.param("real", id="real", marks=pytest.mark.mocap))
+
+
+@pytest.fixture
+def libraries(request):
+    """The Bandai and CMU libraries (OtherSkeletons) by the test's parameter: "made" (the other_skeletons fixture) or
+    "real" (../shared/mocap)."""
+    if request.param == "real":
+        from other_skeletons import BvhLibrary, OtherSkeletons
+
+        return OtherSkeletons(BvhLibrary.of(need_mocap(BANDAI)), BvhLibrary.of(need_mocap(CMU)))
+    return request.getfixturevalue("other_skeletons")
 
 
 @pytest.fixture

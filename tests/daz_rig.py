@@ -31,19 +31,14 @@ def daz_style_rig():
     between the hips and the buttocks, arms out in a T-pose; no clips of its own (calibrated from its rest)."""
     import bpy
 
+    from neural_ik.blender.demo_rig import build_armature
+
     bones, heads = daz_style_bones()
     children = {}
     for name, parent in bones:
         children.setdefault(parent, []).append(name)
-    data = bpy.data.armatures.new("daz")
-    obj = bpy.data.objects.new("daz", data)
-    bpy.context.scene.collection.objects.link(obj)
-    bpy.context.view_layer.objects.active = obj
-    bpy.ops.object.mode_set(mode="EDIT")
-    made = {}
+    edit_bones = []
     for name, parent in bones:                      # parents come first in the list
-        eb = data.edit_bones.new(name)
-        eb.head = heads[name]
         kids = children.get(name, [])
         tail = np.array(heads[kids[0]]) if kids else None
         if tail is None or np.linalg.norm(tail - np.array(heads[name])) < 1e-3:
@@ -51,9 +46,5 @@ def daz_style_rig():
             if "Foot" in name:
                 step = np.array([0.0, -0.1, -0.05])
             tail = np.array(heads[name]) + 0.1 * step / max(np.linalg.norm(step), 1e-6)
-        eb.tail = tail
-        if parent:
-            eb.parent = made[parent]
-        made[name] = eb
-    bpy.ops.object.mode_set(mode="OBJECT")
-    return obj
+        edit_bones.append((name, parent, heads[name], tuple(tail), 0.0, False))
+    return build_armature(bpy.context, "daz", edit_bones)

@@ -3,8 +3,8 @@
 rig's actions written by Blender's own BVH exporter (io_anim_bvh), in centimetres as motion capture comes, to be
 imported at global_scale 0.01. Built once per test session (conftest's `demo_bvh` fixture).
 
-Tests about the real files' quirks (Bandai's and CMU's skeletons, CMU's moving pelvis, the importer's end-bone
-rolls) stay on the real files.
+Files of other skeletons (Bandai's and CMU's names, hierarchies, channels and frame rates, CMU's moving pelvis, the
+importer's end-bone rolls) are made in tests/other_skeletons.py; the real files run the same tests as extras.
 """
 
 import os

@@ -1,10 +1,10 @@
-"""Bone map: presets on real rigs, the hierarchy fallback on a renamed rig, validation, and no input that breaks it."""
+"""Bone map: presets on Bandai's and CMU's rigs (made in the test, and real where ../shared/mocap is), the hierarchy
+fallback on a renamed rig, validation, and no input that breaks it."""
 
-import os
 import random
 
 import pytest
-from conftest import BANDAI, CMU, need_mocap
+from conftest import MADE_AND_REAL
 from daz_rig import daz_style_bones
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,11 +36,6 @@ def _import_bvh(path):
     obj = bpy.context.active_object
     assert obj.type == "ARMATURE"
     return obj
-
-
-def _first_bvh(folder):
-    need_mocap(folder)
-    return os.path.join(folder, sorted(f for f in os.listdir(folder) if f.endswith(".bvh"))[0])
 
 
 # ---- real Blender -------------------------------------------------------------------------------------------------
@@ -75,10 +70,12 @@ def test_renamed_demo_rig_maps_through_the_hierarchy(empty_scene):
     assert {role: original[bone] for role, bone in stored.items()} == {r: r for r in ROLES}
 
 
-def test_bandai_rig_maps_with_its_preset(empty_scene):
+@pytest.mark.parametrize("libraries", MADE_AND_REAL, indirect=True)
+def test_bandai_rig_maps_with_its_preset(empty_scene, libraries):
+    """joint_Root above the hips, six channels on every joint, one spine bone less and one neck bone."""
     import bpy
 
-    obj = _import_bvh(_first_bvh(BANDAI))
+    obj = _import_bvh(libraries.bandai.path(libraries.bandai.files[0]))
     assert bpy.ops.neural_ik.auto_map() == {"FINISHED"}
     stored = {i.role: i.bone for i in obj.neural_ik.bone_map}
     assert obj.neural_ik.preset == "bandai"
@@ -88,25 +85,30 @@ def test_bandai_rig_maps_with_its_preset(empty_scene):
     assert bone_map.validate(stored, bones) == []
 
 
-def test_cmu_rig_maps_with_its_preset(empty_scene):
+@pytest.mark.parametrize("libraries", MADE_AND_REAL, indirect=True)
+def test_cmu_rig_maps_with_its_preset(empty_scene, libraries):
+    """A pelvis between the hips and the thighs, twist and share bones beside the limbs: the preset maps the limbs."""
     import bpy
 
-    obj = _import_bvh(_first_bvh(CMU))
+    obj = _import_bvh(libraries.cmu.path(libraries.cmu.files[0]))
     assert bpy.ops.neural_ik.auto_map() == {"FINISHED"}
     stored = {i.role: i.bone for i in obj.neural_ik.bone_map}
     assert obj.neural_ik.preset == "cmu"
     assert all(stored.values())
     assert stored["Hips"] == "CC_Base_Hip" and stored["RightForeArm"] == "CC_Base_R_Forearm"
+    assert stored["LeftThigh"] == "CC_Base_L_Thigh" and stored["NeckUpper"] == "CC_Base_NeckTwist02"
     bones = [(b.name, b.parent.name if b.parent else None) for b in obj.data.bones]
     assert bone_map.validate(stored, bones) == []
 
 
-def test_bandai_rig_renamed_maps_through_the_hierarchy(empty_scene):
-    """A real imported rig under neutral names (rest positions from Blender) maps to the same bones as its preset."""
-    obj = _import_bvh(_first_bvh(BANDAI))
+@pytest.mark.parametrize("libraries", MADE_AND_REAL, indirect=True)
+def test_bandai_rig_renamed_maps_through_the_hierarchy(empty_scene, libraries):
+    """An imported rig under neutral names (rest positions from Blender) maps to the same bones as its preset."""
+    obj = _import_bvh(libraries.bandai.path(libraries.bandai.files[0]))
     bones = [(b.name, b.parent.name if b.parent else None) for b in obj.data.bones]
     heads = {b.name: tuple(b.head_local) for b in obj.data.bones}
     expected = bone_map.auto_map(bones, heads).mapping
+    assert expected["Hips"] == "Hips" and expected["LeftHand"] == "Hand_L"
     renamed, renamed_heads, new = _renamed(bones, heads)
     result = bone_map.auto_map(renamed, renamed_heads)
     assert result.preset == "heuristic"

@@ -1,13 +1,11 @@
 """Unmapped in-between bones that move (CMU's CC_Base_Pelvis between the Hips role and the thighs): the solver's FK,
 inputs and run-time graph take their bridges/offsets, Bake keys them like the hips, and live IK uses the armature's
-pose at session start. Checked against kinematics with the true links, and on a real CMU file through Blender's own
-evaluated pose."""
-
-import os
+pose at session start. Checked against kinematics with the true links, and on a CMU file through Blender's own
+evaluated pose: one made in the test (tests/other_skeletons.py), and the real one where ../shared/mocap is."""
 
 import numpy as np
 import pytest
-from conftest import CMU, need_mocap
+from conftest import MADE_AND_REAL
 from live_helpers import assign_action, fitted_model, humanoid_skeleton, inputs_of, linear_model_for, random_poses, targets_of
 
 from neural_ik.neural_network.geometry import kinematics
@@ -17,7 +15,10 @@ from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX
 
 EFF = list(EFFECTOR_ROLES)
 THIGHS = [ROLE_INDEX["LeftThigh"], ROLE_INDEX["RightThigh"]]
-CMU_FILE = "006_08.bvh"          # the smallest CMU file; its pelvis is off its rest pose in every frame
+CMU_FILE = "006_08.bvh"          # the smallest real CMU file; its pelvis is off its rest pose in every frame, as the made one's
+# frames of that file the tests use: a span to bake, two target poses and a start for live IK, a still pose
+FRAMES = {"made": {"bake": (20, 49), "goals": (30, 70), "start": 50, "still": 40},
+          "real": {"bake": (40, 79), "goals": (90, 130), "start": 60, "still": 100}}
 PELVIS = "CC_Base_Pelvis"
 
 
@@ -97,19 +98,19 @@ def test_shared_links_rebuild_the_run_time_graph(model):
     assert Solver(model, links=(model.skeleton.bridges, model.skeleton.offsets)).skeleton is model.skeleton
 
 
-# ---- a real CMU file in Blender -------------------------------------------------------------------------------
+# ---- a CMU file in Blender: made in the test (tests/other_skeletons.py) and real --------------------------------
 
 @pytest.fixture
-def cmu_rig(empty_scene):
+def cmu_rig(empty_scene, libraries, request):
     """The CMU file imported and auto-mapped, with a linear model fitted to its own frames (a weak network that
-    refinement must correct)."""
+    refinement must correct), and the frames the tests use."""
     import addon_utils
     import bpy
 
     from neural_ik.blender import live_session, models, pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
-    path = os.path.join(need_mocap(CMU), CMU_FILE)
+    path = libraries.cmu.path(CMU_FILE)
     addon_utils.enable("io_anim_bvh", default_set=True)
     bpy.ops.import_anim.bvh(filepath=path, global_scale=0.01)
     obj = bpy.context.active_object
@@ -120,7 +121,7 @@ def cmu_rig(empty_scene):
     assert sample.moving_links and rig_model.inbetween_bones(rig) == [PELVIS]
     model = linear_model_for(rig.skeleton, [sample])
     models.loaded_models[obj.name] = ("", model, None)
-    yield obj, rig, model, source, sample
+    yield obj, rig, model, source, FRAMES[request.node.callspec.params["libraries"]]
     models.loaded_models.pop(obj.name, None)
     live_session.stop_all("")
 
@@ -139,14 +140,14 @@ def _evaluated(obj, rig, frames):
     return np.array(heads), np.array(pelvis)
 
 
-@pytest.mark.mocap
+@pytest.mark.parametrize("libraries", MADE_AND_REAL, indirect=True)
 def test_bake_of_a_cmu_clip_lands_the_feet_and_keys_the_pelvis(cmu_rig):
     """Bake with refinement from the clip itself, then play the baked action with the pelvis left somewhere else (the
     rest pose): Blender's evaluated effectors land within 1 mm of the source's and the pelvis follows the source."""
     import bpy
 
-    obj, rig, model, source, _sample = cmu_rig
-    first, last = 40, 79
+    obj, rig, model, source, frames_of = cmu_rig
+    first, last = frames_of["bake"]
     frames = np.arange(first, last + 1)
     assign_action(obj, source)
     reference, reference_pelvis = _evaluated(obj, rig, frames)
@@ -165,7 +166,7 @@ def test_bake_of_a_cmu_clip_lands_the_feet_and_keys_the_pelvis(cmu_rig):
     np.testing.assert_allclose(heads[:, THIGHS], reference[:, THIGHS], atol=1e-5)
 
 
-@pytest.mark.mocap
+@pytest.mark.parametrize("libraries", MADE_AND_REAL, indirect=True)
 def test_live_tick_on_a_cmu_rig_with_a_turned_pelvis(cmu_rig):
     """Live IK with the pelvis turned beyond anything in the data: the session takes its pose at start, and the
     refined effectors land within 1 mm (Blender's evaluated pose) on targets placed from another frame posed with
@@ -177,18 +178,18 @@ def test_live_tick_on_a_cmu_rig_with_a_turned_pelvis(cmu_rig):
     from neural_ik.blender.live import LiveTick
     from neural_ik.blender.live import targets_of as target_objects
 
-    obj, rig, model, source, _sample = cmu_rig
+    obj, rig, model, source, frames_of = cmu_rig
     scene = bpy.context.scene
     pelvis = obj.pose.bones[PELVIS]
     assign_action(obj, source)
     world = np.array(obj.matrix_world)
     goals = []
-    for frame in (90, 130):                      # target poses: these frames with the turned pelvis
+    for frame in frames_of["goals"]:             # target poses: these frames with the turned pelvis
         scene.frame_set(frame)
         pelvis.rotation_euler = (pelvis.rotation_euler[0] + 0.25, 0.15, -0.2)
         bpy.context.view_layer.update()
         goals.append(world @ pose_read.armature_pose_matrices(obj, rig)[[0] + EFF])
-    scene.frame_set(60)
+    scene.frame_set(frames_of["start"])
     pelvis.rotation_euler = (pelvis.rotation_euler[0] + 0.25, 0.15, -0.2)
     turned = tuple(pelvis.rotation_euler)
     bpy.context.view_layer.update()
@@ -217,7 +218,7 @@ def test_live_tick_on_a_cmu_rig_with_a_turned_pelvis(cmu_rig):
         tick.stop()
 
 
-@pytest.mark.mocap
+@pytest.mark.parametrize("libraries", MADE_AND_REAL, indirect=True)
 def test_bake_from_empties_keeps_the_pelvis_as_it_stands(cmu_rig):
     """Bake from the target empties on a rig whose pelvis is turned (no action playing): the solve takes the pelvis as
     it is, the baked action holds it there, and the evaluated feet land on their targets."""
@@ -225,9 +226,9 @@ def test_bake_from_empties_keeps_the_pelvis_as_it_stands(cmu_rig):
 
     from neural_ik.blender import pose_read
 
-    obj, rig, model, source, _sample = cmu_rig
+    obj, rig, model, source, frames_of = cmu_rig
     assign_action(obj, source)
-    bpy.context.scene.frame_set(100)
+    bpy.context.scene.frame_set(frames_of["still"])
     obj.animation_data.action = None
     pelvis = obj.pose.bones[PELVIS]
     pelvis.rotation_euler = (pelvis.rotation_euler[0] - 0.2, -0.1, 0.25)

@@ -134,27 +134,19 @@ def make_humanoid(name="Humanoid"):
     """A real armature with one bone per role (bone names = role names), built with Blender's edit bones."""
     import bpy
 
+    from neural_ik.blender.demo_rig import build_armature
     from neural_ik.neural_network.skeleton.roles import ROLE_PARENTS, ROLES
 
-    data = bpy.data.armatures.new(name)
-    obj = bpy.data.objects.new(name, data)
-    bpy.context.scene.collection.objects.link(obj)
-    bpy.context.view_layer.objects.active = obj
-    bpy.ops.object.mode_set(mode="EDIT")
-    heads = {}
+    heads, bones = {}, []
     for i, role in enumerate(ROLES):
         parent = ROLE_PARENTS[i]
         side = -0.15 if role.startswith("Left") else 0.15 if role.startswith("Right") else 0.0
         head = np.array([side, 0.0, 1.0]) if parent < 0 else heads[ROLES[parent]] + np.array(
             [side * 0.5, 0.0, -0.2 if "Thigh" in role or "Shin" in role or "Foot" in role else 0.15])
         heads[role] = head
-        bone = data.edit_bones.new(role)
-        bone.head = head.tolist()
-        bone.tail = (head + np.array([0.0, 0.0, 0.1])).tolist()
-        if parent >= 0:
-            bone.parent = data.edit_bones[ROLES[parent]]
-    bpy.ops.object.mode_set(mode="OBJECT")
-    return obj
+        bones.append((role, ROLES[parent] if parent >= 0 else None, tuple(head), tuple(head + [0.0, 0.0, 0.1]), 0.0,
+                      False))
+    return build_armature(bpy.context, name, bones)
 
 
 @pytest.fixture

@@ -1,13 +1,15 @@
 """Retargeting through the role maps: the pure math (rest poses, rolls and axis conventions do not leak through), and
 in real Blender: a file onto its own skeleton reproduces it, Bandai onto the CMU rig and the demo rig and back keeps
-every bone's direction, feet stay on the ground, and the target rig is untouched."""
+every bone's direction, feet stay on the ground, the hips' path scales by the leg lengths, a file of another frame
+rate keeps its timing, and the target rig is untouched. The Bandai and CMU files are made in the test
+(tests/other_skeletons.py) and, where ../shared/mocap is, also the real ones."""
 
 import hashlib
 import json
 
 import numpy as np
 import pytest
-from conftest import BANDAI, CMU, need_mocap
+from conftest import MADE_AND_REAL
 from daz_rig import daz_style_rig
 from synthetic import humanoid_skeleton
 
@@ -242,16 +244,14 @@ def test_a_file_onto_its_own_skeleton_is_reproduced(empty_scene, tmp_path):
 
 
 @pytest.fixture
-def bandai_and_cmu(empty_scene):
-    """A Bandai walk on its own armature and the CMU rig with two of its clips."""
+def bandai_and_cmu(empty_scene, libraries):
+    """A Bandai walk on its own armature and the CMU rig with two of its clips (made or real: `libraries`)."""
     import bpy
 
-    need_mocap(BANDAI)
-    need_mocap(CMU)
-    bandai, _, _ = _import(BANDAI, "dataset-1_walk_normal_001")
+    bandai, _, _ = _import(libraries.bandai.folder, "dataset-1_walk_normal_001")
     bandai_action = bpy.data.actions["dataset-1_walk_normal_001"]
-    cmu, _, _ = _import(CMU, "005_01,006_01")
-    return bandai, bandai_action, cmu
+    cmu, _, _ = _import(libraries.cmu.folder, "005_01,006_01")
+    return bandai, bandai_action, cmu, libraries
 
 
 def _round_trip(source, action, target):
@@ -263,11 +263,12 @@ def _round_trip(source, action, target):
     return there, back
 
 
+@pytest.mark.parametrize("libraries", MADE_AND_REAL, indirect=True)
 @pytest.mark.parametrize("onto", ["cmu", "demo"])
 def test_bandai_onto_another_rig_and_back_keeps_every_bone_direction(bandai_and_cmu, onto):
     import bpy
 
-    bandai, action, cmu = bandai_and_cmu
+    bandai, action, cmu, _ = bandai_and_cmu
     if onto == "demo":
         bpy.ops.neural_ik.create_demo_rig(seed=0)
         target = bpy.context.scene.neural_ik.armature
@@ -293,25 +294,25 @@ def test_bandai_onto_another_rig_and_back_keeps_every_bone_direction(bandai_and_
     assert _rig_state(target) == before                             # rest, map and actions untouched
 
 
+@pytest.mark.parametrize("libraries", MADE_AND_REAL, indirect=True)
 def test_import_onto_another_skeleton_leaves_the_rig_untouched(bandai_and_cmu):
     import bpy
 
-    bandai, _, cmu = bandai_and_cmu
+    bandai, _, cmu, libraries = bandai_and_cmu
     bpy.data.objects.remove(bandai)
     for obj in list(bpy.data.objects):
         obj.select_set(False)
     bpy.context.view_layer.objects.active = cmu
     before = _rig_state(cmu)
     actions_before = {a.name for a in bpy.data.actions}
-    bpy.ops.neural_ik.import_bvh_folder(directory=BANDAI, global_scale=0.01, onto_active=True,
-                                        files="dataset-1_bow_normal_001,dataset-2_run_normal_001")
+    bpy.ops.neural_ik.import_bvh_folder(directory=libraries.bandai.folder, global_scale=0.01, onto_active=True,
+                                        files="dataset-1_bow_active_001,dataset-1_run_normal_001")
     new = sorted({a.name for a in bpy.data.actions} - actions_before)
-    assert new == ["dataset-1_bow_normal_001", "dataset-2_run_normal_001"]
+    assert new == ["dataset-1_bow_active_001", "dataset-1_run_normal_001"]
     for name in new:
         note = json.loads(bpy.data.actions[name]["neural_ik_source"])
         assert note["kind"] == "library" and note["retargeted"] is True and note["file"] == name + ".bvh"
-        with open(f"{BANDAI}/{name}.bvh") as handle:      # 30 fps files on the 60 fps rig: resampled, same duration
-            frames = int(next(line for line in handle if line.startswith("Frames:")).split()[1])
+        frames = libraries.bandai.frames(name)          # 30 fps files on the 60 fps rig: resampled, same duration
         first, last = bpy.data.actions[name].frame_range
         assert bpy.context.scene.render.fps == 60 and abs((last - first) - 2 * (frames - 1)) <= 2
     assert [o.name for o in bpy.data.objects if o.type == "ARMATURE"] == [cmu.name]
@@ -322,6 +323,76 @@ def test_import_onto_another_skeleton_leaves_the_rig_untouched(bandai_and_cmu):
     for name in new:
         bpy.data.actions.remove(bpy.data.actions["zz_" + name])
     assert _rig_state(cmu) == before and after != before
+
+
+def test_a_file_of_another_frame_rate_is_resampled_onto_the_rig(empty_scene, other_skeletons):
+    """A 60 fps file (the demo rig's run on the CMU-like skeleton, tests/other_skeletons.py) imported onto the demo
+    rig in its 30 fps scene: the clip keeps its duration and its timing, so frame by frame it is the demo's own run
+    again (hips path, limb directions), not the run at half speed."""
+    import bpy
+    from other_skeletons import CMU_LIKE, DEMO_FRAMES
+
+    stem, demo_action = CMU_LIKE.files[1]
+    assert CMU_LIKE.fps == 60 and other_skeletons.cmu.frames(stem) == 2 * DEMO_FRAMES - 1
+    bpy.ops.neural_ik.create_demo_rig(seed=0)
+    rig = bpy.context.scene.neural_ik.armature
+    assert bpy.context.scene.render.fps == 30
+    bpy.ops.neural_ik.import_bvh_folder(directory=other_skeletons.cmu.folder, global_scale=0.01, onto_active=True,
+                                        files=stem)
+    carried = bpy.data.actions[stem]
+    assert tuple(carried.frame_range) == (1.0, float(DEMO_FRAMES))
+    _, own = _sample(rig, bpy.data.actions[demo_action])
+    _, back = _sample(rig, carried)
+    n = DEMO_FRAMES
+    path = own.hips_position[:n, :2] - own.hips_position[0, :2]
+    assert np.abs(path).max() > 0.5
+    np.testing.assert_allclose(back.hips_position[:n, :2] - back.hips_position[0, :2], path, atol=2e-3)
+    errors = _direction_errors(own.positions[:n], back.positions[:n])
+    limbs = {k: v for k, v in errors.items() if k[0] not in SPINE_AND_NECK}
+    print(f"\nresampled: hips path off by {np.abs(back.hips_position[:n, :2] - back.hips_position[0, :2] - path).max():.4f} m, "
+          f"limb directions by {max(limbs.values()):.2f} degrees at most")
+    assert len(limbs) >= 8 and max(limbs.values()) < 1.0, limbs
+
+
+def _rest_lengths(obj):
+    """(leg length: thigh to knee to ankle, mean of the sides; standing height: leg plus hips to head), metres, from
+    the armature's rest as Blender holds it."""
+    from neural_ik.blender import bone_maps
+
+    mapping = bone_maps.bone_map_of(obj)
+    scale = float(np.mean(np.linalg.norm(np.array(obj.matrix_world)[:3, :3], axis=0)))
+
+    def head(role):
+        return scale * np.array(obj.data.bones[mapping[role]].head_local)
+
+    def length(chain):
+        return sum(float(np.linalg.norm(head(b) - head(a))) for a, b in zip(chain, chain[1:]))
+
+    legs = np.mean([length((s + "Thigh", s + "Shin", s + "Foot")) for s in ("Left", "Right")])
+    return float(legs), float(legs + length(("Hips", "Spine", "Spine1", "NeckLower", "Head")))
+
+
+@pytest.mark.parametrize("libraries", MADE_AND_REAL, indirect=True)
+def test_the_hips_path_scales_by_the_leg_lengths(bandai_and_cmu):
+    """Bandai's walk carried onto the CMU rig, whose legs are longer and whose trunk is not in the same proportion:
+    the hips travel the source's ground path scaled by the ratio of the two rigs' leg lengths (measured here on their
+    rests), so the steps fit the legs; not by the ratio of their heights."""
+    from neural_ik.blender.retarget import Retargeter
+
+    bandai, action, cmu, _ = bandai_and_cmu
+    there = Retargeter(cmu).carry(bandai, action, "there")
+    _, source = _sample(bandai, action)
+    _, carried = _sample(cmu, there)
+    (legs_from, height_from), (legs_to, height_to) = _rest_lengths(bandai), _rest_lengths(cmu)
+    ratio = legs_to / legs_from
+    print(f"\nlegs {legs_to / legs_from:.3f} x, heights {height_to / height_from:.3f} x")
+    assert ratio > 1.1 and abs(height_to / height_from - ratio) > 0.03          # the test tells the two apart
+    path = source.hips_position[:, :2] - source.hips_position[0, :2]
+    assert np.abs(path).max() > 0.5                                            # the walk goes somewhere
+    carried_path = carried.hips_position[:, :2] - carried.hips_position[0, :2]
+    np.testing.assert_allclose(carried_path, ratio * path, atol=1e-4)
+    rise = carried.hips_position[:, 2] - carried.hips_position[0, 2]            # up and down by the same ratio too
+    np.testing.assert_allclose(rise, ratio * (source.hips_position[:, 2] - source.hips_position[0, 2]), atol=1e-4)
 
 
 def _renamed_demo_rig():

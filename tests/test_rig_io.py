@@ -1,11 +1,10 @@
-"""Reading rigs and actions (blender.rig_model, pose_read, pose_write) against Blender itself, on real motion capture
-(Bandai's and CMU's skeletons) and on BVH files written from the demo rig (tests/demo_bvh.py, for what any rig does):
-positions and orientations read without frame_set equal
-Blender's evaluated pose_bone.head/matrix; FK on the extracted rotations reproduces them; extraction changes nothing;
-written poses and actions read back exactly.
+"""Reading rigs and actions (blender.rig_model, pose_read, pose_write) against Blender itself, on Bandai's and CMU's
+skeletons (files made in the test, tests/other_skeletons.py, and the real ones where ../shared/mocap is) and on BVH
+files written from the demo rig (tests/demo_bvh.py, for what any rig does): positions and orientations read without
+frame_set equal Blender's evaluated pose_bone.head/matrix; FK on the extracted rotations reproduces them; extraction
+changes nothing; written poses and actions read back exactly.
 
-The bone maps of the mocap rigs are written out here by hand (also used by test_extract.py) so these tests do not
-depend on auto-mapping.
+The bone maps of the mocap rigs are written out here by hand so these tests do not depend on auto-mapping.
 """
 
 import hashlib
@@ -13,7 +12,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import BANDAI, CMU, need_mocap
+from conftest import MADE_AND_REAL
 
 from neural_ik.neural_network.skeleton.roles import ROLES
 
@@ -32,9 +31,10 @@ for _side, _s in (("Left", "L"), ("Right", "R")):
 BANDAI_MAP = {role: BANDAI_MAP.get(role, "") for role in ROLES}
 CMU_MAP = {role: CMU_MAP.get(role, "") for role in ROLES}
 
+# files both the real libraries and the made ones (tests/other_skeletons.py) hold
 BANDAI_FILES = ("dataset-1_walk_normal_001.bvh", "dataset-1_run_normal_001.bvh",
                 "dataset-2_raise-up-left-hand_normal_001.bvh", "dataset-1_bow_active_001.bvh")
-CMU_FILES = ("006_08.bvh", "006_06.bvh")
+CMU_FILES = ("006_08.bvh", "006_01.bvh")
 
 
 def gather(tmp_path, source_folder, names, subfolder="bvh"):
@@ -157,12 +157,14 @@ TOLERANCE = 1e-4      # of the rig's height: the acceptance criterion
 # ---- tests ----------------------------------------------------------------------------------------------------------
 
 
-def test_bandai_positions_and_fk_equal_blender(empty_scene, tmp_path):
+@pytest.mark.parametrize("libraries", MADE_AND_REAL, indirect=True)
+def test_bandai_positions_and_fk_equal_blender(empty_scene, libraries, tmp_path):
+    """Six channels on every joint, joint_Root above the hips, zero-length end sites."""
     import bpy
 
     from neural_ik.blender.extract import extract_dataset
 
-    folder = gather(tmp_path, need_mocap(BANDAI), BANDAI_FILES)
+    folder = gather(tmp_path, libraries.bandai.folder, BANDAI_FILES)
     obj, imported, skipped = import_folder(bpy.context, folder)
     assert len(imported) == len(BANDAI_FILES) and not skipped
     assert_auto_map_agrees(obj, BANDAI_MAP)
@@ -179,12 +181,14 @@ def test_bandai_positions_and_fk_equal_blender(empty_scene, tmp_path):
     assert pos < TOLERANCE and fk < TOLERANCE and rot < 1e-4
 
 
-def test_cmu_positions_fk_and_untouched_state(empty_scene, tmp_path):
+@pytest.mark.parametrize("libraries", MADE_AND_REAL, indirect=True)
+def test_cmu_positions_fk_and_untouched_state(empty_scene, libraries, tmp_path):
+    """A pelvis that moves between the hips and the thighs: per-frame links, FK through them equals Blender."""
     import bpy
 
     from neural_ik.blender.extract import extract_dataset
 
-    folder = gather(tmp_path, need_mocap(CMU), CMU_FILES)
+    folder = gather(tmp_path, libraries.cmu.folder, CMU_FILES)
     obj, imported, skipped = import_folder(bpy.context, folder)
     assert len(imported) == 2 and not skipped
     assert_auto_map_agrees(obj, CMU_MAP)
@@ -224,14 +228,15 @@ def test_demo_rig_positions_and_fk_equal_blender(empty_scene):
     assert pos < TOLERANCE and fk < TOLERANCE and rot < 1e-4
 
 
-def test_retarget_keeps_world_rotations_of_every_file(empty_scene, tmp_path):
+@pytest.mark.parametrize("libraries", MADE_AND_REAL, indirect=True)
+def test_retarget_keeps_world_rotations_of_every_file(empty_scene, libraries, tmp_path):
     """Each later file lands on the first file's armature with the world rotations its own import gives, although
     the importer chose different rest orientations for its zero-length end bones (trap 2)."""
     import bpy
 
     from neural_ik.blender import pose_read, rig_model
 
-    folder = gather(tmp_path, need_mocap(BANDAI), BANDAI_FILES[:2] + ("dataset-1_bow_active_001.bvh",))
+    folder = gather(tmp_path, libraries.bandai.folder, BANDAI_FILES[:2] + ("dataset-1_bow_active_001.bvh",))
     target, imported, _ = import_folder(bpy.context, folder)
     names = sorted(os.listdir(folder))
     rig_target = rig_model.read_rig(target, BANDAI_MAP)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduce the model shipped in weights/, end to end (about 25 minutes on 2 cores, most of it the training budget):
-#   1. the demo rig (seed 0) with its standard procedural clips plus REACH_CLIPS clips of hands reaching all around
+#   1. the demo rig (seed 0) with its standard procedural clips plus REACH_CLIPS (96) clips of hands reaching all around
 #      the body (front, side, overhead, low, across, behind; `create-demo-rig --reach-clips`);
 #   2. the CMU motion capture (free for any use; credit: CMU Graphics Lab Motion Capture Database, mocap.cs.cmu.edu,
 #      created with funding from NSF EIA-0196217) retargeted onto that rig: $MOCAP/cmu and $MOCAP/cmu-more, 37 takes.
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
 out=${OUT:-out/weights}
 mocap=${MOCAP:-../shared/mocap}
-reach_clips=${REACH_CLIPS:-64}
+reach_clips=${REACH_CLIPS:-96}
 epochs=${EPOCHS:-300}
 time_limit=${TIME_LIMIT:-1200}
 own_share=${OWN_SHARE:-0.5}

@@ -602,7 +602,8 @@ def plan_reach_around(frames, rng, sides):
         crouch = np.maximum(crouch, trunk * 0.3 * np.maximum(-d[:, 2] - 0.5, 0.0) * beyond)
         wrist = np.stack([keyed(t, times, rng.uniform(-0.6, 0.6, len(times))),
                           keyed(t, times, rng.uniform(-0.3, 0.3, len(times)))], axis=-1)
-        p.reach_paths[side] = ReachPath(d, distance, wrist, float(rng.uniform(0.0, 1.0)))
+        hold = 1.0 if rng.uniform() < 0.5 else float(rng.uniform(0.0, 1.0))   # half: a target dragged, not turned
+        p.reach_paths[side] = ReachPath(d, distance, wrist, hold)
         p.curl[side] = keyed(t, times, rng.uniform(0.0, 0.9, len(times)))
     p.spine[:, 0] = np.clip(flex, -0.3, 0.9)
     p.spine[:, 1] = np.clip(bend, -0.3, 0.3)

@@ -5,11 +5,12 @@
 
 What it does, as a user would: Create Demo Rig (the shipped model, or --model loaded onto it), the first frame of
 `idle_stand_01`, Create Targets, then Run IK while the hand target moves along `report.reach_sweep.sweep_path`
-(front, across the body, overhead, side, behind and low, at 0.6-1.05 of the arm's length from the shoulder; the
-left hand on the mirrored path), the other five targets left where Create Targets put them. Each step is one real
-live tick: the Run IK operator's own modal code (operators/live.py LiveRunner, driven with a TIMER event as the
-live tests drive it, since timers never fire in the bpy module), then `view_layer.update()` (what Blender does after
-the timer event) and the pose read back from Blender's evaluated pose bones.
+(front, across the body, overhead, side, behind and low, at 0.6-1.05 of the arm's length from the shoulder, in the
+body's own axes: idle_stand_01 faces its own heading, not -Y; the left hand on the mirrored path), the other five
+targets left where Create Targets put them. Each step is one real live tick: the Run IK operator's own modal code
+(operators/live.py LiveRunner, driven with a TIMER event as the live tests drive it, since timers never fire in the
+bpy module), then `view_layer.update()` (what Blender does after the timer event) and the pose read back from
+Blender's evaluated pose bones.
 
 Rows, per hand:
 - refined (refinement --refine, default 2): the hand's miss (wrist to target: mean, p95, max over every step, and the
@@ -69,14 +70,18 @@ def arm_of(heads, side):
     return shoulder, wrist, float(np.linalg.norm(elbow - shoulder) + np.linalg.norm(wrist - elbow))
 
 
-def hand_path(heads, hand, steps, step_length):
-    """The target path (steps, 3) of one hand around its shoulder (the left hand's is the right's mirror image: the
-    body's outward axis is +X for it), and the shoulder and the arm's length."""
+def hand_path(heads, rotations, hand, steps, step_length):
+    """The target path (steps, 3) of one hand around its shoulder in the body's own axes (the root frame the network
+    reads: left along the thigh-to-thigh axis, up +Z, forward their cross product; the left hand's path is the right's
+    mirror image), and the shoulder and the arm's length."""
+    from neural_ik.neural_network.data.features import root_frame
     from neural_ik.neural_network.report.reach_sweep import sweep_path
 
     shoulder, _wrist, length = arm_of(heads, SIDES[hand][0])
-    outward = (1.0, 0.0, 0.0) if hand == "left" else (-1.0, 0.0, 0.0)
-    return sweep_path(shoulder, length, steps, step_length, outward=outward), shoulder, length
+    _origin, root = root_frame(heads[None], rotations[None, 0])
+    left, back, up = root[0].T
+    outward = left if hand == "left" else -left
+    return sweep_path(shoulder, length, steps, step_length, forward=-back, outward=outward, up=up), shoulder, length
 
 
 def live_run(bpy, obj, rig, target, path, refine):
@@ -159,6 +164,8 @@ def figures(heads, rotations, path, wrist_role, shoulder, arm_length):
         "largest_step_at": int(step + 1),
         "steps_over_15_deg": int(popping.sum()),
         "bones_over_15_deg": worst_bones,
+        "per_step": {"miss_cm": [round(float(v), 4) for v in miss], "reach": [round(float(v), 4) for v in reach],
+                     "largest_turn_deg": [0.0] + [round(float(v), 3) for v in turns.max(axis=1)]},
     }
 
 
@@ -192,7 +199,7 @@ def main(argv=None):
     bpy.ops.neural_ik.create_targets()
     rig = rig_of(obj)
     model, _data = model_of(obj, rig)
-    start_heads, _ = read_pose(obj, rig)
+    start_heads, start_rotations = read_pose(obj, rig)
     objects = targets_of(obj)                           # root, left hand, right hand, left foot, right foot, head
     report = {"model": os.path.relpath(model_path, REPO) if model_path.startswith(REPO) else model_path,
               "steps": args.steps, "step_cm": args.step_cm, "refine": args.refine, "start": f"{START_ACTION} frame 1",
@@ -203,7 +210,7 @@ def main(argv=None):
     for hand in hands:
         side, slot = SIDES[hand]
         target = getattr(obj.neural_ik, f"target_{slot}")
-        path, shoulder, length = hand_path(start_heads, hand, args.steps, args.step_cm / 100.0)
+        path, shoulder, length = hand_path(start_heads, start_rotations, hand, args.steps, args.step_cm / 100.0)
         reach = np.linalg.norm(path - shoulder, axis=-1) / length
         wrist = ROLE_INDEX[f"{side}Hand"]
         rows = {}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduce the model shipped in weights/, end to end (about 25 minutes on 2 cores, most of it the training budget):
+# Reproduce the model shipped in weights/, end to end (about 35 minutes on 2 cores, most of it the training budget):
 #   1. the demo rig (seed 0) with its standard procedural clips plus REACH_CLIPS (96) clips of hands reaching all around
 #      the body (front, side, overhead, low, across, behind; `create-demo-rig --reach-clips`);
 #   2. the CMU motion capture (free for any use; credit: CMU Graphics Lab Motion Capture Database, mocap.cs.cmu.edu,
@@ -18,8 +18,8 @@ out=${OUT:-out/weights}
 mocap=${MOCAP:-../shared/mocap}
 reach_clips=${REACH_CLIPS:-96}
 epochs=${EPOCHS:-300}
-time_limit=${TIME_LIMIT:-1200}
-own_share=${OWN_SHARE:-0.5}
+time_limit=${TIME_LIMIT:-1800}
+own_share=${OWN_SHARE:-0.75}
 for folder in "$mocap/cmu" "$mocap/cmu-more"; do
     [ -d "$folder" ] || { echo "make_default_weights: error: $folder does not exist (set MOCAP)" >&2; exit 1; }
 done

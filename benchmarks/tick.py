@@ -78,7 +78,7 @@ def shipped_model_ticks(bpy, objs, rig, passes=3):
     weights = os.path.join(REPO, "weights")
     model, data = load_model_file(os.path.join(weights, "demo.npz"), rig.skeleton)
     with open(os.path.join(weights, "demo_metrics.json"), encoding="utf-8") as f:
-        names = json.load(f)["validation_actions"]
+        names = [n for n in json.load(f)["validation_actions"] if n in bpy.data.actions]   # the standard demo clips
     samples = [pose_read.read_action(rig, objs[0], bpy.data.actions[n]) for n in names]
     scene = bpy.context.scene
     for obj in objs:
@@ -198,7 +198,8 @@ def main(argv=None):
     mean_pose = {bone_map[role]: np.asarray(mean_model.mean_pose[j], np.float64)
                  for j, role in enumerate(ROLES) if bone_map.get(role)}
     with open(os.path.join(REPO, "weights", "demo_metrics.json"), encoding="utf-8") as f:
-        anchor_clips = json.load(f)["validation_actions"]     # the held-out clips, as the shipped model's rows
+        anchor_clips = [n for n in json.load(f)["validation_actions"]     # the held-out clips of the standard set,
+                        if n in bpy.data.actions]                           # as the shipped model's rows
     constrained, muted, anchor = blender_ik_anchor(bpy, obj, bone_map, mean_pose,
                                                    [bpy.data.actions[n] for n in anchor_clips], args.repeats // 2)
     obj.animation_data_clear()

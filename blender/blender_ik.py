@@ -87,12 +87,16 @@ def pole_frames(shoulder, elbow, wrist, upper_x, upper_z):
 class BaselineRig:
     """Blender IK on a copy of `reference` for one action. Build with `build()`, evaluate, then `remove()`."""
 
-    def __init__(self, scene, reference, bone_map, mean_pose, action, use_poles=False, reference_frames=None):
+    def __init__(self, scene, reference, bone_map, mean_pose, action, use_poles=False, reference_frames=None,
+                 targets=None):
         """bone_map {role: bone}; mean_pose {bone: 3x3 local rotation}; reference_frames: for poles, a dict with
-        "frames" (F,), "positions" {role: (F, 3) world} and "axes" {role: (F, 3, 3) world bone orientation}."""
+        "frames" (F,), "positions" {role: (F, 3) world} and "axes" {role: (F, 3, 3) world bone orientation};
+        targets: {effector role: object} to follow objects (Neural IK's target empties) instead of the reference's
+        bones (the hips still follow the reference's action)."""
         self.scene, self.reference, self.bone_map = scene, reference, bone_map
         self.mean_pose, self.action, self.use_poles = mean_pose, action, use_poles
         self.reference_frames = reference_frames
+        self.targets = targets or {}
         self.copy = None
         self.copy_action = None
         self.empties = []
@@ -195,13 +199,13 @@ class BaselineRig:
             bone = bone.parent
 
     def _add_constraints(self):
-        ref, pose, mapped = self.reference, self.copy.pose.bones, self.bone_map
+        pose, mapped = self.copy.pose.bones, self.bone_map
         for k, (root, mid, end) in enumerate(LIMBS):
             if not (mapped.get(mid) and mapped.get(end) and mapped.get(root)):
                 continue
             con = pose[mapped[mid]].constraints.new("IK")
             con.name = f"{TAG} IK"
-            con.target, con.subtarget = ref, mapped[end]
+            self._aim(con, end)
             con.use_tail, con.chain_count = True, self._limb_chain_length(mapped[mid], mapped[root])
             self._twist_only(mapped[mid], con.chain_count)
             self.constraints.append(con)
@@ -211,16 +215,23 @@ class BaselineRig:
         if top and mapped.get("Head"):
             con = pose[top].constraints.new("IK")
             con.name = f"{TAG} IK"
-            con.target, con.subtarget = ref, mapped["Head"]
+            self._aim(con, "Head")
             con.use_tail, con.chain_count = True, self._chain_length_to_hips(top)
             self.constraints.append(con)
         for role in COPY_ROTATION_ROLES:
             if mapped.get(role):
                 con = pose[mapped[role]].constraints.new("COPY_ROTATION")
                 con.name = f"{TAG} Rotation"
-                con.target, con.subtarget = ref, mapped[role]
+                self._aim(con, role)
                 con.target_space = con.owner_space = "WORLD"
                 self.constraints.append(con)
+
+    def _aim(self, con, role):
+        """Point a constraint at the role's target object, or at the reference's bone of that role."""
+        if role in self.targets:
+            con.target = self.targets[role]
+        else:
+            con.target, con.subtarget = self.reference, self.bone_map[role]
 
     def _add_pole(self, con, root, mid, end, index):
         data = self.reference_frames

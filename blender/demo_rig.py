@@ -76,14 +76,17 @@ def _write_action(obj, motion):
     return action, slot
 
 
-def create_demo_rig(context, seed=0, name="NeuralIK_Demo"):
+def create_demo_rig(context, seed=0, name="NeuralIK_Demo", reach_clips=0):
     """Create the demo armature with every demo action for `seed`; the same seed gives identical keys."""
-    return build_demo(context, seed, name)[0]
+    return build_demo(context, seed, name, reach_clips)[0]
 
 
-def build_demo(context, seed=0, name="NeuralIK_Demo"):
-    """(armature object, [bpy actions]) of a new demo rig; see create_demo_rig."""
+def build_demo(context, seed=0, name="NeuralIK_Demo", reach_clips=0):
+    """(armature object, [bpy actions]) of a new demo rig; see create_demo_rig. reach_clips: add that many actions of
+    hands reaching all around the body (demo_motion.generate_reach_actions) after the standard ones."""
     motions = demo_motion.generate_actions(seed)
+    if reach_clips:
+        motions += demo_motion.generate_reach_actions(seed, reach_clips)
     obj = build_armature(context, name, demo_motion.rig_bones())
     written = [_write_action(obj, motion) for motion in motions]
     obj.animation_data_create()

@@ -52,6 +52,9 @@ class NEURAL_IK_OT_create_demo_rig(bpy.types.Operator):
     bl_options = {"REGISTER", "UNDO"}
 
     seed: IntProperty(name="Seed", default=0, min=0, description="Seed of the procedural motion (same seed, same keys)")
+    reach_clips: IntProperty(name="Reach Clips", default=0, min=0, max=500,
+                             description="Also add this many clips of hands reaching all around the body (front, side, "
+                                         "overhead, low, across, behind), as the shipped model learns from")
 
     @classmethod
     def poll(cls, context):
@@ -66,7 +69,7 @@ class NEURAL_IK_OT_create_demo_rig(bpy.types.Operator):
     def execute(self, context):
         from ..blender.demo_rig import build_demo
 
-        obj, actions = build_demo(context, seed=self.seed)
+        obj, actions = build_demo(context, seed=self.seed, reach_clips=self.reach_clips)
         shipped = ""
         if os.path.isfile(SHIPPED_DEMO_MODEL):
             obj.neural_ik.model_path = SHIPPED_DEMO_MODEL

@@ -469,12 +469,14 @@ def _extract_command(parser):
 @command("create-demo-rig", "Add the demo rig with its procedural actions (idle, walk, run, crouch, reach, grab, jump)")
 def _create_demo_rig_command(parser):
     parser.add_argument("--seed", type=number(int, 0), default=0, help="seed of the procedural motion (same seed, same keys)")
+    parser.add_argument("--reach-clips", type=number(int, 0, 500), default=0,
+                        help="also add this many clips of hands reaching all around the body (the shipped model's recipe)")
     parser.add_argument("--save", default="", help="save the result as this .blend")
 
     def run(args):
         check_output_folders(args.save)
         bpy = blender()
-        run_operator(bpy.ops.neural_ik.create_demo_rig, seed=args.seed)
+        run_operator(bpy.ops.neural_ik.create_demo_rig, seed=args.seed, reach_clips=args.reach_clips)
         obj = bpy.context.scene.neural_ik.armature
         say(f"created {obj.name!r}: {len(obj.data.bones)} bones, {len(bpy.data.actions)} actions (seed {args.seed})")
         save_blend(args.save)

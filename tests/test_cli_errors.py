@@ -108,6 +108,7 @@ CASES = [
     ("evaluate", ["--blend", "{inputs}/demo.blend", "--max-files", "x"], "--max-files"),
     # create-demo-rig and demo: bad numbers, outputs that cannot be written
     ("create-demo-rig", ["--seed", "-1"], "--seed"),
+    ("create-demo-rig", ["--reach-clips", "501"], "--reach-clips"),
     ("create-demo-rig", ["--save", "no/such/dir/demo.blend"], "does not exist"),
     ("demo", ["--out", "{inputs}/a_file"], "is a file"),
     ("demo", ["--epochs", "0"], "--epochs"),

@@ -189,3 +189,50 @@ def test_create_demo_rig_refuses_outside_object_mode(empty_scene):
     finally:
         bpy.ops.object.mode_set(mode="OBJECT")
     assert bpy.ops.neural_ik.create_demo_rig.poll()
+
+
+def test_reach_clips_take_the_hands_all_around_the_shoulders_smoothly(empty_scene):
+    """Create Demo Rig with reach clips (what the shipped model learns from besides the standard set): the standard
+    27 actions stay as they were, the added ones are real actions whose hands, read from Blender's evaluated pose,
+    land on the solve's targets where the arm reaches, visit front, side, overhead, low, across the body and behind
+    at 0.6-1.05 arm lengths from the shoulder, and never turn a mapped bone more than 15 degrees in a frame."""
+    import bpy
+
+    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.neural_network.geometry.rotations import angle_between
+    from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
+    from neural_ik.properties import get_bone_map
+
+    bpy.ops.neural_ik.create_demo_rig(seed=0, reach_clips=9)
+    obj = bpy.context.scene.neural_ik.armature
+    standard = [m.name for m in demo_motion.generate_actions(0)]
+    reach = demo_motion.generate_reach_actions(0, 9)
+    assert sorted(a.name for a in bpy.data.actions) == sorted(standard + [m.name for m in reach])
+    assert [TASKS[m.task] for m in reach[:2]] == ["reach", "idle"]
+    rig = rig_model.read_rig(obj, get_bone_map(obj))
+    regions = set()
+    for motion in reach:
+        sample = pose_read.read_action(rig, obj, bpy.data.actions[motion.name])
+        turns = np.degrees(angle_between(sample.rotations[:-1], sample.rotations[1:]))
+        assert turns.max() < 15.0, motion.name
+        for side, goal in motion.hand_targets.items():
+            _use_action(obj, motion.name)
+            reached = np.flatnonzero(motion.reached[f"{side}Hand"])
+            for i in reached[:: max(1, len(reached) // 5)]:
+                empty_scene.frame_set(motion.frame_start + int(i))
+                np.testing.assert_allclose(np.array(obj.pose.bones[f"{side}Hand"].head), goal[i], atol=2e-4)
+            sx = 1.0 if side == "Left" else -1.0
+            shoulder = sample.positions[:, ROLE_INDEX[f"{side}Arm"]]
+            offset = sample.positions[:, ROLE_INDEX[f"{side}Hand"]] - shoulder
+            rest = demo_motion.REST_FRAMES[demo_motion.BONE_INDEX["Hips"]]
+            hips = sample.hips_rotation @ rest.T                    # the body's axes: x left, -y forward, z up
+            body = np.einsum("fji,fj->fi", hips, offset)
+            distance = np.linalg.norm(body, axis=-1) / demo_motion.ARM_LENGTH
+            forward, out, up = -body[:, 1] / np.linalg.norm(body, axis=-1), sx * body[:, 0], body[:, 2]
+            out, up = out / np.linalg.norm(body, axis=-1), up / np.linalg.norm(body, axis=-1)
+            assert distance.min() > 0.5 and distance.max() < 1.1
+            for name, where in {"front": forward > 0.85, "side": out > 0.8, "overhead": up > 0.8, "low": up < -0.9,
+                                "across": out < -0.5, "behind": forward < -0.5}.items():
+                if where.any():
+                    regions.add(name)
+    assert regions == {"front", "side", "overhead", "low", "across", "behind"}

@@ -344,3 +344,43 @@ def test_blender_ik_chains_reach_the_upper_arm_over_a_twist_bone(empty_scene):
     for side in ("Left", "Right"):       # the elbow as close as its shoulder lets it be (the clavicle is in no chain)
         assert errors[side + "ForeArm"] < errors[side + "Arm"] + 0.1, errors
         assert errors[side + "Shin"] < 0.2, errors
+
+
+def test_blender_ik_follows_target_empties_when_given_them(empty_scene):
+    """BaselineRig(targets=...) aims the constraints at objects (Neural IK's target empties, as the reach sweep
+    benchmark uses it) instead of the reference's bones: a right-hand empty moved 8 cm takes Blender's evaluated
+    hand with it (within 1 mm) while the feet stay on theirs; the copy and its action are gone after remove()."""
+    import bpy
+
+    from neural_ik.blender import action_layouts, pose_read
+    from neural_ik.blender.blender_ik import BaselineRig
+    from neural_ik.blender.live import targets_of
+    from neural_ik.blender.models import model_of, rig_of
+    from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX, ROLES
+
+    bpy.ops.neural_ik.create_demo_rig()
+    obj = bpy.context.active_object
+    action = bpy.data.actions["idle_stand_01"]
+    action_layouts.assign_action(obj, action)
+    empty_scene.frame_set(1)
+    bpy.ops.neural_ik.create_targets()
+    rig = rig_of(obj)
+    objects = targets_of(obj)[1:]
+    hand = obj.neural_ik.target_right_hand
+    hand.location.y -= 0.08
+    hand.location.z += 0.03
+    before = {o.name for o in bpy.data.objects} | {a.name for a in bpy.data.actions}
+    mean_pose = {rig.bone_map[role]: model_of(obj, rig)[0].mean_pose[j] for j, role in enumerate(ROLES)}   # as evaluated
+    baseline = BaselineRig(empty_scene, obj, dict(rig.bone_map), mean_pose, action,
+                           targets={ROLES[r]: t for r, t in zip(EFFECTOR_ROLES, objects)}).build()
+    bpy.context.view_layer.update()
+    heads = pose_read.armature_pose_heads(baseline.copy, rig)
+    reference = pose_read.armature_pose_heads(obj, rig)
+    world = np.array(obj.matrix_world)
+    wanted = rig.to_character_positions((np.linalg.inv(world) @ np.append(np.array(hand.matrix_world.translation), 1))[:3])
+    assert np.linalg.norm(heads[ROLE_INDEX["RightHand"]] - wanted) < 1e-3
+    assert np.linalg.norm(heads[ROLE_INDEX["RightHand"]] - reference[ROLE_INDEX["RightHand"]]) > 0.07
+    for foot in ("LeftFoot", "RightFoot"):
+        assert np.linalg.norm(heads[ROLE_INDEX[foot]] - reference[ROLE_INDEX[foot]]) < 1e-3
+    baseline.remove()
+    assert {o.name for o in bpy.data.objects} | {a.name for a in bpy.data.actions} == before

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..geometry.rotations import axis_angle_to_matrix, matrix_to_quaternion
+from ..geometry.rotations import axis_angle_to_matrix, matrix_to_axis_angle, matrix_to_quaternion
 from ..skeleton.roles import task_from_name
 
 FPS = 30
@@ -333,6 +333,8 @@ class Plan:
     shoulder_lift: dict = field(default_factory=dict)  # side -> (F,) clavicle elevation
     curl: dict = field(default_factory=dict)          # side -> (F,) finger curl
     reach_spec: tuple = None      # (sides, azimuth, elevation, extent, weight over time) for reach and grab
+    reach_paths: dict = field(default_factory=dict)   # side -> ReachPath: the hand all around the shoulder
+    protraction: dict = field(default_factory=dict)   # side -> (F,) clavicle forward (+) or back (-), radians
 
 
 def _base_plan(frames, rng):
@@ -509,6 +511,141 @@ def plan_jump(frames, rng, height, distance):
     return p
 
 
+# ---- reaches all around the body ----------------------------------------------------------------------------------
+# A hand target dragged anywhere around the shoulder (front, side, overhead, low, across the body, behind; close in and
+# beyond the arm's reach) with the clavicle and the trunk taking part. Not in the standard demo set (generate_actions):
+# the shipped model's recipe adds them (generate_reach_actions; scripts/make_default_weights.sh).
+
+ARM_LENGTH = float(sum(np.linalg.norm(REST_TAILS[BONE_INDEX[f"Left{b}"]] - REST_HEADS[BONE_INDEX[f"Left{b}"]])
+                       for b in ("Arm", "ForeArm")))
+
+
+def reach_direction(azimuth, elevation):
+    """Unit directions (..., 3) in a side's body frame (forward, outward, up): azimuth 0 in front, +pi/2 out to the
+    side, pi behind, negative across the body; elevation up from the horizontal (radians)."""
+    c = np.cos(elevation)
+    return np.stack([c * np.cos(azimuth), c * np.sin(azimuth), np.sin(elevation)], axis=-1)
+
+
+# The elbow's direction as a smooth field over reach directions with its only zero behind the back across the body
+# (azimuth -150, elevation -10 degrees), where no hand goes: the "dipole" tangent field (1 - d.q) e + (d.e)(q - d),
+# zero at d = q alone, e at d = -q. With e below: elbow back for a hanging arm, out and down in front, back and down
+# at the side, out overhead, forward across the body.
+_POLE_ZERO = reach_direction(np.radians(-150.0), np.radians(-10.0))
+_POLE_FAR = _normalize(np.array([-0.26, 0.68, -0.68]) - np.dot([-0.26, 0.68, -0.68], _POLE_ZERO) * _POLE_ZERO)
+
+
+def elbow_pole(direction):
+    """Pole directions (..., 3) for reach directions (..., 3), both in the body frame (forward, outward, up)."""
+    d = np.asarray(direction, np.float64)
+    q, e = _POLE_ZERO, _POLE_FAR
+    return (1.0 - d @ q)[..., None] * e + (d @ e)[..., None] * (q - d)
+
+
+def _body_axes(direction, sx):
+    """Body-frame vectors (forward, outward, up) of a side as armature axes before the heading (+X left, -Y forward)."""
+    d = np.asarray(direction, np.float64)
+    return np.stack([sx * d[..., 1], -d[..., 0], d[..., 2]], axis=-1)
+
+
+@dataclass
+class ReachPath:
+    direction: np.ndarray   # (F, 3) unit, body frame of the side (forward, outward, up)
+    distance: np.ndarray    # (F,) from the posed shoulder joint, in arm lengths
+    wrist: np.ndarray       # (F, 2) wrist flexion and deviation (radians) while the hand follows the forearm
+    hold: float             # 0: the hand follows the forearm; 1: it keeps its first frame's world orientation
+
+
+def _key_times(duration, rng, low=0.7, high=1.3):
+    """Key times from 0 to `duration`, `low` to `high` seconds apart (the last gap stretched to end on duration)."""
+    times = [0.0]
+    while times[-1] + low + high <= duration:
+        times.append(times[-1] + rng.uniform(low, high))
+    times.append(duration)
+    return np.array(times)
+
+
+def _reach_keys(rng, count):
+    """(azimuth, elevation, distance) of `count` targets: the hanging hand first, then spread over the shell, area-
+    uniform in direction (azimuth -80..190 degrees), each within 130 degrees of azimuth of the one before."""
+    keys = [(np.radians(rng.uniform(5, 30)), np.radians(rng.uniform(-85, -72)), rng.uniform(0.9, 0.98))]
+    while len(keys) < count:
+        azimuth = np.radians(rng.uniform(-80, 190))
+        if abs(azimuth - keys[-1][0]) > np.radians(130):
+            continue
+        keys.append((azimuth, np.arcsin(rng.uniform(-0.97, 0.97)), rng.uniform(0.55, 1.08)))
+    return np.array(keys)
+
+
+def plan_reach_around(frames, rng, sides):
+    """One or both hands moving from target to target all around the shoulder (eased, a pause at each), the trunk
+    turning, leaning and crouching toward far targets, the clavicle rising for high ones and moving forward or back."""
+    p = _base_plan(frames, rng)
+    t = np.arange(frames) / FPS
+    trunk = rng.uniform(0.4, 1.2)
+    flex, bend, twist, crouch = np.zeros(frames), np.zeros(frames), np.zeros(frames), np.zeros(frames)
+    for side in sides:
+        sx = 1.0 if side == "Left" else -1.0
+        times = _key_times(frames / FPS, rng)
+        keys = _reach_keys(rng, len(times))
+        azimuth, elevation, distance = (keyed(t, times, keys[:, k]) for k in range(3))
+        d = reach_direction(azimuth, elevation)
+        far = np.clip((distance - 0.8) / 0.25, 0.0, 1.0)          # the clavicle and the chest's turn help early
+        beyond = np.clip((distance - 0.95) / 0.13, 0.0, 1.0)      # the trunk leans and crouches past the arm's reach
+        clavicle = rng.uniform(0.6, 1.3)
+        p.shoulder_lift[side] = clavicle * (0.04 + 0.35 * np.maximum(d[:, 2], 0.0) * (0.4 + 0.6 * far))
+        p.protraction[side] = clavicle * 0.3 * d[:, 0] * (0.3 + 0.7 * far)
+        flex += trunk * beyond * (np.maximum(d[:, 0], 0.0) * (0.25 + 0.5 * np.maximum(-d[:, 2], 0.0))
+                                  - 0.1 * np.maximum(-d[:, 0], 0.0) * np.maximum(d[:, 2], 0.0))
+        bend += sx * trunk * 0.2 * d[:, 1] * beyond
+        twist += sx * trunk * 0.4 * np.cos(elevation) * np.sin(azimuth) * far
+        crouch = np.maximum(crouch, trunk * 0.3 * np.maximum(-d[:, 2] - 0.5, 0.0) * beyond)
+        wrist = np.stack([keyed(t, times, rng.uniform(-0.6, 0.6, len(times))),
+                          keyed(t, times, rng.uniform(-0.3, 0.3, len(times)))], axis=-1)
+        hold = 1.0 if rng.uniform() < 0.5 else float(rng.uniform(0.0, 1.0))   # half: a target dragged, not turned
+        p.reach_paths[side] = ReachPath(d, distance, wrist, hold)
+        p.curl[side] = keyed(t, times, rng.uniform(0.0, 0.9, len(times)))
+    p.spine[:, 0] = np.clip(flex, -0.3, 0.9)
+    p.spine[:, 1] = np.clip(bend, -0.3, 0.3)
+    p.spine[:, 2] = np.clip(twist, -0.7, 0.7)
+    p.look[:, 1] = 0.5 * p.spine[:, 2]
+    p.look[:, 0] = -0.5 * p.spine[:, 0]
+    p.hips_pos[:, 2] -= crouch
+    p.hips_pos[:, 1] += 0.4 * crouch
+    p.hips_rot = _hips_rotation(0.3 * p.spine[:, 2], 0.6 * crouch + 0.1 * p.spine[:, 0], 0 * t)
+    return p
+
+
+def _solve_reach_path(pb, side, path, turn):
+    """Two-bone solve of an arm toward its reach path (pole from elbow_pole), then the hand's orientation; returns
+    (reached, wrist targets)."""
+    sx = 1.0 if side == "Left" else -1.0
+    shoulder = pb.head(f"{side}Arm")
+    direction = np.einsum("fij,fj->fi", turn, _body_axes(path.direction, sx))
+    pole = np.einsum("fij,fj->fi", turn, _body_axes(elbow_pole(path.direction), sx))
+    goal = shoulder + ARM_LENGTH * path.distance[:, None] * direction
+    reached = pb.solve_limb(f"{side}Arm", f"{side}ForeArm", goal, pole)
+    hand = f"{side}Hand"
+    pb.set_local(hand, rx(path.wrist[:, 0]) @ rz(-sx * path.wrist[:, 1]))
+    follow = pb.world[BONE_INDEX[hand]]
+    to_first = _unwrapped(matrix_to_axis_angle(np.swapaxes(follow, -1, -2) @ follow[:1]))
+    pb.set_world(hand, follow @ axis_angle_to_matrix(path.hold * to_first))
+    return reached, goal
+
+
+def _unwrapped(rotation_vectors):
+    """Axis-angle vectors (F, 3) made continuous over time: where one flips across the half turn, its twin of the
+    same rotation (angle - 2 pi about the same axis) continues the one before."""
+    out = np.array(rotation_vectors, np.float64)
+    for f in range(1, len(out)):
+        angle = np.linalg.norm(out[f])
+        if angle > 1e-9:
+            twin = out[f] * (1.0 - 2.0 * np.pi / angle)
+            if np.linalg.norm(twin - out[f - 1]) < np.linalg.norm(out[f] - out[f - 1]):
+                out[f] = twin
+    return out
+
+
 # ---- from plan to keys -------------------------------------------------------------------------------------------
 
 @dataclass
@@ -560,11 +697,14 @@ def solve_plan(plan, heading):
     reached = {}
     for side, sx in (("Left", 1.0), ("Right", -1.0)):
         lift = plan.shoulder_lift[side]
-        pb.turn(f"{side}Shoulder", ry(-sx * lift) @ rz(sx * 0.3 * lift))
+        forward = plan.protraction.get(side, 0.0)
+        pb.turn(f"{side}Shoulder", ry(-sx * lift) @ rz(sx * 0.3 * lift - sx * forward))
     hand_targets = {}
     reach_spec = plan.reach_spec
     for side, sx in (("Left", 1.0), ("Right", -1.0)):
-        if reach_spec and side in reach_spec[0]:
+        if side in plan.reach_paths:
+            reached[f"{side}Hand"], hand_targets[side] = _solve_reach_path(pb, side, plan.reach_paths[side], turn)
+        elif reach_spec and side in reach_spec[0]:
             sides, azimuth, elevation, extent, w = reach_spec
             shoulder = pb.head(f"{side}Arm")
             local_sx = sx if len(sides) == 1 else sx * 0.35
@@ -645,8 +785,23 @@ def _action_specs(rng):
 def generate_actions(seed=0):
     """All demo actions for a seed: the same seed gives identical numbers, a different seed different ones."""
     rng = np.random.default_rng(seed)
+    return _actions(_action_specs(rng), rng)
+
+
+def generate_reach_actions(seed=0, count=48, frames=150):
+    """`count` actions of hands reaching all around the body (plan_reach_around): the right hand, the left, both, in
+    turn; named reach_around_NN (task reach) and idle_around_NN (task idle) alternately, since a user drags a hand
+    target under either task. Deterministic from the seed, and apart from generate_actions(seed)'s numbers."""
+    rng = np.random.default_rng([seed, 23])
+    sides = (("Right",), ("Left",), ("Left", "Right"))
+    specs = [(f"{('reach', 'idle')[i % 2]}_around_{i + 1:02d}", frames,
+              lambda f, r, s=sides[i % 3]: plan_reach_around(f, r, s)) for i in range(count)]
+    return _actions(specs, rng)
+
+
+def _actions(specs, rng):
     actions = []
-    for name, frames, planner in _action_specs(rng):
+    for name, frames, planner in specs:
         plan = planner(frames, rng)
         heading = rng.uniform(-np.pi, np.pi)
         quats, location, ankles, hands, reached = solve_plan(plan, heading)

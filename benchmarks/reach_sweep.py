@@ -1,0 +1,241 @@
+"""Reach sweep: a new user's first drag of a hand target on the demo rig, measured from Blender's evaluated pose.
+
+    .venv/bin/python benchmarks/reach_sweep.py [--model weights/demo.npz] [--hand right|left|both] [--steps 600]
+                                               [--step-cm 0.65] [--refine 2] [--json out.json]
+
+What it does, as a user would: Create Demo Rig (the shipped model, or --model loaded onto it), the first frame of
+`idle_stand_01`, Create Targets, then Run IK while the hand target moves along `report.reach_sweep.sweep_path`
+(front, across the body, overhead, side, behind and low, at 0.6-1.05 of the arm's length from the shoulder, in the
+body's own axes: idle_stand_01 faces its own heading, not -Y; the left hand on the mirrored path), the other five
+targets left where Create Targets put them. Each step is one real live tick: the Run IK operator's own modal code
+(operators/live.py LiveRunner, driven with a TIMER event as the live tests drive it, since timers never fire in the
+bpy module), then `view_layer.update()` (what Blender does after the timer event) and the pose read back from
+Blender's evaluated pose bones.
+
+Rows, per hand:
+- refined (refinement --refine, default 2): the hand's miss (wrist to target: mean, p95, max over every step, and the
+  worst where the target is within 98 % of the arm's length from the shoulder), the largest per-step rotation of
+  any mapped bone (the angle between its armature-space orientations one step apart) with the bone, and how many
+  steps turn some mapped bone more than 15 degrees;
+- network alone (refinement 0): the same figures;
+- Blender IK: its IK constraint on the same path (blender_ik.BaselineRig: limb IK on each forearm and shin with
+  chain 2, the head chain, Copy Rotation on hands, feet and head, starting each evaluation from the model's mean
+  pose; here aimed at the target empties), evaluated by Blender after each move of the target.
+No times: the figures do not depend on the machine.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "tests"))           # live_helpers: the live tests' stand-ins for the window
+
+from addon_loader import load_addon  # noqa: E402
+
+POP_DEGREES = 15.0
+WITHIN = 0.98           # "within reach": the target at most this share of the arm's length from the shoulder
+START_ACTION = "idle_stand_01"
+SIDES = {"right": ("Right", "right_hand"), "left": ("Left", "left_hand")}
+
+
+def character_to_world(obj, rig, position):
+    """World location of a character-space position (metres) of the armature."""
+    return np.array(obj.matrix_world) @ np.append(rig.basis.T @ position / rig.scale, 1.0)
+
+
+def move_target(obj, rig, target, position):
+    from mathutils import Vector
+
+    target.location = Vector(character_to_world(obj, rig, position)[:3].tolist())
+
+
+def read_pose(obj, rig):
+    """(23, 3) heads and (23, 3, 3) orientations of the mapped bones, character space, from the evaluated pose."""
+    from neural_ik.blender import pose_read
+
+    return pose_read.armature_pose_heads(obj, rig), pose_read.armature_pose_rotations(obj, rig)
+
+
+def arm_of(heads, side):
+    """(shoulder, wrist, arm length): the upper arm's head, the hand's head and upper arm + forearm lengths."""
+    from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
+
+    shoulder, elbow, wrist = (heads[ROLE_INDEX[f"{side}{part}"]] for part in ("Arm", "ForeArm", "Hand"))
+    return shoulder, wrist, float(np.linalg.norm(elbow - shoulder) + np.linalg.norm(wrist - elbow))
+
+
+def hand_path(heads, rotations, hand, steps, step_length):
+    """The target path (steps, 3) of one hand around its shoulder in the body's own axes (the root frame the network
+    reads: left along the thigh-to-thigh axis, up +Z, forward their cross product; the left hand's path is the right's
+    mirror image), and the shoulder and the arm's length."""
+    from neural_ik.neural_network.data.features import root_frame
+    from neural_ik.neural_network.report.reach_sweep import sweep_path
+
+    shoulder, _wrist, length = arm_of(heads, SIDES[hand][0])
+    _origin, root = root_frame(heads[None], rotations[None, 0])
+    left, back, up = root[0].T
+    outward = left if hand == "left" else -left
+    return sweep_path(shoulder, length, steps, step_length, forward=-back, outward=outward, up=up), shoulder, length
+
+
+def live_run(bpy, obj, rig, target, path, refine):
+    """Drive Run IK's modal code along the path; returns the evaluated heads (S, 23, 3) and rotations (S, 23, 3, 3)."""
+    from live_helpers import Event, StandInContext, runner_reporting_to
+
+    obj.neural_ik.refine_iterations = refine
+    reports = []
+    context = StandInContext()
+    runner = runner_reporting_to(reports)()
+    if runner.invoke(context, Event("NONE")) != {"RUNNING_MODAL"}:
+        raise SystemExit(f"Run IK did not start: {reports}")
+    heads, rotations = [], []
+    try:
+        for position in path:
+            move_target(obj, rig, target, position)
+            bpy.context.view_layer.update()           # the user's drag, evaluated before the next timer event
+            runner.last_tick = 0.0                    # the modal keeps to the live rate; every event here is a tick
+            if runner.modal(context, Event("TIMER")) != {"RUNNING_MODAL"}:
+                raise SystemExit(f"Run IK stopped: {reports}")
+            bpy.context.view_layer.update()
+            h, r = read_pose(obj, rig)
+            heads.append(h)
+            rotations.append(r)
+    finally:
+        runner.modal(context, Event("ESC"))
+        move_target(obj, rig, target, path[0])
+        bpy.context.view_layer.update()
+    return np.array(heads), np.array(rotations)
+
+
+def blender_ik_run(bpy, obj, rig, model, target_objects, target, path):
+    """Blender's IK constraint (as the evaluation's baseline, aimed at the target empties) along the path."""
+    from neural_ik.blender.blender_ik import BaselineRig
+    from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLES
+
+    bone_map = dict(rig.bone_map)
+    mean_pose = {bone_map[role]: np.asarray(model.mean_pose[j], np.float64)
+                 for j, role in enumerate(ROLES) if bone_map.get(role)}
+    targets = {ROLES[r]: t for r, t in zip(EFFECTOR_ROLES, target_objects)}
+    scene = bpy.context.scene
+    baseline = BaselineRig(scene, obj, bone_map, mean_pose, bpy.data.actions[START_ACTION], targets=targets).build()
+    heads, rotations = [], []
+    try:
+        for position in path:
+            move_target(obj, rig, target, position)
+            bpy.context.view_layer.update()
+            h, r = read_pose(baseline.copy, rig)
+            heads.append(h)
+            rotations.append(r)
+    finally:
+        baseline.remove()
+        move_target(obj, rig, target, path[0])
+        bpy.context.view_layer.update()
+    return np.array(heads), np.array(rotations)
+
+
+def figures(heads, rotations, path, wrist_role, shoulder, arm_length):
+    """The row's figures: hand miss (cm) overall and within reach, the largest per-step turn of a mapped bone."""
+    from neural_ik.neural_network.geometry.rotations import angle_between
+    from neural_ik.neural_network.report.metrics import summary
+    from neural_ik.neural_network.skeleton.roles import ROLES
+
+    miss = 100.0 * np.linalg.norm(heads[:, wrist_role] - path, axis=-1)
+    reach = np.linalg.norm(path - shoulder, axis=-1) / arm_length
+    within = reach <= WITHIN
+    mapped = np.isfinite(heads[0, :, 0])
+    turns = np.degrees(angle_between(rotations[:-1], rotations[1:]))[:, mapped]      # (S-1, mapped)
+    names = [role for role, m in zip(ROLES, mapped) if m]
+    step, bone = np.unravel_index(int(np.argmax(turns)), turns.shape)
+    popping = turns.max(axis=1) > POP_DEGREES
+    worst_bones = sorted({names[b] for b in np.argmax(turns, axis=1)[popping]})
+    return {
+        "miss_cm": summary(miss),
+        "miss_within_cm": summary(miss[within]),
+        "steps_within": int(within.sum()),
+        "steps_missing_1mm_within": int(np.sum(miss[within] > 0.1)),
+        "largest_step_deg": float(turns[step, bone]),
+        "largest_step_bone": names[bone],
+        "largest_step_at": int(step + 1),
+        "steps_over_15_deg": int(popping.sum()),
+        "bones_over_15_deg": worst_bones,
+        "per_step": {"miss_cm": [round(float(v), 4) for v in miss], "reach": [round(float(v), 4) for v in reach],
+                     "largest_turn_deg": [0.0] + [round(float(v), 3) for v in turns.max(axis=1)]},
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="", help="checkpoint or ONNX file for the demo rig (default: the shipped "
+                                                    "weights/demo.npz that Create Demo Rig loads)")
+    parser.add_argument("--hand", choices=("right", "left", "both"), default="both")
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--step-cm", type=float, default=0.65, help="target step length in cm")
+    parser.add_argument("--refine", type=int, default=2, help="refinement iterations of the refined row")
+    parser.add_argument("--no-blender-ik", action="store_true", help="leave out the Blender IK row")
+    parser.add_argument("--json", default="", help="write every figure here")
+    args = parser.parse_args(argv)
+    load_addon()
+    import bpy
+
+    from neural_ik.blender import action_layouts
+    from neural_ik.blender.live import targets_of
+    from neural_ik.blender.models import model_of, rig_of
+    from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
+
+    bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
+    bpy.ops.neural_ik.create_demo_rig()
+    obj = bpy.context.active_object
+    if args.model:
+        bpy.ops.neural_ik.load_model(filepath=os.path.abspath(args.model))
+    model_path = bpy.path.abspath(obj.neural_ik.model_path)
+    action_layouts.assign_action(obj, bpy.data.actions[START_ACTION])
+    bpy.context.scene.frame_set(1)
+    bpy.ops.neural_ik.create_targets()
+    rig = rig_of(obj)
+    model, _data = model_of(obj, rig)
+    start_heads, start_rotations = read_pose(obj, rig)
+    objects = targets_of(obj)                           # root, left hand, right hand, left foot, right foot, head
+    report = {"model": os.path.relpath(model_path, REPO) if model_path.startswith(REPO) else model_path,
+              "steps": args.steps, "step_cm": args.step_cm, "refine": args.refine, "start": f"{START_ACTION} frame 1",
+              "hands": {}}
+    hands = ("right", "left") if args.hand == "both" else (args.hand,)
+    print(f"reach sweep on the demo rig, model {report['model']}: {args.steps} steps of {args.step_cm} cm from "
+          f"{START_ACTION} frame 1; hand miss in cm (wrist to target), per-step turn of any mapped bone in degrees")
+    for hand in hands:
+        side, slot = SIDES[hand]
+        target = getattr(obj.neural_ik, f"target_{slot}")
+        path, shoulder, length = hand_path(start_heads, start_rotations, hand, args.steps, args.step_cm / 100.0)
+        reach = np.linalg.norm(path - shoulder, axis=-1) / length
+        wrist = ROLE_INDEX[f"{side}Hand"]
+        rows = {}
+        for name, refine in ((f"refined ({args.refine})", args.refine), ("network alone", 0)):
+            rows[name] = figures(*live_run(bpy, obj, rig, target, path, refine), path, wrist, shoulder, length)
+        if not args.no_blender_ik:
+            rows["Blender IK"] = figures(*blender_ik_run(bpy, obj, rig, model, objects[1:], target, path), path,
+                                         wrist, shoulder, length)
+        report["hands"][hand] = {"arm_length_m": length, "reach_min": float(reach.min()),
+                                 "reach_max": float(reach.max()), "steps_within": int(np.sum(reach <= WITHIN)),
+                                 "rows": rows}
+        print(f"\n{hand} hand: arm {100 * length:.1f} cm, target at {reach.min():.2f}-{reach.max():.2f} of it, "
+              f"{np.sum(reach <= WITHIN)} of {len(path)} positions within {WITHIN:.0%}")
+        print(f"{'method':<16} {'miss mean':>9} {'p95':>8} {'max':>8} {'max within':>10} {'>1mm within':>11} "
+              f"{'largest step':>12} {'bone':<14} {'steps >15deg':>12}")
+        for name, row in rows.items():
+            print(f"{name:<16} {row['miss_cm']['mean']:9.3f} {row['miss_cm']['p95']:8.3f} {row['miss_cm']['max']:8.3f} "
+                  f"{row['miss_within_cm']['max']:10.3f} {row['steps_missing_1mm_within']:11d} "
+                  f"{row['largest_step_deg']:12.1f} {row['largest_step_bone']:<14} {row['steps_over_15_deg']:12d}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=1)
+        print(f"\nwritten to {args.json}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -21,7 +21,7 @@ Pure NumPy.
 import numpy as np
 
 from ..geometry.rotations import axis_angle_to_matrix
-from .foot_lock import BODY_TARGETS, FOOT_TARGETS, _spans
+from .foot_lock import BODY_TARGETS, FOOT_TARGETS, _spans, smoothstep
 
 UP = np.array([0.0, 0.0, 1.0])
 
@@ -42,8 +42,32 @@ def foot_ground(planted, hit_height):
         out[spans[-1][1]:, foot] = h[spans[-1][1] - 1]
         for (_s0, e0), (s1, _e1) in zip(spans[:-1], spans[1:]):
             x = (np.arange(e0, s1) - e0 + 1) / (s1 - e0 + 1)
-            out[e0:s1, foot] = h[e0 - 1] + (h[s1] - h[e0 - 1]) * x * x * (3 - 2 * x)
+            out[e0:s1, foot] = h[e0 - 1] + (h[s1] - h[e0 - 1]) * smoothstep(x)
     return out
+
+
+def ground_rates(planted, free_rate):
+    """(F, 2) `foot_ground`'s rule made causal, for a live tick, which cannot see the ground under the next landing:
+    per frame, the share of the way from the foot's ground so far to the hit under it now that the foot's ground
+    goes. 1 in a contact (the hit under the planted foot); through a swing the smoothstep's step over what is left of
+    it, so a ground that holds still under the foot gives foot_ground's curve exactly and the landing the hit itself
+    (before the first contact the swing starts at the first frame); 0 after the last contact (its height is held);
+    `free_rate` throughout for a foot never planted (exponential smoothing)."""
+    planted = np.asarray(planted, bool)
+    rates = np.zeros(planted.shape)
+    for foot in range(2):
+        spans = _spans(planted[:, foot])
+        if not spans:
+            rates[:, foot] = free_rate
+            continue
+        swings = [(0, spans[0][0])] + [(e0, s1) for (_s0, e0), (s1, _e1) in zip(spans[:-1], spans[1:])]
+        for e0, s1 in swings:
+            f = np.arange(e0, s1)
+            done, now = smoothstep((f - e0) / (s1 - e0 + 1)), smoothstep((f - e0 + 1) / (s1 - e0 + 1))
+            rates[e0:s1, foot] = (now - done) / (1.0 - done)
+        for start, end in spans:
+            rates[start:end, foot] = 1.0
+    return rates
 
 
 def smooth(values, window):
@@ -63,8 +87,7 @@ def contact_weight(planted, blend_frames):
     for foot in range(2):
         for start, end in _spans(planted[:, foot]):
             for i in range(1, blend_frames + 1):
-                x = 1.0 - i / (blend_frames + 1)
-                w = x * x * (3 - 2 * x)
+                w = smoothstep(1.0 - i / (blend_frames + 1))
                 if start - i >= 0:
                     out[start - i, foot] = max(out[start - i, foot], w)
                 if end - 1 + i < n:

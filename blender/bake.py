@@ -8,19 +8,18 @@ for the user.
 import bpy
 import numpy as np
 
-from ..neural_network.data.features import detect_contacts
 from ..neural_network.data.files import FileRefused
 from ..neural_network.geometry import kinematics
 from ..neural_network.ik import foot_lock, layering, terrain
 from ..neural_network.runtime.solver import Solver
 from ..neural_network.runtime.status import HELD, HELD_BAD_TARGETS, describe
-from ..neural_network.skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES, ROLE_INDEX, TASKS
+from ..neural_network.skeleton.roles import NUM_ROLES, ROLE_INDEX, TASKS
 from . import action_layouts, control_rig, evaluated_pose, pose_read, pose_write, rig_model
 from .errors import LiveError
-from .extract import action_task
 from .ground import Ground
-from .live import LAYER_SLOTS, LiveCharacter, missing_targets, targets_of
+from .live import LiveCharacter, missing_targets, targets_of
 from .models import model_of, rig_of
+from .motion import LAYER_SLOTS, targets_from_action
 
 
 class BakeSource:
@@ -38,7 +37,7 @@ class BakeSource:
 
 def bake_source(obj, rig, action, frame_start, frame_end, fps):
     """BakeSource of an action's frames frame_start..frame_end (0: its own first / last frame)."""
-    frames, targets, hips_rot, hips_pos, contacts, task, sample = _targets_from_action(
+    frames, targets, hips_rot, hips_pos, contacts, task, sample = targets_from_action(
         obj, rig, action, frame_start, frame_end, fps)
     links = (sample.bridges, sample.offsets) if sample.moving_links else None
     bones = rig_model.inbetween_bones(rig) if not rig.driven else []     # a control rig: its controls are keyed
@@ -63,21 +62,6 @@ def moving_bones_above_hips(obj, rig, action):
         above.append(rig.bone_names[b])
         b = int(rig.parents[b])
     return [name for name in reversed(above) if name in animated]
-
-
-def _targets_from_action(obj, rig, action, frame_start, frame_end, fps):
-    sample = pose_read.read_action(rig, obj, action, frame_start if frame_start > 0 else None,
-                                frame_end if frame_end > 0 else None)
-    if len(sample.frames) == 0:
-        raise LiveError(f"action {action.name!r} has no frames in {frame_start}-{frame_end}")
-    n = len(sample.frames)
-    targets = np.broadcast_to(np.eye(4), (n, 6, 4, 4)).copy()
-    roles = [ROLE_INDEX["Hips"]] + list(EFFECTOR_ROLES)
-    targets[:, :, :3, :3] = sample.rotations[:, roles]
-    targets[:, :, :3, 3] = sample.positions[:, roles]
-    contacts = detect_contacts(sample.positions[:, list(FOOT_ROLES)], 0.0, fps, rig.skeleton.height)
-    task = action_task(action)
-    return sample.frames, targets, sample.hips_rotation, sample.hips_position, contacts, task, sample
 
 
 def bake_targets_from_empties(context, obj, rig, frame_start, frame_end):
@@ -192,9 +176,8 @@ def _hips_drop(skeleton, targets, hips_rotation, hips_position, links):
     n = len(targets)
     rest = kinematics.forward(skeleton, np.broadcast_to(np.eye(3), (n, NUM_ROLES, 3, 3)), np.asarray(hips_rotation, np.float64),
                               hips_position, *(links if links is not None else (None, None)))
-    legs = [np.linalg.norm(skeleton.offsets[ROLE_INDEX[side + "Shin"]])
-            + np.linalg.norm(skeleton.offsets[ROLE_INDEX[side + "Foot"]]) for side in ("Left", "Right")]
-    return foot_lock.hips_drop(rest.positions[:, thighs], foot_lock.foot_positions(targets), legs)
+    return foot_lock.hips_drop(rest.positions[:, thighs], foot_lock.foot_positions(targets),
+                               foot_lock.leg_lengths(skeleton))
 
 
 def measured_controls(context, obj, rig):

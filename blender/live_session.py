@@ -12,7 +12,7 @@ from ..neural_network.skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX
 from . import pose_read
 from .armatures import armature_to_use
 from .errors import LiveError
-from .live import TARGET_LABELS, TARGET_SLOTS, LiveTick, missing_targets
+from .live import TARGET_LABELS, TARGET_SLOTS, LiveTick, missing_targets, playing_action
 from .models import model_group, model_of, rig_of
 
 
@@ -55,7 +55,8 @@ def stop_all(reason):
 
 
 def live_entries(context):
-    """Every armature of the scene with a usable model and all six targets (the active one must qualify)."""
+    """Every armature of the scene with a usable model and all six targets, or an action (the active one must
+    qualify)."""
     active = armature_to_use(context, LiveError)
     entries, models = [], {}
     for obj in [active] + [o for o in context.scene.objects if o.type == "ARMATURE" and o is not active]:
@@ -65,7 +66,7 @@ def live_entries(context):
             continue
         try:
             missing = missing_targets(obj)
-            if missing:
+            if missing and playing_action(obj) is None:      # with an action, a target without an empty follows it
                 raise LiveError(f"{obj.name} has no {', '.join(missing)} target: use Create Targets first")
             model, data = model_of(obj)
         except LiveError:

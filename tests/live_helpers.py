@@ -137,6 +137,15 @@ def assign_action(obj, action):
         ad.action_slot = action.slots[0]
 
 
+def follow_empties(obj, position=1.0, rotation=1.0):
+    """Every target's layer influences set (1: the empties drive, also while the rig's action plays in Run IK)."""
+    from neural_ik.blender.motion import LAYER_SLOTS
+
+    for slot in LAYER_SLOTS:
+        layer = getattr(obj.neural_ik, slot)
+        layer.position, layer.rotation = position, rotation
+
+
 def evaluated_effectors(obj, rig, action, frames):
     """(len(frames), 5, 3) effector positions in metres (character space) from Blender's own evaluated pose: the action
     assigned to obj, each frame set with scene.frame_set, the heads read with pose_read.armature_pose_heads."""

@@ -8,7 +8,16 @@ import os
 import numpy as np
 import pytest
 from conftest import CMU, need_mocap
-from live_helpers import assign_action, fitted_model, humanoid_skeleton, inputs_of, linear_model_for, random_poses, targets_of
+from live_helpers import (
+    assign_action,
+    fitted_model,
+    follow_empties,
+    humanoid_skeleton,
+    inputs_of,
+    linear_model_for,
+    random_poses,
+    targets_of,
+)
 
 from neural_ik.neural_network.geometry import kinematics
 from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix
@@ -193,6 +202,7 @@ def test_live_tick_on_a_cmu_rig_with_a_turned_pelvis(cmu_rig):
     turned = tuple(pelvis.rotation_euler)
     bpy.context.view_layer.update()
     bpy.ops.neural_ik.create_targets()
+    follow_empties(obj)                          # the empties drive, over the action
     tick = LiveTick([(obj, model, None)])
     tick.start()
     solver = tick.live_groups[0].solver

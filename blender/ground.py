@@ -42,13 +42,14 @@ class Ground:
     def __init__(self, objects, depsgraph):
         self.names = {o.name for o in objects}
         self.meshes = {o.data.name for o in objects}
-        self.trees, self.to_local, self.normal_to_world = [], [], []
+        self.trees = []          # per mesh: (tree, world -> local, local -> world, normals to world, down, its scale)
         for obj in objects:
             evaluated = obj.evaluated_get(depsgraph)
             world = evaluated.matrix_world.copy()
-            self.trees.append(BVHTree.FromObject(evaluated, depsgraph))
-            self.to_local.append(world.inverted_safe())
-            self.normal_to_world.append(world.to_3x3().inverted_safe().transposed())
+            to_local = world.inverted_safe()
+            down = to_local.to_3x3() @ DOWN
+            self.trees.append((BVHTree.FromObject(evaluated, depsgraph), to_local, world,
+                               world.to_3x3().inverted_safe().transposed(), down.normalized(), down.length))
 
     @classmethod
     def of(cls, settings, depsgraph):
@@ -73,20 +74,18 @@ class Ground:
         points = np.asarray(points, np.float64)
         heights = np.full(len(points), np.nan)
         normals = np.full((len(points), 3), np.nan)
-        for tree, to_local, to_world_normal in zip(self.trees, self.to_local, self.normal_to_world):
-            for i, p in enumerate(points):
-                start_world = Vector((p[0], p[1], p[2] + above))
-                start = to_local @ start_world
-                direction = (to_local.to_3x3() @ DOWN)
-                scale = direction.length
-                hit, normal, _index, _distance = tree.ray_cast(start, direction / scale, (above + below) * scale)
+        rows = points.tolist()
+        for tree, to_local, to_world, to_world_normal, direction, scale in self.trees:
+            for i, (x, y, z) in enumerate(rows):
+                hit, normal, _index, _distance = tree.ray_cast(to_local @ Vector((x, y, z + above)), direction,
+                                                               (above + below) * scale)
                 if hit is None:
                     continue
-                z = (to_local.inverted_safe() @ hit).z
-                if not z <= heights[i]:          # NaN or lower: this hit is the highest so far
+                top = (to_world @ hit).z
+                if not top <= heights[i]:        # NaN or lower: this hit is the highest so far
                     n = to_world_normal @ normal
                     n.normalize()
                     if n.z < 0:                    # a face seen from below: its other side faces up
                         n.negate()
-                    heights[i], normals[i] = z, n
+                    heights[i], normals[i] = top, n
         return heights, normals

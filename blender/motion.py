@@ -18,6 +18,7 @@ the hips drop takes each body target's share (1 - its position influence): a han
 stays on it while the body rises and sinks.
 """
 
+import math
 import re
 
 import bpy
@@ -39,6 +40,7 @@ LAYER_SLOTS = tuple(slot.replace("target_", "layer_") for slot in TARGET_SLOTS) 
 TARGET_LABELS = ("root", "left hand", "right hand", "left foot", "right foot", "head")
 _LAYER_PATH = re.compile(r"^neural_ik\.(layer_\w+)\.(position|rotation)$")
 _BODY = list(foot_lock.BODY_TARGETS)
+_FEET = list(foot_lock.FOOT_TARGETS)
 _UP = np.array([0.0, 0.0, 1.0])
 
 
@@ -206,16 +208,16 @@ class LiveMotion:
     def _ground_under(self, targets, to_world, to_character):
         """(heights (2,), normals (2, 3)) of the ground under the two foot targets, character space; where no ground
         lies under a foot: the action's own ground (height 0, +Z), and the live status says so."""
-        feet = targets[list(foot_lock.FOOT_TARGETS), :3, 3]
+        feet = targets[_FEET, :3, 3]
         world = feet @ to_world[:3, :3].T + to_world[:3, 3]
-        scale = float(np.linalg.norm(to_world[:3, 2]))          # character metres -> world units
-        heights, normals = self.ground.cast(world, self.height * scale, 2.0 * self.height * scale)
+        scale = self.height * math.sqrt(to_world[0, 2] ** 2 + to_world[1, 2] ** 2 + to_world[2, 2] ** 2)
+        heights, normals = self.ground.cast(world, scale, 2.0 * scale)      # a rig height above, two below
         world[:, 2] = heights
         hit = world @ to_character[2, :3] + to_character[2, 3]
         normals = normals @ to_character[:3, :3].T
-        normals /= np.linalg.norm(normals, axis=-1, keepdims=True)
-        missing = ~np.isfinite(hit)
-        if missing.any():
+        normals /= np.sqrt(np.einsum("fi,fi->f", normals, normals))[:, None]
+        if not (hit[0] == hit[0] and hit[1] == hit[1]):          # NaN: no ground under a foot
+            missing = ~np.isfinite(hit)
             hit[missing] = 0.0
             normals[missing] = _UP
             self.note = ("no ground under either foot: both keep the action's height" if missing.all() else

@@ -53,6 +53,7 @@ DROP_RISE = 0.01             # the hips drop grows by at most this share of the 
 DROP_FRAMES = 4.0            # ... and shrinks with this time constant (frames)
 FREE_RATE = 1.0 - math.exp(-1.0 / BODY_FRAMES)    # a foot never planted follows the ground by exponential smoothing
 _FRESH = (None, None, None, None, None)           # lock state per foot, foot grounds, body lift, hips drop
+_FEET, _BODY = list(FOOT_TARGETS), list(BODY_TARGETS)
 
 
 class OnlineEdits:
@@ -77,6 +78,7 @@ class OnlineEdits:
             self.lock_drop = hips_drop(thighs_now, foot_positions(lock_feet(targets, self.planted, blend_frames)),
                                        self.legs)
         self.frame = None
+        self.tilts = [None, None]
         self.before = self.after = _FRESH
         self.steps = 0
 
@@ -115,17 +117,25 @@ class OnlineEdits:
             ground = hits
         else:                   # the frames since the last (one, usually): the share of the way each goes, compounded
             ground = hits + (before - hits) * self.keep[f - self.steps + 1:f + 1].prod(axis=0)
-        feet = list(FOOT_TARGETS)
-        targets[feet, 2, 3] += ground
-        weight = self.tilt[f]
-        if weight.any():
-            targets[feet, :3, :3] = tilt_toward(hit_normal, weight) @ targets[feet, :3, :3]
+        targets[_FEET, 2, 3] += ground
+        for foot, weight in enumerate(self.tilt[f].tolist()):
+            if weight:
+                t = FOOT_TARGETS[foot]
+                targets[t, :3, :3] = self._tilt(foot, tuple(hit_normal[foot]), weight) @ targets[t, :3, :3]
         lowest = float(ground.min())
         lift = lowest if self.before[3] is None else lowest + (self.before[3] - lowest) * math.exp(
             -self.steps / BODY_FRAMES)
-        targets[list(BODY_TARGETS), 2, 3] += lift
+        targets[_BODY, 2, 3] += lift
         self.after[2], self.after[3] = ground, lift
         return ground
+
+    def _tilt(self, foot, normal, weight):
+        """terrain.tilt_toward for one foot, kept while the normal and weight under it stay (a planted foot's)."""
+        key = (normal, weight)
+        cached = self.tilts[foot]
+        if cached is None or cached[0] != key:
+            cached = self.tilts[foot] = (key, tilt_toward(np.array(normal), weight))
+        return cached[1]
 
     def drop(self, targets, share=None, locked=False):
         """Bring the body of `targets` (6, 4, 4) down where a leg cannot reach its foot, in place; `share` (4,): how
@@ -133,7 +143,7 @@ class OnlineEdits:
         hand stays pinned); locked: Lock Feet is on (the drop is at least lock_drop). Returns the drop."""
         root = targets[0]
         thighs = self.thighs @ root[:3, :3].T + root[:3, 3]
-        need = float(hips_need(thighs, targets[list(FOOT_TARGETS), :3, 3], self.legs))
+        need = float(hips_need(thighs, targets[_FEET, :3, 3], self.legs))
         before = self.before[4]
         if before is None:
             drop = need
@@ -144,7 +154,6 @@ class OnlineEdits:
         if locked:
             drop = max(drop, float(self.lock_drop[self.frame]))
         if drop:
-            body = list(BODY_TARGETS)
-            targets[body, 2, 3] -= drop if share is None else drop * np.asarray(share, np.float64)
+            targets[_BODY, 2, 3] -= drop if share is None else drop * np.asarray(share, np.float64)
         self.after[4] = drop
         return drop

@@ -20,7 +20,6 @@ Pure NumPy.
 
 import numpy as np
 
-from ..geometry.rotations import axis_angle_to_matrix
 from .foot_lock import BODY_TARGETS, FOOT_TARGETS, _spans, smoothstep
 
 UP = np.array([0.0, 0.0, 1.0])
@@ -96,14 +95,21 @@ def contact_weight(planted, blend_frames):
 
 
 def tilt_toward(normals, weight):
-    """(..., 3, 3) rotations turning +Z toward `normals` (..., 3) by the share `weight` (...,) of the angle."""
+    """(..., 3, 3) rotations turning +Z toward `normals` (..., 3) by the share `weight` (...,) of the angle: about the
+    horizontal axis +Z x n, in closed form (Rodrigues' formula with that axis' zero Z)."""
     n = np.asarray(normals, np.float64)
-    n = n / np.linalg.norm(n, axis=-1, keepdims=True)
-    axis = np.cross(UP, n)
-    sin = np.linalg.norm(axis, axis=-1, keepdims=True)
-    angle = np.arctan2(sin[..., 0], n[..., 2])
-    axis = np.where(sin > 1e-12, axis / np.maximum(sin, 1e-12), 0.0)
-    return axis_angle_to_matrix(axis * (angle * np.asarray(weight, np.float64))[..., None])
+    x, y, z = n[..., 0], n[..., 1], n[..., 2]
+    across = np.hypot(x, y)
+    angle = np.arctan2(across, z) * np.asarray(weight, np.float64)
+    safe = np.where(across > 1e-12, across, 1.0)
+    ax, ay = np.where(across > 1e-12, -y / safe, 0.0), np.where(across > 1e-12, x / safe, 0.0)
+    c, s = np.cos(angle), np.sin(angle)
+    t = 1.0 - c
+    out = np.empty(n.shape + (3,))
+    out[..., 0, 0], out[..., 0, 1], out[..., 0, 2] = c + t * ax * ax, t * ax * ay, s * ay
+    out[..., 1, 0], out[..., 1, 1], out[..., 1, 2] = t * ax * ay, c + t * ay * ay, -s * ax
+    out[..., 2, 0], out[..., 2, 1], out[..., 2, 2] = -s * ay, s * ax, c
+    return out
 
 
 def fit_to_ground(targets, planted, hit_height, hit_normal, blend_frames=4, body_window=8):

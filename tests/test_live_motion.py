@@ -12,6 +12,7 @@ from live_helpers import (
     assign_action,
     demo_armature,
     linear_model_for,
+    make_sliding,
     pose_channels,
     runner_reporting_to,
 )
@@ -144,10 +145,18 @@ def _key_hand_empty(obj, rig, sample, frames, lift=0.06, turn=0.6):
     return empty
 
 
-def _empty_in_character_space(obj, rig, empty):
+def _play_pinned(obj, rig, model, frames, empty):
+    """_play in a new session, with the empty's matrix in character space after each tick (N, 4, 4)."""
     from neural_ik.blender import rig_model
+    from neural_ik.blender.live import LiveTick
 
-    return rig_model.world_to_character(obj, rig) @ np.array(empty.matrix_world)
+    tick = LiveTick([(obj, model, None)])
+    tick.start()
+    pinned = []
+    heads, rotations = _play(tick, obj, rig, frames, each=lambda f: pinned.append(
+        rig_model.world_to_character(obj, rig) @ np.array(empty.matrix_world)))
+    tick.stop()
+    return heads, rotations, np.array(pinned)
 
 
 def test_a_hand_pinned_to_an_empty_stays_on_it_while_the_rest_follows_the_action(walking):
@@ -155,7 +164,6 @@ def test_a_hand_pinned_to_an_empty_stays_on_it_while_the_rest_follows_the_action
     hand lands within 1 mm of its empty (a moving one), every other effector within 1 mm of the action's."""
     import bpy
 
-    from neural_ik.blender.live import LiveTick
 
     obj, rig, model, action, sample = walking
     bpy.context.view_layer.objects.active = obj
@@ -165,13 +173,7 @@ def test_a_hand_pinned_to_an_empty_stays_on_it_while_the_rest_follows_the_action
     empty = _key_hand_empty(obj, rig, sample, frames)
     layer = obj.neural_ik.layer_right_hand
     layer.position = layer.rotation = 1.0
-    tick = LiveTick([(obj, model, None)])
-    tick.start()
-    pinned = []
-    heads, rotations = _play(tick, obj, rig, frames, each=lambda f: pinned.append(_empty_in_character_space(
-        obj, rig, empty)))
-    tick.stop()
-    pinned = np.array(pinned)
+    heads, rotations, pinned = _play_pinned(obj, rig, model, frames, empty)
     hand = EFFECTOR_ROLES[1]
     on_empty = np.linalg.norm(heads[:, hand] - pinned[:, :3, 3], axis=-1)
     others = [r for r in EFFECTOR_ROLES if r != hand]
@@ -189,7 +191,6 @@ def test_an_influence_keyed_from_0_to_1_over_10_frames_fades_in_without_a_pop(wa
     1 mm), and the largest turn of any mapped bone between two frames is at most 1.5x the clip's own largest."""
     import bpy
 
-    from neural_ik.blender.live import LiveTick
 
     obj, rig, model, action, sample = walking
     bpy.context.view_layer.objects.active = obj
@@ -206,18 +207,13 @@ def test_an_influence_keyed_from_0_to_1_over_10_frames_fades_in_without_a_pop(wa
     assert obj.animation_data.action == action
     bpy.context.scene.frame_set(first)
     assert layer.position == 0.0                            # Blender's own value at the first frame, before live
-    tick = LiveTick([(obj, model, None)])
-    tick.start()
-    pinned = []
-    heads, rotations = _play(tick, obj, rig, frames, each=lambda f: pinned.append(_empty_in_character_space(
-        obj, rig, empty)))
-    tick.stop()
+    heads, rotations, pinned = _play_pinned(obj, rig, model, frames, empty)
     hand = EFFECTOR_ROLES[1]
     index = _index(sample, frames)
     frames = np.array(frames)
     before, after = frames <= s, frames >= s + 10
     on_action = np.linalg.norm(heads[before, hand] - sample.positions[index[before], hand], axis=-1)
-    on_empty = np.linalg.norm(heads[after, hand] - np.array(pinned)[after, :3, 3], axis=-1)
+    on_empty = np.linalg.norm(heads[after, hand] - pinned[after, :3, 3], axis=-1)
     live, clip = _largest_turn(rotations, rig.role_mask), _largest_turn(sample.rotations, rig.role_mask)
     print(f"\nfade-in: hand on the action within {on_action.max() / MM:.3f} mm before, on its empty within "
           f"{on_empty.max() / MM:.3f} mm after; largest turn between frames {math.degrees(live):.2f} deg "
@@ -302,18 +298,11 @@ def test_lock_feet_live_stops_a_sliding_walk_and_drives_the_contacts(walking):
     reach its locked foot), and the planted flags are the network's contact inputs."""
     import bpy
 
-    from neural_ik.blender import action_layouts, pose_read
+    from neural_ik.blender import pose_read
     from neural_ik.blender.live import LiveTick
 
     obj, rig, model, action, _sample = walking
-    hips = rig.bone_names[int(rig.role_bones[0])]
-    for fc in action_layouts.all_action_fcurves(action):
-        if fc.data_path == f'pose.bones["{hips}"].location':
-            co = np.empty(2 * len(fc.keyframe_points))
-            fc.keyframe_points.foreach_get("co", co)
-            co[1::2] = co[1] + 1.06 * (co[1::2] - co[1])
-            fc.keyframe_points.foreach_set("co", co)
-            fc.update()
+    make_sliding(rig, action)
     sample = pose_read.read_action(rig, obj, action)
     obj.neural_ik.lock_feet = True
     tick = LiveTick([(obj, model, None)], engine="numpy")     # the NumPy path: solver.settings are the inputs

@@ -74,18 +74,26 @@ class Ground:
         points = np.asarray(points, np.float64)
         heights = np.full(len(points), np.nan)
         normals = np.full((len(points), 3), np.nan)
-        rows = points.tolist()
+        for i, hit in enumerate(self.cast_rows(points.tolist(), above, below)):
+            if hit is not None:
+                heights[i], normals[i] = hit
+        return heights, normals
+
+    def cast_rows(self, points, above, below):
+        """`cast` for a few world points as [(x, y, z)]: per point (height, (nx, ny, nz)) or None (a live tick's two
+        feet: no arrays to make)."""
+        out = [None] * len(points)
         for tree, to_local, to_world, to_world_normal, direction, scale in self.trees:
-            for i, (x, y, z) in enumerate(rows):
+            for i, (x, y, z) in enumerate(points):
                 hit, normal, _index, _distance = tree.ray_cast(to_local @ Vector((x, y, z + above)), direction,
                                                                (above + below) * scale)
                 if hit is None:
                     continue
                 top = (to_world @ hit).z
-                if not top <= heights[i]:        # NaN or lower: this hit is the highest so far
+                if out[i] is None or top > out[i][0]:         # the highest hit so far
                     n = to_world_normal @ normal
                     n.normalize()
                     if n.z < 0:                    # a face seen from below: its other side faces up
                         n.negate()
-                    heights[i], normals[i] = top, n
-        return heights, normals
+                    out[i] = (top, tuple(n))
+        return out

@@ -431,7 +431,9 @@ class LiveGroup:
         self.motions = [(i, c.motion) for i, c in enumerate(characters) if c.motion is not None]
         self.panel_ground = np.zeros((k, 2))         # the settings' ground and desired contacts (motions override)
         self.panel_desired = np.ones((k, 2))
-        self.motion_ground = self.motion_desired = False      # whether a motion's values are in the solver's settings
+        self.motion_grounds = [None] * k             # per character: the feet's ground play() passed on (None: none)
+        self.motion_contacts = [None] * k            # ... and the contact flags (Lock Feet)
+        self.settings_reset = True                   # refresh_settings put the panel's values back
         self.contact = None                          # (K, 2) contact flags for the solver (NaN: detect), or None
         self.driven = [i for i, c in enumerate(characters) if c.settings_driven]
         self.undriven = [i for i, c in enumerate(characters) if not c.settings_driven]
@@ -507,7 +509,8 @@ class LiveGroup:
             self.iterations = int(self.iteration_counts.max())
         if changed:
             v = np.array(self.cached, np.float64)
-            self.panel_ground, self.panel_desired = v[:, 0:2], v[:, 2:4]
+            self.panel_ground, self.panel_desired = v[:, 0:2].copy(), v[:, 2:4].copy()
+            self.settings_reset = True                           # play() passes its own again
             self.solver.set_settings(ground=v[:, 0:2], desired_contact=v[:, 2:4], phase=v[:, 5])
             self.solver.set_task(v[:, 4].astype(np.int64))
             self.follows_time = np.nonzero(v[:, 6] > 0)[0]
@@ -515,29 +518,34 @@ class LiveGroup:
     def play(self, reader, frame, which):
         """The characters with an action: their targets at scene frame `frame` replace what the reader read, their
         feet's ground and (Lock Feet) contacts go to the solver. `which`: characters whose settings to re-read."""
-        grounds = contacts = desired = None
+        grounds, contacts = self.motion_grounds, self.motion_contacts
+        new_ground = new_contacts = self.settings_reset       # refresh_settings put the panel's values back
         for i, motion in self.motions:
             if i in which:
                 motion.refresh()
             targets, ground, contact = motion.tick(frame, lambda i=i: reader.empty_targets(i), reader.character_to_world[i],
-                                                   reader.armature_to_character[i, 0])
+                                                   reader.armature_to_character[i, 0], i in reader.moved)
             reader.put_targets(i, targets)
-            if ground is not None:
-                if grounds is None:
-                    grounds = self.panel_ground.copy()
-                grounds[i] = ground
-            if contact is not None:
-                if contacts is None:
-                    contacts, desired = np.full((self.k, 2), np.nan), self.panel_desired.copy()
-                contacts[i] = desired[i] = contact
-        solver = self.solver
-        if grounds is not None or self.motion_ground:
-            solver.set_settings(ground=self.panel_ground if grounds is None else grounds)
-            self.motion_ground = grounds is not None
-        if desired is not None or self.motion_desired:
-            solver.set_settings(desired_contact=self.panel_desired if desired is None else desired)
-            self.motion_desired = desired is not None
-        self.contact = contacts
+            if ground != grounds[i]:
+                grounds[i], new_ground = ground, True
+            if contact != contacts[i]:
+                contacts[i], new_contacts = contact, True
+        self.settings_reset = False
+        if new_ground:                  # set_settings costs a few us: only what changed
+            ground = self.panel_ground.copy()
+            for i, _motion in self.motions:
+                if grounds[i] is not None:
+                    ground[i] = grounds[i]
+            self.solver.set_settings(ground=ground)
+        if new_contacts:
+            desired, flags = self.panel_desired.copy(), None
+            for i, _motion in self.motions:
+                if contacts[i] is not None:
+                    if flags is None:
+                        flags = np.full((self.k, 2), np.nan)       # NaN: detected, as without Lock Feet
+                    flags[i] = desired[i] = contacts[i]
+            self.solver.set_settings(desired_contact=desired)
+            self.contact = flags
 
     def solve_and_write(self, targets, scene):
         """Solve every character of the group and write their poses (one foreach_set and one property set each)."""

@@ -41,7 +41,7 @@ TARGET_LABELS = ("root", "left hand", "right hand", "left foot", "right foot", "
 _LAYER_PATH = re.compile(r"^neural_ik\.(layer_\w+)\.(position|rotation)$")
 _BODY = list(foot_lock.BODY_TARGETS)
 _FEET = list(foot_lock.FOOT_TARGETS)
-_UP = np.array([0.0, 0.0, 1.0])
+_UP = (0.0, 0.0, 1.0)
 
 
 def targets_from_action(obj, rig, action, frame_start, frame_end, fps):
@@ -120,12 +120,14 @@ class LiveMotion:
         self.ground_names = ""
         self.stale = False                                     # a depsgraph update touched the ground
         self.note = ""                                         # for the live status: no ground under a foot
+        self.last_index = self.last_result = None              # the last tick's frame and results
         self.refresh()
 
     # -- settings: read at start, after an edit and in the tick's polled slices --------------------------------------
     def refresh(self):
         """Read the layer influences, Lock Feet and the Ground from the armature's settings."""
         settings = self.obj.neural_ik
+        self.last_index = None
         for k, slot in enumerate(LAYER_SLOTS):
             layer = getattr(settings, slot)
             self.values[0, k], self.values[1, k] = layer.position, layer.rotation
@@ -176,11 +178,16 @@ class LiveMotion:
         self.stale = self.ground.stale(depsgraph)
 
     # -- per tick -----------------------------------------------------------------------------------------------------
-    def tick(self, frame, empties, to_world, to_character):
+    def tick(self, frame, empties, to_world, to_character, moved=False):
         """(targets (6, 4, 4) character space, each foot's ground (2,) or None, contact flags (2,) or None) for scene
         frame `frame`. empties: a callable giving the empties' targets (6, 4, 4) in character space (called only when
-        one is blended in); to_world, to_character (4, 4): character space <-> world, for the rays."""
+        one is blended in); to_world, to_character (4, 4): character space <-> world, for the rays; moved: the
+        armature moved since the last tick. A tick on the frame of the last, with nothing blended in and nothing
+        changed (settings, ground, the armature), gives the last tick's results again (playback at 24 or 30 fps under
+        60 ticks a second: every other tick)."""
         index = min(max(frame - self.first, 0), self.last)
+        if index == self.last_index and not (self.stale or self.blends or moved):
+            return self.last_result
         targets = self.targets[index].copy()
         if self.stale:
             self._gone()
@@ -202,26 +209,32 @@ class LiveMotion:
                 targets = layering.blend_targets(targets[None], empties()[None], position, values[1], self.present)[0]
         if editing:
             self.edits.drop(targets, None if position is None else 1.0 - position[_BODY], self.lock_feet)
-        contacts = self.edits.contacts[index] if self.lock_feet else None
-        return targets, ground, contacts
+        contacts = self.edits.contact_rows[index] if self.lock_feet else None
+        self.last_index, self.last_result = index, (targets, ground, contacts)
+        return self.last_result
 
     def _ground_under(self, targets, to_world, to_character):
-        """(heights (2,), normals (2, 3)) of the ground under the two foot targets, character space; where no ground
-        lies under a foot: the action's own ground (height 0, +Z), and the live status says so."""
-        feet = targets[_FEET, :3, 3]
-        world = feet @ to_world[:3, :3].T + to_world[:3, 3]
-        scale = self.height * math.sqrt(to_world[0, 2] ** 2 + to_world[1, 2] ** 2 + to_world[2, 2] ** 2)
-        heights, normals = self.ground.cast(world, scale, 2.0 * scale)      # a rig height above, two below
-        world[:, 2] = heights
-        hit = world @ to_character[2, :3] + to_character[2, 3]
-        normals = normals @ to_character[:3, :3].T
-        normals /= np.sqrt(np.einsum("fi,fi->f", normals, normals))[:, None]
-        if not (hit[0] == hit[0] and hit[1] == hit[1]):          # NaN: no ground under a foot
-            missing = ~np.isfinite(hit)
-            hit[missing] = 0.0
-            normals[missing] = _UP
-            self.note = ("no ground under either foot: both keep the action's height" if missing.all() else
-                         f"no ground under the {'left' if missing[0] else 'right'} foot: it keeps the action's height")
+        """(heights [2], normals [2 of (x, y, z)]) of the ground under the two foot targets, character space; where no
+        ground lies under a foot: the action's own ground (height 0, +Z), and the live status says so."""
+        (ax, ay, az, at), (bx, by, bz, bt), (cx, cy, cz, ct) = to_world[:3].tolist()
+        feet = targets[_FEET, :3, 3].tolist()
+        world = [(ax * x + ay * y + az * z + at, bx * x + by * y + bz * z + bt, cx * x + cy * y + cz * z + ct)
+                 for x, y, z in feet]
+        scale = self.height * math.sqrt(az * az + bz * bz + cz * cz)   # a rig height in world units
+        hits = self.ground.cast_rows(world, scale, 2.0 * scale)        # from a rig height above to two below
+        (ax, ay, az, at), (bx, by, bz, bt), (cx, cy, cz, ct) = to_character[:3].tolist()
+        heights, normals = [0.0, 0.0], [_UP, _UP]
+        for i, hit in enumerate(hits):
+            if hit is not None:
+                (x, y, _z), (top, (nx, ny, nz)) = world[i], hit
+                heights[i] = cx * x + cy * y + cz * top + ct
+                n = (ax * nx + ay * ny + az * nz, bx * nx + by * ny + bz * nz, cx * nx + cy * ny + cz * nz)
+                length = math.sqrt(n[0] * n[0] + n[1] * n[1] + n[2] * n[2])
+                normals[i] = (n[0] / length, n[1] / length, n[2] / length)
+        if hits[0] is None or hits[1] is None:      # no ground under a foot: the action's own ground there
+            self.note = ("no ground under either foot: both keep the action's height" if hits == [None, None] else
+                         f"no ground under the {'left' if hits[0] is None else 'right'} foot: it keeps the action's "
+                         "height")
         elif self.note:
             self.note = ""
-        return hit, normals
+        return heights, normals

@@ -51,9 +51,11 @@ MAX_STEP = 4                 # frames forward that still continue the motion (mo
 BODY_FRAMES = 4.0            # time constant of the body's rise with the ground (frames)
 DROP_RISE = 0.01             # the hips drop grows by at most this share of the rig's height a frame ...
 DROP_FRAMES = 4.0            # ... and shrinks with this time constant (frames)
+REACH = 0.995                # hips_need's: a leg reaches this share of its length
 FREE_RATE = 1.0 - math.exp(-1.0 / BODY_FRAMES)    # a foot never planted follows the ground by exponential smoothing
 _FRESH = (None, None, None, None, None)           # lock state per foot, foot grounds, body lift, hips drop
 _FEET, _BODY = list(FOOT_TARGETS), list(BODY_TARGETS)
+_ROOT_AND_FEET = [0] + _FEET
 
 
 class OnlineEdits:
@@ -64,11 +66,14 @@ class OnlineEdits:
 
     def __init__(self, planted, thighs, legs, height, blend_frames=4, targets=None):
         self.planted = np.asarray(planted, bool)
-        self.contacts = self.planted.astype(np.float64)              # the network's contact inputs with Lock Feet
+        self.contact_rows = [tuple(row) for row in self.planted.astype(np.float64).tolist()]   # contact inputs
         self.tilt = contact_weight(self.planted, blend_frames)
         self.keep = 1.0 - ground_rates(self.planted, FREE_RATE)     # the share of the foot's ground a frame keeps
+        self.keep_rows, self.tilt_rows = self.keep.tolist(), self.tilt.tolist()
         self.thighs = np.asarray(thighs, np.float64)
         self.legs = np.asarray(legs, np.float64)
+        self.reach = ((REACH * self.legs) ** 2).tolist()
+        self.thigh_rows = self.thighs.tolist()
         self.rise = DROP_RISE * height
         self.blend_frames = blend_frames
         self.lock_drop = np.zeros(len(self.planted))
@@ -109,23 +114,22 @@ class OnlineEdits:
 
     def ground(self, targets, hit_height, hit_normal):
         """Put the feet of `targets` (6, 4, 4) on the ground under them and raise the body with it, in place:
-        hit_height (2,) and hit_normal (2, 3) are the ground under each foot target now (character space). Returns
-        each foot's ground (2,): the ground the network is told each foot stands on."""
-        f, before = self.frame, self.before[2]
-        hits = np.asarray(hit_height, np.float64)
+        hit_height (2 floats) and hit_normal (2 of (x, y, z)) are the ground under each foot target now (character
+        space). Returns each foot's ground [left, right]: the ground the network is told each foot stands on.
+        (Two feet, a few numbers: Python floats, far cheaper per tick than NumPy calls on arrays this small.)"""
+        f, before, steps = self.frame, self.before[2], self.steps
         if before is None:
-            ground = hits
+            ground = list(hit_height)
         else:                   # the frames since the last (one, usually): the share of the way each goes, compounded
-            ground = hits + (before - hits) * self.keep[f - self.steps + 1:f + 1].prod(axis=0)
-        targets[_FEET, 2, 3] += ground
-        for foot, weight in enumerate(self.tilt[f].tolist()):
+            keep = self.keep_rows[f] if steps == 1 else self.keep[f - steps + 1:f + 1].prod(axis=0).tolist()
+            ground = [h + (b - h) * k for h, b, k in zip(hit_height, before, keep)]
+        for foot, weight in enumerate(self.tilt_rows[f]):
             if weight:
                 t = FOOT_TARGETS[foot]
-                targets[t, :3, :3] = self._tilt(foot, tuple(hit_normal[foot]), weight) @ targets[t, :3, :3]
-        lowest = float(ground.min())
-        lift = lowest if self.before[3] is None else lowest + (self.before[3] - lowest) * math.exp(
-            -self.steps / BODY_FRAMES)
-        targets[_BODY, 2, 3] += lift
+                targets[t, :3, :3] = self._tilt(foot, hit_normal[foot], weight) @ targets[t, :3, :3]
+        lowest = min(ground)
+        lift = lowest if self.before[3] is None else lowest + (self.before[3] - lowest) * math.exp(-steps / BODY_FRAMES)
+        targets[:, 2, 3] += (lift, lift, lift, ground[0], ground[1], lift)        # BODY_TARGETS, FOOT_TARGETS
         self.after[2], self.after[3] = ground, lift
         return ground
 
@@ -141,9 +145,16 @@ class OnlineEdits:
         """Bring the body of `targets` (6, 4, 4) down where a leg cannot reach its foot, in place; `share` (4,): how
         much of the drop each body target (root, hands, head) takes (1 - its empty's position influence: a pinned
         hand stays pinned); locked: Lock Feet is on (the drop is at least lock_drop). Returns the drop."""
-        root = targets[0]
-        thighs = self.thighs @ root[:3, :3].T + root[:3, 3]
-        need = float(hips_need(thighs, targets[_FEET, :3, 3], self.legs))
+        need = 0.0
+        root, left, right = targets[_ROOT_AND_FEET, :3, :].tolist()
+        for (x, y, z), foot, reach in zip(self.thigh_rows, (left, right), self.reach):
+            gap = [a * x + b * y + c * z + d - e[3] for (a, b, c, d), e in zip(root, foot)]
+            if gap[0] * gap[0] + gap[1] * gap[1] + gap[2] * gap[2] > reach:
+                # a foot farther from its thigh than the leg reaches: the hips must come down (hips_need: how far)
+                root = targets[0]
+                need = float(hips_need(self.thighs @ root[:3, :3].T + root[:3, 3], targets[_FEET, :3, 3], self.legs,
+                                       REACH))
+                break
         before = self.before[4]
         if before is None:
             drop = need

@@ -18,6 +18,8 @@ flat ground, so a tilted normal would be out of distribution; the slope is appli
 Pure NumPy.
 """
 
+import math
+
 import numpy as np
 
 from .foot_lock import BODY_TARGETS, FOOT_TARGETS, _spans, smoothstep
@@ -96,20 +98,32 @@ def contact_weight(planted, blend_frames):
 
 def tilt_toward(normals, weight):
     """(..., 3, 3) rotations turning +Z toward `normals` (..., 3) by the share `weight` (...,) of the angle: about the
-    horizontal axis +Z x n, in closed form (Rodrigues' formula with that axis' zero Z)."""
+    horizontal axis +Z x n, in closed form (Rodrigues' formula with that axis' zero Z). One normal (3,) with a scalar
+    weight is worked in Python floats (a live tick's foot: a few dozen NumPy calls on scalars cost far more)."""
+    if np.ndim(normals) == 1 and np.ndim(weight) == 0:
+        x, y, z = (float(v) for v in normals)
+        across = math.hypot(x, y)
+        angle = math.atan2(across, z) * float(weight)
+        ax, ay = (-y / across, x / across) if across > 1e-12 else (0.0, 0.0)
+        return np.array(_tilt_rows(ax, ay, math.cos(angle), math.sin(angle)))
     n = np.asarray(normals, np.float64)
     x, y, z = n[..., 0], n[..., 1], n[..., 2]
     across = np.hypot(x, y)
     angle = np.arctan2(across, z) * np.asarray(weight, np.float64)
     safe = np.where(across > 1e-12, across, 1.0)
     ax, ay = np.where(across > 1e-12, -y / safe, 0.0), np.where(across > 1e-12, x / safe, 0.0)
-    c, s = np.cos(angle), np.sin(angle)
-    t = 1.0 - c
+    rows = _tilt_rows(ax, ay, np.cos(angle), np.sin(angle))
     out = np.empty(n.shape + (3,))
-    out[..., 0, 0], out[..., 0, 1], out[..., 0, 2] = c + t * ax * ax, t * ax * ay, s * ay
-    out[..., 1, 0], out[..., 1, 1], out[..., 1, 2] = t * ax * ay, c + t * ay * ay, -s * ax
-    out[..., 2, 0], out[..., 2, 1], out[..., 2, 2] = -s * ay, s * ax, c
+    for i in range(3):
+        for j in range(3):
+            out[..., i, j] = rows[i][j]
     return out
+
+
+def _tilt_rows(ax, ay, c, s):
+    """The rotation by the angle of cosine c and sine s about the horizontal unit axis (ax, ay, 0), as rows."""
+    t = 1.0 - c
+    return ((c + t * ax * ax, t * ax * ay, s * ay), (t * ax * ay, c + t * ay * ay, -s * ax), (-s * ay, s * ax, c))
 
 
 def fit_to_ground(targets, planted, hit_height, hit_normal, blend_frames=4, body_window=8):

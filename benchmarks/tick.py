@@ -21,7 +21,9 @@ gives), the same with 2 refinement iterations
 first), the same with the shipped model (weights/demo.npz) on the demo clips it was validated on and never trained on
 (targets moved to each frame before its tick: how often least squares is needed there), and the batched tick for 1,
 10 and 50 characters (total, per character, and per character beyond the single tick), then 50 characters refined
-together on the held-out clips (each character on its own frame).
+together on the held-out clips (each character on its own frame). Then a rig playing its action (#24): a walk with
+both feet's rays on a 4096-face bumpy ground (each tick on the next frame, and two ticks a frame), + Lock Feet, + a
+hand pinned to its empty, and the action alone, each as a ratio to the plain tick measured alternately with it.
 """
 
 import argparse

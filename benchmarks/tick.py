@@ -21,7 +21,9 @@ gives), the same with 2 refinement iterations
 first), the same with the shipped model (weights/demo.npz) on the demo clips it was validated on and never trained on
 (targets moved to each frame before its tick: how often least squares is needed there), and the batched tick for 1,
 10 and 50 characters (total, per character, and per character beyond the single tick), then 50 characters refined
-together on the held-out clips (each character on its own frame).
+together on the held-out clips (each character on its own frame). Then a rig playing its action (#24): a walk with
+both feet's rays on a 4096-face bumpy ground (each tick on the next frame, and two ticks a frame), + Lock Feet, + a
+hand pinned to its empty, and the action alone, each as a ratio to the plain tick measured alternately with it.
 """
 
 import argparse
@@ -62,6 +64,93 @@ def random_network(skeleton, spec, hidden=(128, 96), seed=0):
     eye = np.broadcast_to(np.eye(3), (23, 3, 3)).copy()
     return Model(skeleton, spec, weights, np.zeros(50, np.float32), np.ones(50, np.float32), eye,
                  np.full((23, 3), -0.3), np.full((23, 3), 0.3))
+
+
+def measure_playing(tick, scene, frames, repeats, ticks_per_frame=1):
+    """measure() of tick.tick(scene) with the scene's frame moved on by one every `ticks_per_frame` ticks (untimed),
+    through `frames` (a range) and round again, as playback does (2: a 30 fps clip under 60 ticks a second)."""
+    frames = [f for f in frames for _ in range(ticks_per_frame)]
+    times = np.empty(repeats)
+    for i in range(min(200, repeats) + repeats):
+        scene.frame_current = frames[i % len(frames)]
+        t = time.perf_counter()
+        tick.tick(scene)
+        if i >= min(200, repeats):
+            times[i - min(200, repeats)] = time.perf_counter() - t
+    return float(np.median(times) * 1e6), float(np.percentile(times, 99) * 1e6)
+
+
+def bumpy_ground(bpy, size=12.0, cuts=64, bump=0.05):
+    """A ground mesh: a plane of cuts x cuts quads with bumps of +-bump (metres)."""
+    bpy.ops.mesh.primitive_grid_add(x_subdivisions=cuts, y_subdivisions=cuts, size=size)
+    ground = bpy.context.active_object
+    co = np.empty(3 * len(ground.data.vertices))
+    ground.data.vertices.foreach_get("co", co)
+    co = co.reshape(-1, 3)
+    co[:, 2] = bump * np.sin(3.1 * co[:, 0]) * np.cos(2.3 * co[:, 1])
+    ground.data.vertices.foreach_set("co", co.ravel())
+    ground.data.update()
+    return ground
+
+
+def playing_rows(bpy, model, data, repeats, passes=6):
+    """The live tick of a rig playing its action (issue #24): the demo rig plays a walk (its targets from the action
+    at the scene's frame, moved on before each tick) and casts both feet's rays on a bumpy ground mesh; against the
+    plain tick (a rig of its own, six empties, no action) measured alternately with it in `passes` passes, so the
+    machine's load hits both alike. Returns [(row name, ratio: median over passes of the passes' median ratios,
+    median us, plain median us)]."""
+    from neural_ik.blender import action_layouts
+    from neural_ik.blender.live import LiveTick
+
+    scene = bpy.context.scene
+    plain_obj, play_obj = make_characters(bpy, 2)
+    plain_obj.animation_data_clear()
+    walk = next(a for a in sorted(bpy.data.actions, key=lambda a: a.name) if a.name.startswith("walk"))
+    action_layouts.assign_action(play_obj, walk)
+    ground = bumpy_ground(bpy)
+    faces = len(ground.data.polygons)
+    settings = play_obj.neural_ik
+    settings.ground_object = ground
+    for o in (plain_obj, play_obj):
+        o.neural_ik.refine_iterations = 0
+    bpy.context.view_layer.update()
+    plain = LiveTick([(plain_obj, model, data)])
+    plain.start()
+    playing = LiveTick([(play_obj, model, data)])
+    playing.start()
+    first, last = action_layouts.action_frame_range(walk)
+    frames = range(first, last + 1)
+
+    def pinned(on):
+        settings.layer_right_hand.position = settings.layer_right_hand.rotation = float(on)
+
+    variants = [
+        (f"tick, playing a walk + both feet's rays on a {faces}-face bumpy ground", lambda: None),
+        ("the same, 2 ticks a frame (30 fps playback, 60 ticks a second)", lambda: None),
+        ("the same + Lock Feet", lambda: setattr(settings, "lock_feet", True)),
+        ("the same + the right hand pinned to its empty (influence 1)", lambda: pinned(True)),
+        ("tick, playing a walk (no ground, no Lock Feet)", lambda: (pinned(False), setattr(settings, "lock_feet", False),
+                                                                    setattr(settings, "ground_object", None))),
+    ]
+    out = []
+    try:
+        for name, setup in variants:
+            setup()
+            ratios, times, anchors = [], [], []
+            for _ in range(passes):
+                base = measure(lambda: plain.tick(scene), repeats // passes)[0]
+                value = measure_playing(playing, scene, frames, repeats // passes, 2 if "2 ticks" in name else 1)[0]
+                ratios.append(value / base)
+                times.append(value)
+                anchors.append(base)
+            out.append((name, float(np.median(ratios)), float(np.median(times)), float(np.median(anchors))))
+    finally:
+        playing.stop()
+        plain.stop()
+        for o in [play_obj] + [t for t in (getattr(play_obj.neural_ik, s) for s in TARGET_SLOTS) if t] + [ground]:
+            bpy.data.objects.remove(o)
+        scene.frame_current = 1
+    return out
 
 
 def shipped_model_ticks(bpy, objs, rig, passes=3):
@@ -141,6 +230,10 @@ def blender_ik_anchor(bpy, obj, bone_map, mean_pose, actions, frames_wanted):
     return np.concatenate(on), np.concatenate(off), anchor
 
 
+TARGET_SLOTS = ("target_root", "target_left_hand", "target_right_hand", "target_left_foot", "target_right_foot",
+                "target_head")
+
+
 def make_characters(bpy, count):
     """`count` demo rigs (copies of the first) with their own targets, side by side."""
     first = bpy.context.scene.neural_ik.armature
@@ -148,8 +241,7 @@ def make_characters(bpy, count):
     for i in range(1, count):
         obj = first.copy()
         obj.animation_data_clear()
-        for slot in ("target_root", "target_left_hand", "target_right_hand", "target_left_foot",
-                     "target_right_foot", "target_head"):
+        for slot in TARGET_SLOTS:
             setattr(obj.neural_ik, slot, None)
         obj.location.x += 1.0 * i
         bpy.context.scene.collection.objects.link(obj)
@@ -267,6 +359,7 @@ def main(argv=None):
     tick.stop()
     for pb in obj.pose.bones:
         pb.rotation_mode = modes[pb.name]
+    playing = playing_rows(bpy, model, data, args.repeats)
     if not args.model:
         times, share = shipped_model_ticks(bpy, [obj], rig)
         rows.append((f"tick, 2 refinement its, shipped model, held-out clips ({100 * share:.0f}% LS)",
@@ -289,6 +382,11 @@ def main(argv=None):
           f"{'median us':>10} {'p99 us':>9}")
     for name, median, p99 in rows:
         print(f"{name:<58} {ratios(median)} {median:10.1f} {p99:9.1f}")
+
+    print("\nplaying the rig's action (#24), each against the plain tick measured alternately with it (its median "
+          "beside it; bar: 1.5x)")
+    for name, ratio, median, plain in playing:
+        print(f"{name:<72} {ratio:6.2f}x plain {median:9.1f} us (plain {plain:7.1f})")
 
     print("\ncharacters batched in one run-time graph call per tick (no refinement, no view_layer.update); "
           "ratios to the IK anchor (one character's Blender IK solve)")

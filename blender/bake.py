@@ -8,20 +8,19 @@ for the user.
 import bpy
 import numpy as np
 
-from ..neural_network.data.features import detect_contacts
 from ..neural_network.data.files import FileRefused
 from ..neural_network.geometry import kinematics
 from ..neural_network.geometry.quaternion_math import matrices_to_quaternions
 from ..neural_network.ik import foot_lock, layering, terrain
 from ..neural_network.runtime.solver import Solver
 from ..neural_network.runtime.status import HELD, HELD_BAD_TARGETS, describe
-from ..neural_network.skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES, ROLE_INDEX, TASKS
+from ..neural_network.skeleton.roles import FOOT_ROLES, NUM_ROLES, ROLE_INDEX, TASKS
 from . import action_layouts, control_rig, evaluated_pose, pose_read, pose_write, rig_model
 from .errors import LiveError
-from .extract import action_task
 from .ground import Ground
-from .live import LAYER_SLOTS, LiveCharacter, missing_targets, targets_of
+from .live import LiveCharacter, missing_targets, targets_of
 from .models import model_of, rig_of
+from .motion import LAYER_SLOTS, targets_from_action
 
 
 class BakeSource:
@@ -39,7 +38,7 @@ class BakeSource:
 
 def bake_source(obj, rig, action, frame_start, frame_end, fps):
     """BakeSource of an action's frames frame_start..frame_end (0: its own first / last frame)."""
-    frames, targets, hips_rot, hips_pos, contacts, task, sample = _targets_from_action(
+    frames, targets, hips_rot, hips_pos, contacts, task, sample = targets_from_action(
         obj, rig, action, frame_start, frame_end, fps)
     links = (sample.bridges, sample.offsets) if sample.moving_links else None
     bones = rig_model.inbetween_bones(rig) if not rig.driven else []     # a control rig: its controls are keyed
@@ -66,21 +65,6 @@ def moving_bones_above_hips(obj, rig, action):
     return [name for name in reversed(above) if name in animated]
 
 
-def _targets_from_action(obj, rig, action, frame_start, frame_end, fps):
-    sample = pose_read.read_action(rig, obj, action, frame_start if frame_start > 0 else None,
-                                frame_end if frame_end > 0 else None)
-    if len(sample.frames) == 0:
-        raise LiveError(f"action {action.name!r} has no frames in {frame_start}-{frame_end}")
-    n = len(sample.frames)
-    targets = np.broadcast_to(np.eye(4), (n, 6, 4, 4)).copy()
-    roles = [ROLE_INDEX["Hips"]] + list(EFFECTOR_ROLES)
-    targets[:, :, :3, :3] = sample.rotations[:, roles]
-    targets[:, :, :3, 3] = sample.positions[:, roles]
-    contacts = detect_contacts(sample.positions[:, list(FOOT_ROLES)], 0.0, fps, rig.skeleton.height)
-    task = action_task(action)
-    return sample.frames, targets, sample.hips_rotation, sample.hips_position, contacts, task, sample
-
-
 def bake_targets_from_empties(context, obj, rig, frame_start, frame_end):
     """Sample the target empties at every frame (scene.frame_set; the current frame is restored)."""
     scene = context.scene
@@ -97,19 +81,19 @@ def bake_targets_from_empties(context, obj, rig, frame_start, frame_end):
     return frames, targets
 
 
-def _layered(context, obj, rig, frames, targets):
-    """A source action's targets with the empties blended in where the armature's layer influences (keyable, so
-    sampled at every frame) say; returned as given when no empty has any influence."""
+def _layers(context, obj, rig, frames):
+    """A function that blends the armature's target empties into (F, 6, 4, 4) targets of a source action where its
+    layer influences (keyable, so sampled at every frame) say; None when no empty has any influence."""
     settings = obj.neural_ik
     layers = [getattr(settings, slot) for slot in LAYER_SLOTS]
     empties = targets_of(obj)
     present = np.array([e is not None for e in empties])
     still = [layer.position == 0 and layer.rotation == 0 for layer, here in zip(layers, present) if here]
     if not present.any() or (all(still) and not _layers_animated(obj)):
-        return targets
+        return None
     scene = context.scene
-    sampled = np.broadcast_to(np.eye(4), targets.shape).copy()
-    position, rotation = np.zeros(targets.shape[:2]), np.zeros(targets.shape[:2])
+    sampled = np.broadcast_to(np.eye(4), (len(frames), len(empties), 4, 4)).copy()
+    position, rotation = np.zeros(sampled.shape[:2]), np.zeros(sampled.shape[:2])
     current = scene.frame_current
     try:
         for i, f in enumerate(frames):
@@ -122,8 +106,8 @@ def _layered(context, obj, rig, frames, targets):
     finally:
         scene.frame_set(current)
     if not (position.any() or rotation.any()):
-        return targets
-    return layering.blend_targets(targets, sampled, position, rotation, present)
+        return None
+    return lambda targets: layering.blend_targets(targets, sampled, position, rotation, present)
 
 
 def _feet_within_limits(refiner, result):
@@ -263,9 +247,8 @@ def _hips_drop(skeleton, targets, hips_rotation, hips_position, links):
     n = len(targets)
     rest = kinematics.forward(skeleton, np.broadcast_to(np.eye(3), (n, NUM_ROLES, 3, 3)), np.asarray(hips_rotation, np.float64),
                               hips_position, *(links if links is not None else (None, None)))
-    legs = [np.linalg.norm(skeleton.offsets[ROLE_INDEX[side + "Shin"]])
-            + np.linalg.norm(skeleton.offsets[ROLE_INDEX[side + "Foot"]]) for side in ("Left", "Right")]
-    return foot_lock.hips_drop(rest.positions[:, thighs], foot_lock.foot_positions(targets), legs)
+    return foot_lock.hips_drop(rest.positions[:, thighs], foot_lock.foot_positions(targets),
+                               foot_lock.leg_lengths(skeleton))
 
 
 def measured_controls(context, obj, rig):
@@ -322,12 +305,14 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
             task = TASKS.index(settings.task.lower())
             name = f"{obj.name}.nik"
         n = len(frames)
-        if source_action:
-            targets = _layered(context, obj, rig, frames, targets)
         ground = Ground.of(settings, context.evaluated_depsgraph_get())
         edited, hips_pos, planted, note = edit_targets(targets, hips_rot, hips_pos, links, rig, lock_feet, ground,
                                                         rig_model.world_to_character(obj, rig),
                                                         scene.render.fps / scene.render.fps_base, frames)
+        blend = _layers(context, obj, rig, frames) if source_action else None
+        if blend is not None:      # the pins last, as live: the body's lift and drop do not move a pinned hand
+            edited = None if edited is None else blend(edited)
+            targets = blend(targets)
         if planted is not None:
             contacts = desired = planted.astype(np.float64)
         solver = Solver(model, data, characters=n, links=links)

@@ -15,3 +15,8 @@ class LiveError(UserError):
 
 class EvaluationError(UserError):
     """Bad input for an evaluation run."""
+
+
+class LiveStopped(Exception):
+    """The live session cannot go on (a deleted armature, target or ground, ...); the message says why, in plain
+    words."""

@@ -43,20 +43,20 @@ class Ground:
     def __init__(self, objects, depsgraph):
         self.names = {o.name for o in objects}
         self.meshes = {o.data.name for o in objects}
-        self.trees, self.to_local, self.normal_to_world = [], [], []
-        self.top = -np.inf
+        self.trees = []          # per mesh: (tree, world -> local, local -> world, normals to world, down, its scale)
+        self.top = -np.inf       # the highest vertex of them all (world Z): rays start just above it
         for obj in objects:
             evaluated = obj.evaluated_get(depsgraph)
             world = evaluated.matrix_world.copy()
-            mesh = evaluated.data
-            co = np.empty(3 * len(mesh.vertices))
-            mesh.vertices.foreach_get("co", co)
+            co = np.empty(3 * len(evaluated.data.vertices))
+            evaluated.data.vertices.foreach_get("co", co)
             if len(co):
                 w = np.array(world, np.float64)
                 self.top = max(self.top, float((co.reshape(-1, 3) @ w[2, :3] + w[2, 3]).max()))
-            self.trees.append(BVHTree.FromObject(evaluated, depsgraph))
-            self.to_local.append(world.inverted_safe())
-            self.normal_to_world.append(world.to_3x3().inverted_safe().transposed())
+            to_local = world.inverted_safe()
+            down = to_local.to_3x3() @ DOWN
+            self.trees.append((BVHTree.FromObject(evaluated, depsgraph), to_local, world,
+                               world.to_3x3().inverted_safe().transposed(), down.normalized(), down.length))
 
     @classmethod
     def of(cls, settings, depsgraph):
@@ -76,26 +76,32 @@ class Ground:
         return False
 
     def cast(self, points, below):
-        """(heights (N,), normals (N, 3)) in world space of the highest ground over each world point (N, 3), or
-        under it by at most `below`; NaN where there is none."""
+        """(heights (N,), normals (N, 3)) in world space of the highest ground over each world point (N, 3), or under
+        it by at most `below`; NaN where there is none."""
         points = np.asarray(points, np.float64)
         heights = np.full(len(points), np.nan)
         normals = np.full((len(points), 3), np.nan)
-        for tree, to_local, to_world_normal in zip(self.trees, self.to_local, self.normal_to_world):
-            for i, p in enumerate(points):
-                height = self.top + 0.01
-                start = to_local @ Vector((p[0], p[1], height))
-                direction = (to_local.to_3x3() @ DOWN)
-                scale = direction.length
-                reach = max(height - (p[2] - below), 0.0)
-                hit, normal, _index, _distance = tree.ray_cast(start, direction / scale, reach * scale)
+        for i, hit in enumerate(self.cast_rows(points.tolist(), below)):
+            if hit is not None:
+                heights[i], normals[i] = hit
+        return heights, normals
+
+    def cast_rows(self, points, below):
+        """`cast` for a few world points as [(x, y, z)]: per point (height, (nx, ny, nz)) or None (a live tick's two
+        feet: no arrays to make)."""
+        out = [None] * len(points)
+        start = self.top + 0.01
+        for tree, to_local, to_world, to_world_normal, direction, scale in self.trees:
+            for i, (x, y, z) in enumerate(points):
+                reach = max(start - (z - below), 0.0)
+                hit, normal, _index, _distance = tree.ray_cast(to_local @ Vector((x, y, start)), direction, reach * scale)
                 if hit is None:
                     continue
-                z = (to_local.inverted_safe() @ hit).z
-                if not z <= heights[i]:          # NaN or lower: this hit is the highest so far
+                top = (to_world @ hit).z
+                if out[i] is None or top > out[i][0]:         # the highest hit so far
                     n = to_world_normal @ normal
                     n.normalize()
                     if n.z < 0:                    # a face seen from below: its other side faces up
                         n.negate()
-                    heights[i], normals[i] = z, n
-        return heights, normals
+                    out[i] = (top, tuple(n))
+        return out

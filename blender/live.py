@@ -35,19 +35,13 @@ from ..neural_network.runtime.status import OK, describe
 from ..neural_network.skeleton.roles import NUM_ROLES, TASKS
 from ..properties import get_bone_map
 from . import control_rig, pose_read, rig_model
+from .errors import LiveStopped
 from .live_refine import MathutilsRefiner
+from .motion import TARGET_LABELS, TARGET_SLOTS, LiveMotion
 
-TARGET_SLOTS = ("target_root", "target_left_hand", "target_right_hand", "target_left_foot", "target_right_foot",
-                "target_head")
-LAYER_SLOTS = tuple(slot.replace("target_", "layer_") for slot in TARGET_SLOTS)   # properties.NIK_TargetLayer
-TARGET_LABELS = ("root", "left hand", "right hand", "left foot", "right foot", "head")
 HIPS_ROW = NUM_ROLES         # where LiveCharacter.write_other_bones puts the hips' quaternion after the roles'
 _RAW_SETTINGS = attrgetter("ground_left", "ground_right", "contact_left", "contact_right", "task", "phase",
                            "phase_follows_time", "refine_iterations")
-
-
-class LiveStopped(Exception):
-    """The session cannot go on (a deleted armature or target, ...); the message says why, in plain words."""
 
 
 def targets_of(obj):
@@ -59,18 +53,36 @@ def missing_targets(obj):
     return [label for label, t in zip(TARGET_LABELS, targets_of(obj)) if t is None]
 
 
-class LiveCharacter:
-    """One armature in a live session: its rig, its targets, and the buffers its pose is written from."""
+def playing_action(obj):
+    """(action, slot) the armature plays (slot None on Blender 4.2), or None."""
+    ad = obj.animation_data
+    if ad is None or ad.action is None:
+        return None
+    return ad.action, getattr(ad, "action_slot", None)
 
-    def __init__(self, obj, rig, model):
+
+class LiveCharacter:
+    """One armature in a live session: its rig, its targets, and the buffers its pose is written from.
+
+    follow_action: a live session's character: with an action assigned, the targets come from it at the scene's
+    frame (`motion`, a motion.LiveMotion), and a target without an empty follows the action; without one, all six
+    empties are needed."""
+
+    def __init__(self, obj, rig, model, follow_action=False, links=None):
         self.obj = obj
         self.name = obj.name
         self.rig = rig
         self.model = model
+        playing = playing_action(obj) if follow_action else None
         missing = missing_targets(obj)
-        if missing:
+        if missing and playing is None:
             raise LiveStopped(f"{obj.name} has no {', '.join(missing)} target: create the targets first")
         self.targets = targets_of(obj)
+        # what the tick reads: the armature stands in for a missing empty (the action gives that target)
+        self.read_objects = [obj] + [t if t is not None else obj for t in self.targets]
+        self.motion = None
+        if playing is not None:
+            self.motion = LiveMotion(obj, rig, *playing, [t is not None for t in self.targets], links)
         self.panel = obj.neural_ik          # taken once, like the hips bone: each tick's read confirms obj exists
         ad = obj.animation_data             # drivers and NLA strips change settings without an update callback
         self.settings_driven = ad is not None and (len(ad.drivers) > 0 or len(ad.nla_tracks) > 0)
@@ -287,7 +299,7 @@ class TargetReader:
 
     def __init__(self, characters, solver):
         self.characters = characters
-        self.objects = [o for c in characters for o in [c.obj] + c.targets]
+        self.objects = [o for c in characters for o in c.read_objects]
         self.k = len(characters)
         self.runtime = solver.runtime       # the run-time graph reads world matrices itself, from its own buffer
         self.matrices = self.runtime.world if self.runtime is not None else np.zeros((self.k, 7, 4, 4), np.float32)
@@ -295,6 +307,8 @@ class TargetReader:
         self.armature_bytes = b""
         self.moved = range(self.k)              # characters whose armature moved since the last read (all at first)
         self.to_character = np.stack([np.asarray(c.to_character_np) for c in characters])
+        self.from_character = np.linalg.inv(self.to_character)
+        self.character_to_world = None
         self.armature_to_character = np.zeros((self.k, 1, 4, 4))
         self._index()
 
@@ -347,6 +361,7 @@ class TargetReader:
             self.moved = range(self.k) if before is None else np.nonzero((before != m[:, 0]).any(axis=(1, 2)))[0].tolist()
             world = np.swapaxes(m[:, 0], -1, -2).astype(np.float64)
             self.armature_to_character[:, 0] = self.to_character @ np.linalg.pinv(world)
+            self.character_to_world = world @ self.from_character
             self.armature_bytes = arm
             if self.runtime is not None:
                 self.runtime.set_to_character(self.armature_to_character[:, 0])
@@ -354,6 +369,19 @@ class TargetReader:
             return None
         np.matmul(self.armature_to_character, np.swapaxes(m[:, 1:], -1, -2), out=self.targets)
         return self.targets
+
+    def empty_targets(self, i):
+        """(6, 4, 4) character i's empties as read this tick, in character space."""
+        if self.runtime is None:
+            return self.targets[i]
+        return self.armature_to_character[i, 0] @ np.swapaxes(self.matrices[i, 1:], -1, -2)
+
+    def put_targets(self, i, targets):
+        """Make (6, 4, 4) character-space `targets` character i's targets this tick (instead of its empties')."""
+        if self.runtime is None:
+            self.targets[i] = targets
+        else:
+            self.matrices[i, 1:] = np.swapaxes(self.character_to_world[i] @ targets, -1, -2)
 
     def _read_each(self):
         flat = self.matrices.reshape(-1, 4, 4)
@@ -400,6 +428,13 @@ class LiveGroup:
         self.iterations = 0
         self.follows_time = np.zeros(0, np.int64)
         self.slow_bones = [(i, c) for i, c in enumerate(characters) if c.has_other_bones]   # Euler, axis-angle
+        self.motions = [(i, c.motion) for i, c in enumerate(characters) if c.motion is not None]
+        self.panel_ground = np.zeros((k, 2))         # the settings' ground and desired contacts (motions override)
+        self.panel_desired = np.ones((k, 2))
+        self.motion_grounds = [None] * k             # per character: the feet's ground play() passed on (None: none)
+        self.motion_contacts = [None] * k            # ... and the contact flags (Lock Feet)
+        self.settings_reset = True                   # refresh_settings put the panel's values back
+        self.contact = None                          # (K, 2) contact flags for the solver (NaN: detect), or None
         self.driven = [i for i, c in enumerate(characters) if c.settings_driven]
         self.undriven = [i for i, c in enumerate(characters) if not c.settings_driven]
 
@@ -474,9 +509,43 @@ class LiveGroup:
             self.iterations = int(self.iteration_counts.max())
         if changed:
             v = np.array(self.cached, np.float64)
+            self.panel_ground, self.panel_desired = v[:, 0:2].copy(), v[:, 2:4].copy()
+            self.settings_reset = True                           # play() passes its own again
             self.solver.set_settings(ground=v[:, 0:2], desired_contact=v[:, 2:4], phase=v[:, 5])
             self.solver.set_task(v[:, 4].astype(np.int64))
             self.follows_time = np.nonzero(v[:, 6] > 0)[0]
+
+    def play(self, reader, frame, which):
+        """The characters with an action: their targets at scene frame `frame` replace what the reader read, their
+        feet's ground and (Lock Feet) contacts go to the solver. `which`: characters whose settings to re-read."""
+        grounds, contacts = self.motion_grounds, self.motion_contacts
+        new_ground = new_contacts = self.settings_reset       # refresh_settings put the panel's values back
+        for i, motion in self.motions:
+            if i in which:
+                motion.refresh()
+            targets, ground, contact = motion.tick(frame, lambda i=i: reader.empty_targets(i), reader.character_to_world[i],
+                                                   reader.armature_to_character[i, 0], i in reader.moved)
+            reader.put_targets(i, targets)
+            if ground != grounds[i]:
+                grounds[i], new_ground = ground, True
+            if contact != contacts[i]:
+                contacts[i], new_contacts = contact, True
+        self.settings_reset = False
+        if new_ground:                  # set_settings costs a few us: only what changed
+            ground = self.panel_ground.copy()
+            for i, _motion in self.motions:
+                if grounds[i] is not None:
+                    ground[i] = grounds[i]
+            self.solver.set_settings(ground=ground)
+        if new_contacts:
+            desired, flags = self.panel_desired.copy(), None
+            for i, _motion in self.motions:
+                if contacts[i] is not None:
+                    if flags is None:
+                        flags = np.full((self.k, 2), np.nan)       # NaN: detected, as without Lock Feet
+                    flags[i] = desired[i] = contacts[i]
+            self.solver.set_settings(desired_contact=desired)
+            self.contact = flags
 
     def solve_and_write(self, targets, scene):
         """Solve every character of the group and write their poses (one foreach_set and one property set each)."""
@@ -486,7 +555,8 @@ class LiveGroup:
             phase = solver.settings[:, 6].copy()
             phase[self.follows_time] = ((scene.frame_current - start) / max(length, 1)) % 1.0
             solver.set_settings(phase=phase)
-        solver.step(targets, None, None, None, None, refine_iterations=self.iterations, measure_errors=False)
+        solver.step(targets, None, None, None, None, refine_iterations=self.iterations, contact=self.contact,
+                    measure_errors=False)
         if self.controlled:
             if solver.pending is not None:      # an unrefined tick through the graph: its own output buffers
                 results = solver.runtime.results(solver.pending)
@@ -563,7 +633,7 @@ class LiveTick:
             check_rig(model, rig.skeleton, f"the model of {obj.name}")
             # in-between bones hold their current pose while live (a driven rig's follow its controls)
             links = pose_read.current_links(obj, rig) if not rig.driven else None
-            character = LiveCharacter(obj, rig, model)
+            character = LiveCharacter(obj, rig, model, follow_action=True, links=links)
             hips_map = character.hips_map()              # copies of one rig share it: a constant of their graph
             key = (id(model), None if links is None else tuple(np.round(a, 9).tobytes() for a in links),
                    np.round(hips_map, 9).tobytes(), id(character) if character.controls is not None else None)
@@ -578,6 +648,8 @@ class LiveTick:
         self.running = False
         self.rounds = 0
         self.settings_version = None
+        self.motions = [c.motion for c in self.characters if c.motion is not None]
+        self.handler = self.depsgraph_updated if self.motions else None     # registered from start to stop
 
     @property
     def characters(self):
@@ -588,14 +660,24 @@ class LiveTick:
             character.start()
         for group in self.live_groups:
             group.start()
+        if self.handler is not None and self.handler not in bpy.app.handlers.depsgraph_update_post:
+            bpy.app.handlers.depsgraph_update_post.append(self.handler)
         self.running = True
 
     def stop(self):
         if not self.running:
             return
         self.running = False
+        handlers = bpy.app.handlers.depsgraph_update_post
+        while self.handler is not None and self.handler in handlers:
+            handlers.remove(self.handler)
         for character in self.characters:
             character.stop()
+
+    def depsgraph_updated(self, _scene, depsgraph):
+        """depsgraph_update_post while live: a ground that changed (or went) is rebuilt on the next tick."""
+        for motion in self.motions:
+            motion.check(depsgraph)
 
     def tick(self, scene):
         """One tick for every character; raises LiveStopped when the session cannot go on.
@@ -625,11 +707,14 @@ class LiveTick:
             targets = reader.read()
             k = group.k
             if edited or not group.solver.started:
-                group.refresh_settings(range(k), reader.moved)
+                which = range(k)
+                group.refresh_settings(which, reader.moved)
             else:
                 which = group.polled(self.rounds, self.SETTINGS_ROUNDS, self.UNDRIVEN_ROUNDS)
                 if which or reader.moved:
                     group.refresh_settings(which, reader.moved)
+            if group.motions:
+                group.play(reader, scene.frame_current, which)
             try:
                 group.solve_and_write(targets, scene)
             except ReferenceError:
@@ -643,7 +728,13 @@ class LiveTick:
         self.times.append(time.perf_counter() - began)
 
     def messages(self):
-        return {name: describe(code) for name, code in self.status.items() if code != OK}
+        """{armature: the live status in words} where it is not ok (the solve's status, no ground under a foot)."""
+        out = {name: describe(code) for name, code in self.status.items() if code != OK}
+        for character in self.characters:
+            if character.motion is not None and character.motion.note:
+                name = character.name
+                out[name] = f"{out[name]}; {character.motion.note}" if name in out else character.motion.note
+        return out
 
     def timing_us(self):
         """(mean, p99) tick time in microseconds over the recent ticks."""

@@ -12,8 +12,9 @@ from ..neural_network.skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX
 from . import pose_read
 from .armatures import armature_to_use
 from .errors import LiveError
-from .live import TARGET_LABELS, TARGET_SLOTS, LiveTick, missing_targets
+from .live import TARGET_LABELS, TARGET_SLOTS, LiveTick, missing_targets, playing_action
 from .models import model_group, model_of, rig_of
+from .motion import LAYER_SLOTS
 
 
 class LiveSession:
@@ -55,7 +56,8 @@ def stop_all(reason):
 
 
 def live_entries(context):
-    """Every armature of the scene with a usable model and all six targets (the active one must qualify)."""
+    """Every armature of the scene with a usable model and all six targets, or an action (the active one must
+    qualify)."""
     active = armature_to_use(context, LiveError)
     entries, models = [], {}
     for obj in [active] + [o for o in context.scene.objects if o.type == "ARMATURE" and o is not active]:
@@ -65,7 +67,7 @@ def live_entries(context):
             continue
         try:
             missing = missing_targets(obj)
-            if missing:
+            if missing and playing_action(obj) is None:      # with an action, a target without an empty follows it
                 raise LiveError(f"{obj.name} has no {', '.join(missing)} target: use Create Targets first")
             model, data = model_of(obj)
         except LiveError:
@@ -90,7 +92,9 @@ def start_session(context):
 
 def place_targets(context, obj):
     """Put the armature's six target empties (root, hands, feet, head) on its current pose, creating the missing ones
-    in the collection '<armature> IK Targets'; returns that collection."""
+    in the collection '<armature> IK Targets'; returns that collection. A target it creates drives the rig fully
+    (both layer influences 1, also while an action plays): the user made it to move the rig with; lower them to let
+    the action have that target back."""
     rig = rig_of(obj)
     matrices = pose_read.armature_pose_matrices(obj, rig)
     world = np.array(obj.matrix_world, np.float64)
@@ -102,7 +106,7 @@ def place_targets(context, obj):
         context.scene.collection.children.link(collection)
     size = 0.06 * rig.skeleton.height / max(rig.scale, 1e-9)
     settings = obj.neural_ik
-    for slot, label, role in zip(TARGET_SLOTS, TARGET_LABELS, roles):
+    for slot, layer_slot, label, role in zip(TARGET_SLOTS, LAYER_SLOTS, TARGET_LABELS, roles):
         m = world @ matrices[role]
         m[:3, :3] /= np.linalg.norm(m[:3, :3], axis=0)
         empty = getattr(settings, slot)
@@ -111,6 +115,8 @@ def place_targets(context, obj):
             empty.empty_display_type = "PLAIN_AXES" if role else "CIRCLE"
             collection.objects.link(empty)
             setattr(settings, slot, empty)
+            layer = getattr(settings, layer_slot)
+            layer.position = layer.rotation = 1.0
         empty.empty_display_size = size * (4 if role == 0 else 1)
         empty.matrix_world = _matrix(m)
     return collection

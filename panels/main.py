@@ -12,6 +12,8 @@ import bpy
 from .. import state
 from ..blender.bone_maps import driven_map_problems
 from ..blender.control_rig import control_map_summary
+from ..blender.live import playing_action
+from ..blender.motion import LAYER_SLOTS, TARGET_LABELS, TARGET_SLOTS, target_source
 from ..neural_network.model.trainer import score as trainer_score
 from ..neural_network.skeleton import bone_map
 from ..neural_network.skeleton.roles import ROLES
@@ -238,6 +240,7 @@ class NEURAL_IK_PT_live(NeuralIKPanel, bpy.types.Panel):
         row = layout.row(align=True)
         row.prop(settings, "contact_left", toggle=True)
         row.prop(settings, "contact_right", toggle=True)
+        draw_targets(layout, armature, session)
         if session is not None:
             draw_tick_times(layout, session)
 
@@ -354,6 +357,37 @@ def draw_best(layout, context, training):
 
 
 # ---- live timing and the loss curve --------------------------------------------------------------------------
+
+
+def playing_action_name(armature, session):
+    """The name of the action the armature plays in Run IK ("" for none): while live, the one the session follows
+    (Run IK takes it off the armature meanwhile); else the assigned one."""
+    if session is not None:
+        motion = next((c.motion for c in session.tick.characters if c.name == armature.name), None)
+        return motion.name if motion is not None else ""
+    playing = playing_action(armature)
+    return playing[0].name if playing is not None else ""
+
+
+def draw_targets(layout, armature, session):
+    """Each target's source in words (empty, action, blend) with its position and rotation influences (keyable: I
+    over a field), the Ground (object, collection) and Lock Feet."""
+    settings = armature.neural_ik
+    action = playing_action_name(armature, session)
+    box = layout.box()
+    box.label(text=f"Targets over {action}" if action else "Targets (no action: the empties drive)", icon="ACTION")
+    col = box.column(align=True)
+    for slot, layer_slot, label in zip(TARGET_SLOTS, LAYER_SLOTS, TARGET_LABELS):
+        layer = getattr(settings, layer_slot)
+        words = target_source(getattr(settings, slot) is not None, layer.position, layer.rotation, bool(action))
+        row = col.row(align=True)
+        row.label(text=f"{label.capitalize()}: {words}")
+        row.prop(layer, "position", text="Pos")
+        row.prop(layer, "rotation", text="Rot")
+    col = box.column(align=True)
+    col.prop(settings, "ground_object")
+    col.prop(settings, "ground_collection")
+    col.prop(settings, "lock_feet")
 
 
 def tick_times_ms(session):

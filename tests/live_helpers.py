@@ -155,6 +155,30 @@ def assign_action(obj, action):
         ad.action_slot = action.slots[0]
 
 
+def follow_empties(obj, position=1.0, rotation=1.0):
+    """Every target's layer influences set (1: the empties drive, also while the rig's action plays in Run IK)."""
+    from neural_ik.blender.motion import LAYER_SLOTS
+
+    for slot in LAYER_SLOTS:
+        layer = getattr(obj.neural_ik, slot)
+        layer.position, layer.rotation = position, rotation
+
+
+def make_sliding(rig, action, factor=1.06):
+    """Make a walk slide, in place: its hips' location keys travel `factor` times as far as its steps (as a clip
+    retargeted onto longer legs does)."""
+    from neural_ik.blender import action_layouts
+
+    hips = rig.bone_names[int(rig.role_bones[0])]
+    for fc in action_layouts.all_action_fcurves(action):
+        if fc.data_path == f'pose.bones["{hips}"].location':
+            co = np.empty(2 * len(fc.keyframe_points))
+            fc.keyframe_points.foreach_get("co", co)
+            co[1::2] = co[1] + factor * (co[1::2] - co[1])
+            fc.keyframe_points.foreach_set("co", co)
+            fc.update()
+
+
 def evaluated_effectors(obj, rig, action, frames):
     """(len(frames), 5, 3) effector positions in metres (character space) from Blender's own evaluated pose: the action
     assigned to obj, each frame set with scene.frame_set, the heads read with pose_read.armature_pose_heads."""

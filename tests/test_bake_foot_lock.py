@@ -3,7 +3,7 @@ retargeted onto longer legs does) is baked with and without Lock Feet, and measu
 
 import numpy as np
 import pytest
-from live_helpers import assign_action, demo_armature, drive_with, evaluated_effectors, linear_model_for, runs
+from live_helpers import assign_action, demo_armature, drive_with, evaluated_effectors, linear_model_for, make_sliding, runs
 
 CM = 100.0
 
@@ -12,7 +12,7 @@ CM = 100.0
 def sliding_walk(empty_scene):
     import bpy
 
-    from neural_ik.blender import action_layouts, models, pose_read, rig_model
+    from neural_ik.blender import models, pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
     obj = demo_armature()
@@ -25,14 +25,7 @@ def sliding_walk(empty_scene):
     assert runs(obj, model)
     source = bpy.data.actions[walk].copy()
     source.name = "sliding_walk"
-    hips = rig.bone_names[int(rig.role_bones[0])]
-    for fc in action_layouts.all_action_fcurves(source):
-        if fc.data_path == f'pose.bones["{hips}"].location':
-            co = np.empty(2 * len(fc.keyframe_points))
-            fc.keyframe_points.foreach_get("co", co)
-            co[1::2] = co[1] + 1.06 * (co[1::2] - co[1])
-            fc.keyframe_points.foreach_set("co", co)
-            fc.update()
+    make_sliding(rig, source)
     yield obj, rig, source
     models.loaded_models.pop(obj.name, None)
 

@@ -3,7 +3,7 @@ pin faded in over 10 frames (keyed influence), measured from Blender's evaluated
 
 import numpy as np
 import pytest
-from live_helpers import assign_action, demo_armature, evaluated_effectors
+from live_helpers import assign_action, demo_armature, evaluated_effectors, follow_empties
 
 from neural_ik.neural_network.skeleton.roles import EFFECTORS
 
@@ -25,6 +25,7 @@ def walk_with_pin(empty_scene):
     start, end = (int(f) for f in walk.frame_range)
     bpy.context.scene.frame_set(start)
     bpy.ops.neural_ik.create_targets()
+    follow_empties(obj, 0.0, 0.0)                # the walk plays; only the right hand will be pinned
     pin = obj.neural_ik.target_right_hand
     rig = rig_model.read_rig(obj, get_bone_map(obj))
     hips = pose_read.read_action(rig, obj, walk).hips_position

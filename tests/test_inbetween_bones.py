@@ -6,7 +6,16 @@ evaluated pose: one made in the test (tests/other_skeletons.py), and the real on
 import numpy as np
 import pytest
 from conftest import MADE_AND_REAL
-from live_helpers import assign_action, fitted_model, humanoid_skeleton, inputs_of, linear_model_for, random_poses, targets_of
+from live_helpers import (
+    assign_action,
+    fitted_model,
+    follow_empties,
+    humanoid_skeleton,
+    inputs_of,
+    linear_model_for,
+    random_poses,
+    targets_of,
+)
 
 from neural_ik.neural_network.geometry import kinematics
 from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix
@@ -194,6 +203,7 @@ def test_live_tick_on_a_cmu_rig_with_a_turned_pelvis(cmu_rig):
     turned = tuple(pelvis.rotation_euler)
     bpy.context.view_layer.update()
     bpy.ops.neural_ik.create_targets()
+    follow_empties(obj)                          # the empties drive, over the action
     tick = LiveTick([(obj, model, None)])
     tick.start()
     solver = tick.live_groups[0].solver

@@ -8,6 +8,7 @@ from live_helpers import (
     assign_action,
     demo_armature,
     drive_with,
+    follow_empties,
     linear_model_for,
     place_targets,
     pose_channels,
@@ -37,7 +38,7 @@ def demo_data():
 
 @pytest.fixture
 def live_rig(empty_scene, demo_data):
-    """A fresh demo rig with targets, a model cached for it, and the first held-out action assigned."""
+    """A fresh demo rig with targets at influence 1, a model cached for it, and the first held-out action assigned."""
     import bpy
 
     from neural_ik.blender import live_session, models, rig_model
@@ -50,6 +51,7 @@ def live_rig(empty_scene, demo_data):
     drive_with(obj, model)
     bpy.ops.neural_ik.create_targets()
     assign_action(obj, bpy.data.actions[held[0].name])
+    follow_empties(obj)                 # the empties drive, over the action (which Run IK takes off and Stop restores)
     yield obj, rig, model, held
     models.loaded_models.pop(obj.name, None)
     live_session.stop_all("")

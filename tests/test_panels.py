@@ -504,3 +504,119 @@ def test_a_typo_in_an_operator_or_its_property_fails_the_draw(empty_scene, capfd
         with pytest.raises(AttributeError, match="neural_ik.bakee is not registered"):
             operator(popup.layout, "bakee", text="Bake")
     capfd.readouterr()
+
+
+class RecordingLayout:
+    """A real UILayout that also records what is drawn on it: ("label", text) and ("prop", data, property name);
+    the rows, columns and boxes made from it record into the same list (Blender's UILayout cannot be read back)."""
+
+    def __init__(self, layout, record):
+        object.__setattr__(self, "_layout", layout)
+        object.__setattr__(self, "_record", record)
+
+    def __getattr__(self, name):
+        import bpy
+
+        value = getattr(self._layout, name)
+        if not callable(value):
+            return value
+
+        def call(*args, **kwargs):
+            result = value(*args, **kwargs)
+            if name == "label":
+                self._record.append(("label", kwargs.get("text", args[0] if args else "")))
+            elif name == "prop":
+                self._record.append(("prop", args[0], args[1]))
+            return RecordingLayout(result, self._record) if isinstance(result, bpy.types.UILayout) else result
+        return call
+
+    def __setattr__(self, name, value):
+        setattr(self._layout, name, value)
+
+
+def draw_live_box(armature):
+    """What the Live panel draws for `armature`: [("label", text) | ("prop", data, name)], through a real layout."""
+    import neural_ik.panels.main as main
+
+    record = []
+    with sidebar_layout() as (context, popup):
+        context.scene.neural_ik.armature = armature
+
+        class Holder:
+            layout = RecordingLayout(popup.layout, record)
+        main.NEURAL_IK_PT_live.draw(Holder, context)
+    return record
+
+
+def test_live_box_shows_each_targets_source_its_influences_the_ground_and_lock_feet(empty_scene, training_state,
+                                                                                     capfd):
+    """The Live box says where each target comes from (empty, action, blend; no empty and no action either) and
+    draws its two influences as fields (keyable with I), the Ground object and collection and Lock Feet: with the
+    armature's action, without one, and while live (the action is off the armature then, the session follows it)."""
+    import bpy
+    from live_helpers import demo_armature, random_model
+
+    import neural_ik.state as state
+    from neural_ik.blender import live_session, models, rig_model
+    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.motion import LAYER_SLOTS
+    from neural_ik.properties import get_bone_map
+
+    obj = demo_armature()
+    action = obj.animation_data.action
+    assert action is not None                   # the demo rig plays its first clip
+    empty_scene.neural_ik.armature = obj
+    settings = obj.neural_ik
+    labels = {"root": "Root", "left_hand": "Left hand", "right_hand": "Right hand", "left_foot": "Left foot",
+              "right_foot": "Right foot", "head": "Head"}
+
+    def sources(record):
+        out = {}
+        for kind, *rest in record:
+            if kind == "label" and rest[0].split(": ")[0] in labels.values():
+                label, words = rest[0].split(": ")
+                out[label] = words
+        return out
+
+    def drawn_props(record):
+        return {(data.as_pointer(), name) for kind, *rest in record if kind == "prop" for data, name in [rest]}
+
+    record = draw_live_box(obj)
+    assert ("label", f"Targets over {action.name}") in record
+    assert sources(record) == dict.fromkeys(labels.values(), "action")       # no empties yet: all from the action
+    props = drawn_props(record)
+    for slot in LAYER_SLOTS:
+        layer = getattr(settings, slot)
+        assert (layer.as_pointer(), "position") in props and (layer.as_pointer(), "rotation") in props
+    for name in ("ground_object", "ground_collection", "lock_feet"):
+        assert (settings.as_pointer(), name) in props
+
+    bpy.context.view_layer.objects.active = obj
+    assert bpy.ops.neural_ik.create_targets() == {"FINISHED"}
+    settings.layer_right_hand.position = settings.layer_right_hand.rotation = 1.0
+    settings.layer_left_hand.position = 0.5
+    assert sources(draw_live_box(obj)) == {**dict.fromkeys(labels.values(), "action"), "Right hand": "empty",
+                                           "Left hand": "blend"}
+    bpy.data.objects.remove(settings.target_head)
+    obj.animation_data.action = None
+    record = draw_live_box(obj)
+    assert ("label", "Targets (no action: the empties drive)") in record
+    assert sources(record) == {**dict.fromkeys(labels.values(), "empty"), "Head": "no empty"}
+    draw_everything(capfd)
+
+    obj.animation_data.action = action          # live: the session takes the action off and follows it
+    models.loaded_models[obj.name] = ("", random_model(rig_model.read_rig(obj, get_bone_map(obj)).skeleton), None)
+    try:
+        tick = LiveTick(live_session.live_entries(bpy.context))
+        tick.start()
+        state.live_sessions[obj.name] = live_session.LiveSession(tick)
+        tick.tick(empty_scene)
+        assert obj.animation_data.action is None
+        record = draw_live_box(obj)
+        assert ("label", f"Targets over {action.name}") in record
+        assert sources(record) == {**dict.fromkeys(labels.values(), "action"), "Right hand": "empty",
+                                   "Left hand": "blend", "Head": "action"}
+        draw_everything(capfd)
+    finally:
+        models.loaded_models.pop(obj.name, None)
+        live_session.stop_all("")

@@ -189,7 +189,7 @@ def test_run_ik_drives_the_controls_and_restores_switches_and_pose(rigify_rig):
     """Live IK on Rigify: the tick writes the controls (switches to FK while live) so that the evaluated DEF- hands,
     feet and head land on the targets; stopping puts back the switches, the pose and the action."""
     import bpy
-    from live_helpers import assign_action, place_targets
+    from live_helpers import assign_action, follow_empties, place_targets
 
     from neural_ik.blender import live_session, models, pose_read
     from neural_ik.blender.evaluated_pose import number_properties
@@ -203,6 +203,7 @@ def test_run_ik_drives_the_controls_and_restores_switches_and_pose(rigify_rig):
         bpy.context.scene.frame_set(4)
         obj.pose.bones["thigh_parent.L"]["IK_FK"] = 0.3                  # a switch half-way, as a user may leave it
         assert bpy.ops.neural_ik.create_targets() == {"FINISHED"}
+        follow_empties(obj)                                              # the empties drive, over the action
         before, switches = state_hash(obj), number_properties(obj)
         tick = LiveTick([(obj, model, None)])
         tick.start()
@@ -248,7 +249,7 @@ def test_unrefined_live_tick_puts_the_deform_bones_on_the_solved_pose(rigify_rig
     evaluated DEF- bones take the pose the solver solved: heads within 1e-4 of the rig height and the hands', feet's
     and head's orientations within 1e-3 rad of its FK."""
     import bpy
-    from live_helpers import place_targets
+    from live_helpers import follow_empties, place_targets
 
     from neural_ik.blender import live_session, models
     from neural_ik.blender.live import LiveTick
@@ -260,6 +261,7 @@ def test_unrefined_live_tick_puts_the_deform_bones_on_the_solved_pose(rigify_rig
     mask = rig.skeleton.role_mask
     try:
         assert bpy.ops.neural_ik.create_targets() == {"FINISHED"}
+        follow_empties(obj)
         obj.neural_ik.refine_iterations = 0
         tick = LiveTick([(obj, model, None)])
         tick.start()

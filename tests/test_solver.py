@@ -246,3 +246,38 @@ def test_fast_ticks_keep_the_last_good_pose_in_the_graph_buffers(model, poses):
     assert not fast.used_runtime and fast.status[1] & HELD_BAD_TARGETS
     np.testing.assert_array_equal(fast.q[1], second[1])
     assert np.abs(fast.q[0] - second[0]).max() > 1e-3                          # the good character moved on
+
+
+@pytest.mark.parametrize("engine", ["onnxruntime", "numpy"])
+def test_given_contacts_with_nan_rows_are_detected_per_character(poses, engine):
+    """A live group mixing a Lock Feet character (its contacts given) with others (NaN: detected as usual): each
+    character's pose is the one it gets solved alone, with its contacts given or detected; and after such ticks the
+    plain detection is back (no limits left at 'always' or 'never'). A random network: its pose depends on the
+    contact inputs (the fitted one was fitted with none)."""
+    model = random_model(humanoid_skeleton())
+    targets = poses[0][:3].copy()
+    targets[:, :, 2, 3] -= targets[:, 3:5, 2, 3].min(axis=1)[:, None] - 0.05     # the lower foot 5 cm up: in contact
+    given = np.array([[1.0, 0.0], [np.nan, np.nan], [0.0, 1.0]])
+    mixed = Solver(model, characters=3, engine=engine)
+    singles = [Solver(model, characters=1, engine=engine) for _ in range(3)]
+    for _tick in range(2):                     # plain ticks first (their step limits set)
+        mixed.solve(targets, refine_iterations=0)
+        for k, single in enumerate(singles):
+            single.solve(targets[k:k + 1], refine_iterations=0)
+    for tick in range(3):                      # the contact detection compares the feet with the tick before
+        moved = targets.copy()
+        moved[:, :, :3, 3] += 0.002 * tick
+        got = mixed.solve(moved, contact=given, refine_iterations=0)
+        for k, single in enumerate(singles):
+            alone = single.solve(moved[k:k + 1], contact=None if np.isnan(given[k]).all() else given[k:k + 1],
+                                 refine_iterations=0)
+            np.testing.assert_allclose(got.local[k], alone.local[0], atol=1e-5)
+    plain = Solver(model, characters=3, engine=engine)
+    for _tick in range(2):
+        plain.solve(targets, refine_iterations=0)
+    plain.solve(moved, refine_iterations=0)
+    for tick in range(3):                      # feet sliding 30 cm a tick: not in contact, however low
+        fast = targets.copy()
+        fast[:, :, 0, 3] += 0.3 * (tick + 1)
+        np.testing.assert_allclose(mixed.solve(fast, refine_iterations=0).local,
+                                   plain.solve(fast, refine_iterations=0).local, atol=1e-5)

@@ -26,6 +26,7 @@ right foot, head (`runtime.inputs`). Pure NumPy.
 import numpy as np
 
 from ..data.features import CONTACT_HEIGHT, CONTACT_SPEED, foot_height_and_speed
+from ..skeleton.roles import ROLE_INDEX
 
 FOOT_TARGETS = (3, 4)            # left foot, right foot in the six targets
 BODY_TARGETS = (0, 1, 2, 5)      # the root (hips), both hands and the head: they come down with the hips
@@ -49,6 +50,11 @@ def planted_feet(foot_positions, fps, rig_height, min_frames=3):
             if end - start < min_frames:
                 planted[start:end, foot] = False
     return planted
+
+
+def smoothstep(x):
+    """3 x^2 - 2 x^3: 0 -> 1 over x in 0..1 with zero slope at both ends."""
+    return x * x * (3.0 - 2.0 * x)
 
 
 def foot_positions(targets):
@@ -84,45 +90,75 @@ def lock_feet(targets, planted, blend_frames=4, max_offset=np.inf):
     for foot, t in enumerate(FOOT_TARGETS):
         clip_xy = out[:, t, :2, 3].copy()
         clip_heading = heading(out[:, t, :3, :3])
-        offset_xy, offset_turn = np.zeros(2), 0.0      # output - clip
-        locked_xy, locked_heading = None, 0.0
-        fade_from, since_lift = None, 0
-        released = False
+        state = None
         for f in range(len(out)):
-            if not planted[f, foot]:
-                released = False
-            elif locked_xy is not None and np.linalg.norm(locked_xy - clip_xy[f]) > max_offset:
-                released = True
-            if planted[f, foot] and not released:
-                if locked_xy is None:                  # landing: lock where the target is now (no jump)
-                    locked_xy = clip_xy[f] + offset_xy
-                    locked_heading = clip_heading[f] + offset_turn
-                offset_xy = locked_xy - clip_xy[f]
-                offset_turn = np.angle(np.exp(1j * (locked_heading - clip_heading[f])))
-            elif locked_xy is not None or fade_from is not None:
-                if locked_xy is not None:              # lift-off: fade the offset out from here
-                    fade_from, since_lift, locked_xy = (offset_xy.copy(), offset_turn), 0, None
-                since_lift += 1
-                x = min(since_lift / (blend_frames + 1), 1.0)
-                keep = 1.0 - x * x * (3.0 - 2.0 * x)
-                offset_xy, offset_turn = fade_from[0] * keep, fade_from[1] * keep
-                if keep == 0.0:
-                    fade_from = None
-            if offset_turn or offset_xy.any():
-                out[f, t, :2, 3] = clip_xy[f] + offset_xy
-                out[f, t, :3, :3] = _turn_z(offset_turn) @ out[f, t, :3, :3]
+            state = lock_step(state, clip_xy[f], clip_heading[f], planted[f, foot], blend_frames, max_offset=max_offset)
+            apply_lock(out[f, t], clip_xy[f], state)
     return out
+
+
+def lock_step(state, clip_xy, clip_heading, planted, blend_frames=4, frames=1, max_offset=np.inf):
+    """lock_feet's rule for one foot and one frame, `frames` after the last (a live tick may skip some): the state
+    (None at first) of the frame before -> this frame's. A state is (offset_xy (2,), offset_turn: the output minus
+    the clip's; the locked position and heading, None when not locked; the offset the fade started from, None when
+    not fading; frames since lift-off; whether this contact's lock was let go for moving on past `max_offset`)."""
+    offset_xy, offset_turn, locked_xy, locked_heading, fade_from, since_lift, released = state or (
+        _NO_OFFSET, 0.0, None, 0.0, None, 0, False)
+    if not planted:
+        released = False
+    elif locked_xy is not None and np.hypot(*(locked_xy - clip_xy)) > max_offset:
+        released = True
+    planted = planted and not released
+    if planted:
+        if locked_xy is None:                      # landing: lock where the target is now (no jump)
+            locked_xy = clip_xy + offset_xy
+            locked_heading = clip_heading + offset_turn
+        offset_xy = locked_xy - clip_xy
+        offset_turn = float(np.angle(np.exp(1j * (locked_heading - clip_heading))))
+    elif locked_xy is not None or fade_from is not None:
+        if locked_xy is not None:                  # lift-off: fade the offset out from here
+            fade_from, since_lift, locked_xy = (offset_xy.copy(), offset_turn), 0, None
+        since_lift += frames
+        x = min(since_lift / (blend_frames + 1), 1.0)
+        keep = 1.0 - smoothstep(x)
+        offset_xy, offset_turn = fade_from[0] * keep, fade_from[1] * keep
+        if keep == 0.0:
+            fade_from = None
+    return offset_xy, offset_turn, locked_xy, locked_heading, fade_from, since_lift, released
+
+
+_NO_OFFSET = np.zeros(2)
+_NO_OFFSET.flags.writeable = False
+
+
+def apply_lock(target, clip_xy, state):
+    """Move one foot target (4, 4) (in place) by a lock_step state's offset from the clip's position `clip_xy`."""
+    offset_xy, offset_turn = state[0], state[1]
+    if offset_turn or offset_xy.any():
+        target[:2, 3] = clip_xy + offset_xy
+        target[:3, :3] = _turn_z(offset_turn) @ target[:3, :3]
+
+
+def leg_lengths(skeleton):
+    """(2,) each leg's length, thigh's head to ankle (left, right)."""
+    return np.array([np.linalg.norm(skeleton.offsets[ROLE_INDEX[side + "Shin"]])
+                     + np.linalg.norm(skeleton.offsets[ROLE_INDEX[side + "Foot"]]) for side in ("Left", "Right")])
+
+
+def hips_need(thighs, feet, leg_lengths, reach=0.995):
+    """(...,) how far (along -Z) the hips must come down so each ankle target in `feet` (..., 2, 3) is within `reach`
+    of its leg's length (2,) from the thigh's head `thighs` (..., 2, 3); 0 where both already are."""
+    v = np.asarray(thighs, np.float64) - np.asarray(feet, np.float64)
+    longest = reach * np.asarray(leg_lengths, np.float64)
+    horizontal = np.minimum(np.sum(v[..., :2] ** 2, axis=-1), longest ** 2)
+    return np.max(np.maximum(v[..., 2] - np.sqrt(longest ** 2 - horizontal), 0.0), axis=-1)
 
 
 def hips_drop(thighs, feet, leg_lengths, reach=0.995, window=6):
     """(F,) how far (along -Z) the hips must come down so each ankle target in `feet` (F, 2, 3) is within `reach` of
     its leg's length (2,) from the thigh's head `thighs` (F, 2, 3); 0 where both already are. Smoothed by `cover`,
     so the drop is at least the need in every frame and changes gently."""
-    v = np.asarray(thighs, np.float64) - np.asarray(feet, np.float64)
-    longest = reach * np.asarray(leg_lengths, np.float64)
-    horizontal = np.minimum(np.sum(v[..., :2] ** 2, axis=-1), longest ** 2)
-    need = np.max(np.maximum(v[..., 2] - np.sqrt(longest ** 2 - horizontal), 0.0), axis=1)
-    return cover(need, window)
+    return cover(hips_need(thighs, feet, leg_lengths, reach), window)
 
 
 def cover(need, window):
@@ -135,5 +171,5 @@ def cover(need, window):
     w = int(window)
     envelope = np.max(np.lib.stride_tricks.sliding_window_view(np.pad(need, w, mode="edge"), 2 * w + 1), axis=1)
     x = (np.arange(2 * w + 1) + 1) / (2 * w + 2)
-    kernel = x * x * (3 - 2 * x) * (1 - x)               # a smooth bump
+    kernel = smoothstep(x) * (1 - x)                      # a smooth bump
     return np.convolve(np.pad(envelope, w, mode="edge"), kernel / kernel.sum(), mode="valid")

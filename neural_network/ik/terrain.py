@@ -18,10 +18,11 @@ flat ground, so a tilted normal would be out of distribution; the slope is appli
 Pure NumPy.
 """
 
+import math
+
 import numpy as np
 
-from ..geometry.rotations import axis_angle_to_matrix
-from .foot_lock import BODY_TARGETS, FOOT_TARGETS, _spans, cover
+from .foot_lock import BODY_TARGETS, FOOT_TARGETS, _spans, cover, smoothstep
 
 UP = np.array([0.0, 0.0, 1.0])
 
@@ -42,8 +43,32 @@ def foot_ground(planted, hit_height):
         out[spans[-1][1]:, foot] = h[spans[-1][1] - 1]
         for (_s0, e0), (s1, _e1) in zip(spans[:-1], spans[1:]):
             x = (np.arange(e0, s1) - e0 + 1) / (s1 - e0 + 1)
-            out[e0:s1, foot] = h[e0 - 1] + (h[s1] - h[e0 - 1]) * x * x * (3 - 2 * x)
+            out[e0:s1, foot] = h[e0 - 1] + (h[s1] - h[e0 - 1]) * smoothstep(x)
     return out
+
+
+def ground_rates(planted, free_rate):
+    """(F, 2) `foot_ground`'s rule made causal, for a live tick, which cannot see the ground under the next landing:
+    per frame, the share of the way from the foot's ground so far to the hit under it now that the foot's ground
+    goes. 1 in a contact (the hit under the planted foot); through a swing the smoothstep's step over what is left of
+    it, so a ground that holds still under the foot gives foot_ground's curve exactly and the landing the hit itself
+    (before the first contact the swing starts at the first frame); 0 after the last contact (its height is held);
+    `free_rate` throughout for a foot never planted (exponential smoothing)."""
+    planted = np.asarray(planted, bool)
+    rates = np.zeros(planted.shape)
+    for foot in range(2):
+        spans = _spans(planted[:, foot])
+        if not spans:
+            rates[:, foot] = free_rate
+            continue
+        swings = [(0, spans[0][0])] + [(e0, s1) for (_s0, e0), (s1, _e1) in zip(spans[:-1], spans[1:])]
+        for e0, s1 in swings:
+            f = np.arange(e0, s1)
+            done, now = smoothstep((f - e0) / (s1 - e0 + 1)), smoothstep((f - e0 + 1) / (s1 - e0 + 1))
+            rates[e0:s1, foot] = (now - done) / (1.0 - done)
+        for start, end in spans:
+            rates[start:end, foot] = 1.0
+    return rates
 
 
 def smooth(values, window):
@@ -63,8 +88,7 @@ def contact_weight(planted, blend_frames):
     for foot in range(2):
         for start, end in _spans(planted[:, foot]):
             for i in range(1, blend_frames + 1):
-                x = 1.0 - i / (blend_frames + 1)
-                w = x * x * (3 - 2 * x)
+                w = smoothstep(1.0 - i / (blend_frames + 1))
                 if start - i >= 0:
                     out[start - i, foot] = max(out[start - i, foot], w)
                 if end - 1 + i < n:
@@ -73,14 +97,33 @@ def contact_weight(planted, blend_frames):
 
 
 def tilt_toward(normals, weight):
-    """(..., 3, 3) rotations turning +Z toward `normals` (..., 3) by the share `weight` (...,) of the angle."""
+    """(..., 3, 3) rotations turning +Z toward `normals` (..., 3) by the share `weight` (...,) of the angle: about the
+    horizontal axis +Z x n, in closed form (Rodrigues' formula with that axis' zero Z). One normal (3,) with a scalar
+    weight is worked in Python floats (a live tick's foot: a few dozen NumPy calls on scalars cost far more)."""
+    if np.ndim(normals) == 1 and np.ndim(weight) == 0:
+        x, y, z = (float(v) for v in normals)
+        across = math.hypot(x, y)
+        angle = math.atan2(across, z) * float(weight)
+        ax, ay = (-y / across, x / across) if across > 1e-12 else (0.0, 0.0)
+        return np.array(_tilt_rows(ax, ay, math.cos(angle), math.sin(angle)))
     n = np.asarray(normals, np.float64)
-    n = n / np.linalg.norm(n, axis=-1, keepdims=True)
-    axis = np.cross(UP, n)
-    sin = np.linalg.norm(axis, axis=-1, keepdims=True)
-    angle = np.arctan2(sin[..., 0], n[..., 2])
-    axis = np.where(sin > 1e-12, axis / np.maximum(sin, 1e-12), 0.0)
-    return axis_angle_to_matrix(axis * (angle * np.asarray(weight, np.float64))[..., None])
+    x, y, z = n[..., 0], n[..., 1], n[..., 2]
+    across = np.hypot(x, y)
+    angle = np.arctan2(across, z) * np.asarray(weight, np.float64)
+    safe = np.where(across > 1e-12, across, 1.0)
+    ax, ay = np.where(across > 1e-12, -y / safe, 0.0), np.where(across > 1e-12, x / safe, 0.0)
+    rows = _tilt_rows(ax, ay, np.cos(angle), np.sin(angle))
+    out = np.empty(n.shape + (3,))
+    for i in range(3):
+        for j in range(3):
+            out[..., i, j] = rows[i][j]
+    return out
+
+
+def _tilt_rows(ax, ay, c, s):
+    """The rotation by the angle of cosine c and sine s about the horizontal unit axis (ax, ay, 0), as rows."""
+    t = 1.0 - c
+    return ((c + t * ax * ax, t * ax * ay, s * ay), (t * ax * ay, c + t * ay * ay, -s * ax), (-s * ay, s * ax, c))
 
 
 def balls(targets, toe_offsets):

@@ -288,7 +288,8 @@ class Solver:
 
         targets (K, 6, 4, 4) character space; ground, desired_contact (K, 2) or scalars, phase (K,) or a scalar:
         None keeps the last value (so a live tick passes settings only when they change); task (K,) indices (None:
-        unchanged); contact (K, 2) overrides the contact flags detected from the feet (a bake passes the clip's)."""
+        unchanged); contact (K, 2) overrides the contact flags detected from the feet (a bake passes the clip's; NaN:
+        detected, for the characters of a live group whose contacts are not given)."""
         k = self.k
         if task is not None:
             self.set_task(task)
@@ -312,7 +313,12 @@ class Solver:
         if contact is None:
             self.contacts(t[:, 3:5, :3, 3], dt)
         else:
-            self.settings[:, 2:4] = np.broadcast_to(np.asarray(contact, np.float64), (k, 2))
+            given = np.broadcast_to(np.asarray(contact, np.float64), (k, 2))
+            free = np.isnan(given)
+            if free.any():
+                self.contacts(t[:, 3:5, :3, 3], dt)
+                given = np.where(free, self.settings[:, 2:4], given)
+            self.settings[:, 2:4] = given
         inputs = self.engine.inputs
         self.build_inputs(self.input_buffers, inputs[:k])
         rows = k
@@ -395,10 +401,16 @@ class Solver:
         if targets is not None:
             np.copyto(rt.world[:, 1:], np.swapaxes(targets, -1, -2))
         if contact is not None:                       # forced flags: limits that always or never hold
-            flags = np.broadcast_to(np.asarray(contact, np.float64), (k, 2)) > 0.5
-            rt.z_limits[:] = np.where(flags, np.inf, -np.inf)
+            given = np.broadcast_to(np.asarray(contact, np.float64), (k, 2))
+            rt.z_limits[:] = np.where(given > 0.5, np.inf, -np.inf)
             rt.step_limits[:] = np.inf
+            free = np.isnan(given)                    # NaN: detected as usual
+            if free.any():
+                rt.z_limits[free] = self.contact_threshold[free]
+                if self.have_previous_feet and dt > 0:
+                    rt.step_limits[free] = (0.6 * self.height * dt) ** 2
             self.contact_override = True
+            self.step_limit_dt = None
         else:
             if self.contact_override:
                 rt.z_limits[:] = self.contact_threshold

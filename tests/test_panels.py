@@ -506,46 +506,14 @@ def test_a_typo_in_an_operator_or_its_property_fails_the_draw(empty_scene, capfd
     capfd.readouterr()
 
 
-class RecordingLayout:
-    """A real UILayout that also records what is drawn on it: ("label", text) and ("prop", data, property name);
-    the rows, columns and boxes made from it record into the same list (Blender's UILayout cannot be read back)."""
-
-    def __init__(self, layout, record):
-        object.__setattr__(self, "_layout", layout)
-        object.__setattr__(self, "_record", record)
-
-    def __getattr__(self, name):
-        import bpy
-
-        value = getattr(self._layout, name)
-        if not callable(value):
-            return value
-
-        def call(*args, **kwargs):
-            result = value(*args, **kwargs)
-            if name == "label":
-                self._record.append(("label", kwargs.get("text", args[0] if args else "")))
-            elif name == "prop":
-                self._record.append(("prop", args[0], args[1]))
-            return RecordingLayout(result, self._record) if isinstance(result, bpy.types.UILayout) else result
-        return call
-
-    def __setattr__(self, name, value):
-        setattr(self._layout, name, value)
-
-
 def draw_live_box(armature):
-    """What the Live panel draws for `armature`: [("label", text) | ("prop", data, name)], through a real layout."""
+    """Drawn: what the Live panel draws for `armature`, read back from its real layout."""
     import neural_ik.panels.main as main
 
-    record = []
-    with sidebar_layout() as (context, popup):
+    with sidebar_layout("live box") as (context, popup):
         context.scene.neural_ik.armature = armature
-
-        class Holder:
-            layout = RecordingLayout(popup.layout, record)
-        main.NEURAL_IK_PT_live.draw(Holder, context)
-    return record
+        main.NEURAL_IK_PT_live.draw(popup, context)
+        return Drawn("live box", popup.layout.introspect())
 
 
 def test_live_box_shows_each_targets_source_its_influences_the_ground_and_lock_feet(empty_scene, training_state,
@@ -554,7 +522,7 @@ def test_live_box_shows_each_targets_source_its_influences_the_ground_and_lock_f
     draws its two influences as fields (keyable with I), the Ground object and collection and Lock Feet: with the
     armature's action, without one, and while live (the action is off the armature then, the session follows it)."""
     import bpy
-    from live_helpers import demo_armature, random_model
+    from live_helpers import demo_armature, follow_empties, random_model
 
     import neural_ik.state as state
     from neural_ik.blender import live_session, models, rig_model
@@ -570,38 +538,31 @@ def test_live_box_shows_each_targets_source_its_influences_the_ground_and_lock_f
     labels = {"root": "Root", "left_hand": "Left hand", "right_hand": "Right hand", "left_foot": "Left foot",
               "right_foot": "Right foot", "head": "Head"}
 
-    def sources(record):
-        out = {}
-        for kind, *rest in record:
-            if kind == "label" and rest[0].split(": ")[0] in labels.values():
-                label, words = rest[0].split(": ")
-                out[label] = words
-        return out
+    def sources(drawn):
+        return dict(label.split(": ") for label in drawn.labels if label.split(": ")[0] in labels.values())
 
-    def drawn_props(record):
-        return {(data.as_pointer(), name) for kind, *rest in record if kind == "prop" for data, name in [rest]}
-
-    record = draw_live_box(obj)
-    assert ("label", f"Targets over {action.name}") in record
-    assert sources(record) == dict.fromkeys(labels.values(), "action")       # no empties yet: all from the action
-    props = drawn_props(record)
-    for slot in LAYER_SLOTS:
-        layer = getattr(settings, slot)
-        assert (layer.as_pointer(), "position") in props and (layer.as_pointer(), "rotation") in props
+    drawn = draw_live_box(obj)
+    assert f"Targets over {action.name}" in drawn.labels
+    assert sources(drawn) == dict.fromkeys(labels.values(), "action")       # no empties yet: all from the action
+    # each target's two influences as fields, in the targets' rows; the ground and Lock Feet
+    assert drawn.properties.count("NIK_TargetLayer.position") == len(LAYER_SLOTS)
+    assert drawn.properties.count("NIK_TargetLayer.rotation") == len(LAYER_SLOTS)
     for name in ("ground_object", "ground_collection", "lock_feet"):
-        assert (settings.as_pointer(), name) in props
+        assert f"NIK_ObjectSettings.{name}" in drawn.properties
 
     bpy.context.view_layer.objects.active = obj
     assert bpy.ops.neural_ik.create_targets() == {"FINISHED"}
+    assert sources(draw_live_box(obj)) == dict.fromkeys(labels.values(), "empty")     # the targets it made drive
+    follow_empties(obj, 0.0, 0.0)
     settings.layer_right_hand.position = settings.layer_right_hand.rotation = 1.0
     settings.layer_left_hand.position = 0.5
     assert sources(draw_live_box(obj)) == {**dict.fromkeys(labels.values(), "action"), "Right hand": "empty",
                                            "Left hand": "blend"}
     bpy.data.objects.remove(settings.target_head)
     obj.animation_data.action = None
-    record = draw_live_box(obj)
-    assert ("label", "Targets (no action: the empties drive)") in record
-    assert sources(record) == {**dict.fromkeys(labels.values(), "empty"), "Head": "no empty"}
+    drawn = draw_live_box(obj)
+    assert "Targets (no action: the empties drive)" in drawn.labels
+    assert sources(drawn) == {**dict.fromkeys(labels.values(), "empty"), "Head": "no empty"}
     draw_everything(capfd)
 
     obj.animation_data.action = action          # live: the session takes the action off and follows it
@@ -612,9 +573,9 @@ def test_live_box_shows_each_targets_source_its_influences_the_ground_and_lock_f
         state.live_sessions[obj.name] = live_session.LiveSession(tick)
         tick.tick(empty_scene)
         assert obj.animation_data.action is None
-        record = draw_live_box(obj)
-        assert ("label", f"Targets over {action.name}") in record
-        assert sources(record) == {**dict.fromkeys(labels.values(), "action"), "Right hand": "empty",
+        drawn = draw_live_box(obj)
+        assert f"Targets over {action.name}" in drawn.labels
+        assert sources(drawn) == {**dict.fromkeys(labels.values(), "action"), "Right hand": "empty",
                                    "Left hand": "blend", "Head": "action"}
         draw_everything(capfd)
     finally:

@@ -134,3 +134,4 @@ def test_a_lock_lets_go_when_the_clip_moves_the_foot_too_far():
     assert step.max() < 0.1                               # fading back, not jumping
     unlimited = foot_lock.lock_feet(targets, planted, blend_frames=4)
     assert np.abs(np.diff(unlimited[:, left, :2, 3], axis=0)).max() < 1e-12     # without a limit: held throughout
+

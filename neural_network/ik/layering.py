@@ -40,7 +40,13 @@ def blend_targets(action, empties, position, rotation, present=None):
 
 
 def _rotation_part(m):
-    """Rotation of (N, 3, 3) matrices that may carry scale (an empty scaled by the user): unit columns, re-orthogonal."""
+    """Rotation of (N, 3, 3) matrices that may carry scale (an empty scaled by the user): unit columns, re-orthogonal.
+    A matrix with a non-finite entry stays non-finite (NaN), for the solver's own checks to refuse; it never raises."""
+    finite = np.isfinite(m).all(axis=(1, 2))
+    if not finite.all():
+        out = np.full(m.shape, np.nan)
+        out[finite] = _rotation_part(m[finite]) if finite.any() else out[finite]
+        return out
     u, _, vt = np.linalg.svd(m)
     r = u @ vt
     flip = np.linalg.det(r) < 0

@@ -147,7 +147,7 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
             task = TASKS.index(settings.task.lower())
             name = f"{obj.name}.nik"
         n = len(frames)
-        solver = Solver(model, data, characters=n, links=links)
+        solver = Solver(model, data, characters=n, links=links, sequence=True)      # frames in order, as live ticks
         phase = (np.arange(n) / max(n, 1)) % 1.0
         result = solver.solve(targets, 0.0, desired, np.full(n, task), phase,
                               refine_iterations=refine_iterations, dt=1.0 / 30, contact=contacts)

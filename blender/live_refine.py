@@ -343,12 +343,13 @@ class MathutilsRefiner:
         end_local = (turn @ bend @ R_mid.to_quaternion() @ end_bridge).conjugated() @ target_rotation
         return upper_local, mid_local, end_local, abs(d - dc)
 
-    def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4):
+    def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4,
+                           memory=None):
         """Refiner.refine_quaternions (same arguments, same result to single precision) for one character; any
         other K, and rigs it does not cover, by the NumPy refiner."""
         r = self.numpy
         if len(q) != 1 or not self.covers() or (r.links.per_character and len(r.link_bridges) != 1):
-            result = r.refine_quaternions(q, hips, target_positions, target_rotations, iterations, tolerance)
+            result = r.refine_quaternions(q, hips, target_positions, target_rotations, iterations, tolerance, memory)
             self.last_least_squares = r.last_least_squares
             return result
         if self._links is not r.links:
@@ -385,6 +386,18 @@ class MathutilsRefiner:
                 self.forward(quaternions, world, self.rest_steps)
         if not rest_placed:
             self.forward(quaternions, world, self.rest_steps)
+        if r.head_reach is not None:
+            off = (target_vectors[4] - world[self.chains[4].slots[0]].translation).length
+            beyond = off > self.chains[4].reach_max + tolerance                 # as Refiner._heads_off
+            if beyond or (memory is not None and memory.head_active[0]):
+                # the head stage (rare here: the reach assist usually lands the head) is the NumPy refiner's own,
+                # on the pose so far; then every slot again from what it wrote
+                np.put(q, [4 * role + i for role in range(len(quaternions)) for i in range(4)],
+                       [x for quaternion in quaternions for x in quaternion])
+                if r._land_heads(q, hips, target_positions, [0] if beyond else None, memory):
+                    quaternions, assisted = q[0].tolist(), []
+                    self.forward(quaternions, world, self.lower_steps)
+                    self.forward(quaternions, world, self.rest_steps)
         rotations = target_rotations[0].tolist()
         solved = [x for role in assisted for x in quaternions[role]]           # flat: one np.put writes them all
         errors = []

@@ -60,6 +60,7 @@ from ..geometry.quaternion_math import (
 )
 from ..geometry.rotations import axis_angle_to_matrix, matrix_to_axis_angle, quaternion_to_axis_angle
 from ..skeleton.roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLES
+from .head_reach import HeadReach
 from .reach_assist import ReachAssist
 
 LIMBS = (("LeftArm", "LeftForeArm", "LeftHand"), ("RightArm", "RightForeArm", "RightHand"),
@@ -262,6 +263,7 @@ class Refiner:
         self._chain_layout(skeleton, mask, parents)
         self._least_squares_constants()
         self.reach_assist = ReachAssist.for_refiner(self, CHAINS, mask, parents)     # None: no chain may be assisted
+        self.head_reach = HeadReach.for_refiner(self)                                  # None: no joint below the head
         self.last_least_squares = 0
 
     def _chain_layout(self, skeleton, mask, parents):
@@ -509,11 +511,14 @@ class Refiner:
         self._chain_targets(ws, world, target_positions)
         return self.reach_assist.rows_beyond_reach(ws.t_square, ws.assist_distances)
 
-    def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4):
+    def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4,
+                           memory=None):
         """Run-time refinement on (K, 23, 4) local quaternions (modified in place); hips (K, 4, 4) transforms.
 
-        Closed form for everyone; least squares (`iterations` steps) then the closed form again only for characters
-        the closed form leaves more than `tolerance` metres away, when that brings them closer. Returns errors (K, 5).
+        Closed form for everyone (after the reach assist, and the head stage for characters whose head it leaves off);
+        least squares (`iterations` steps) then the closed form again only for characters the closed form leaves more
+        than `tolerance` metres away, when that brings them closer. memory: the characters' RefineMemory (what the
+        previous tick settled on; updated), or None (each tick on its own). Returns errors (K, 5).
         """
         world = self.chain_forward(q, hips)
         ws = self._workspace(len(q))
@@ -525,10 +530,71 @@ class Refiner:
                 turned = assist.apply(q, hips, world, target_positions, rows, self.chain_forward)
                 if turned is not None:          # nothing turned: what _chain_targets read stands
                     self._chain_targets(ws, turned, target_positions)
+        if self.head_reach is not None:
+            rows = self._heads_off(ws.upper[:, 4], ws.end[:, 4], target_positions[:, 4], self.links, tolerance)
+            if rows is not None or (memory is not None and memory.head_active.any()):
+                if self._land_heads(q, hips, target_positions, rows, memory):
+                    self._chain_targets(ws, self.chain_forward(q, hips), target_positions)
         self._chain_shape(ws)
         errors = self._solve_chains(q, ws, target_positions, target_rotations)
         return self.least_squares_after_closed_form(q, hips, target_positions, target_rotations, errors, iterations,
                                                     tolerance)
+
+    def _heads_off(self, upper, end, targets, links, tolerance):
+        """Characters (indices) whose head the closed form would leave more than `tolerance` off its target, or None:
+        the head's target that far beyond the neck chain's reach from its upper bone's head `upper` (K, 3), or, where
+        the rig has no two-bone neck chain, the head (`end`, (K, 3)) that far from it. links: these characters'
+        ChainLinks."""
+        if self.chain_valid[4]:
+            reach = links.reach[0][..., 4] + tolerance
+            miss = targets - upper
+            off = np.einsum("ki,ki->k", miss, miss) > reach * reach
+        else:
+            miss = targets - end
+            off = np.einsum("ki,ki->k", miss, miss) > tolerance * tolerance
+        return np.nonzero(off)[0] if off.any() else None
+
+    def _land_heads(self, q, hips, target_positions, rows, memory=None):
+        """The head stage (head_reach.py), in place on q (K, 23, 4), for characters `rows` (indices, or None) and those
+        whose memory holds a spine of their own (from there, moving back toward the network's; memory updated); then
+        the reach assist again for those whose arms the spine's turn left beyond reach (the clavicles hang off the
+        spine). Returns whether any character went through it."""
+        head, k, rate = self.head_reach, len(q), 0.0 if memory is None else memory.rate
+        need = np.zeros(k, bool)
+        if rows is not None:
+            need[rows] = True
+        if memory is None:
+            rows = np.nonzero(need)[0]
+            head.solve(q, hips, target_positions[:, 4], rows, self.chain_forward, self.links)
+        elif memory.sequence:               # frames of one character in order: each starts from the one before
+            for i in range(k):
+                if need[i] or memory.head_active[0]:
+                    start = memory.head[:1] if memory.head_active[0] else None
+                    _, solved, own = head.solve(q, hips, target_positions[:, 4], [i], self.chain_forward, self.links,
+                                                start, rate)
+                    memory.remember_head([0], solved, own)
+                    need[i] = True
+            rows = np.nonzero(need)[0]
+        else:
+            need |= memory.head_active
+            rows = np.nonzero(need)[0]
+            start = np.where(memory.head_active[rows, None, None], memory.head[rows], np.nan)
+            _, solved, own = head.solve(q, hips, target_positions[:, 4], rows, self.chain_forward, self.links, start,
+                                        rate)
+            memory.remember_head(rows, solved, own)
+        if not len(rows):
+            return False
+        assist = self.reach_assist
+        if assist is not None:
+            ws = self._workspace(k)
+            world = self.chain_forward(q, hips)
+            self._chain_targets(ws, world, target_positions)
+            again = assist.rows_beyond_reach(ws.t_square, ws.assist_distances)
+            if again is not None:
+                again = np.intersect1d(again, rows)
+                if len(again):
+                    assist.apply(q, hips, world, target_positions, again, self.chain_forward)
+        return True
 
     def least_squares_after_closed_form(self, q, hips, target_positions, target_rotations, errors, iterations=2,
                                         tolerance=1e-4):
@@ -547,7 +613,14 @@ class Refiner:
         for _ in range(iterations):
             if self.least_squares_quaternions(q_more, hips_more, tp, links) < tolerance:
                 break
-        more = self.closed_form(q_more, self.chain_forward(q_more, hips_more, links), tp, target_rotations[need], links)
+        world = self.chain_forward(q_more, hips_more, links)
+        if self.head_reach is not None:        # least squares moved the spine for the arms: the head again
+            upper, end = self.chain_slots[4, 1], self.chain_slots[4, 3]
+            rows = self._heads_off(world[:, upper, :3, 3], world[:, end, :3, 3], tp[:, 4], links, tolerance)
+            if rows is not None:
+                self.head_reach.solve(q_more, hips_more, tp[:, 4], rows, self.chain_forward, links)
+                world = self.chain_forward(q_more, hips_more, links)
+        more = self.closed_form(q_more, world, tp, target_rotations[need], links)
         better = more.max(axis=1) < errors[need].max(axis=1)
         q[need[better]] = q_more[better]
         errors[need[better]] = more[better]

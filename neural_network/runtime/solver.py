@@ -31,6 +31,7 @@ from ..geometry.quaternion_math import (
 )
 from ..geometry.rotations import matrix_to_quaternion
 from ..ik.refine import Refiner
+from ..ik.refine_memory import RefineMemory
 from ..skeleton.roles import FOOT_ROLES, NUM_ROLES, TASKS
 from .engines import make_engine
 from .inputs import ABSURD_DISTANCE, NUM_TARGETS, InputBuilder
@@ -105,13 +106,14 @@ class Solver:
     """
 
     def __init__(self, model, onnx_bytes=None, characters=1, engine="auto", blend_ticks=8, tolerance=1e-3,
-                 runtime_graph=True, links=None, pose_layout=None, hips_map=None):
+                 runtime_graph=True, links=None, pose_layout=None, hips_map=None, sequence=False):
         """links: the bridges and offsets FK needs where unmapped in-between bones (CMU's CC_Base_Pelvis) are off
         their rest pose - one set for every character, or one per character (see resolve_links); None: rest.
         pose_layout: (bone count, pose-bone indices, their roles, the hips' index or None) of rigs that share one
         bone layout: the run-time graph then also gives their whole rotation_quaternion buffers (runtime.pose).
         hips_map: the characters' shared map of the root target to the hips' matrix_basis (live.LiveCharacter.hips_map),
-        for the run-time graph's hips outputs."""
+        for the run-time graph's hips outputs. sequence: the K rows are frames of one character in order (Bake): the
+        refinement's memory (refine_memory.py) runs through them one after another, as live ticks would."""
         self.model = model
         self.k = k = characters
         skeleton, per_character = resolve_links(model.skeleton, links, k)
@@ -129,6 +131,8 @@ class Solver:
         if per_character is not None:        # the graph's constants cannot differ per row: the NumPy path takes these
             self.build_inputs.set_laterals(per_character[1])
             self.refiner.set_links(*per_character)
+        head = self.refiner.head_reach
+        self.memory = RefineMemory(k, 0 if head is None else len(head.joints), sequence)   # what refinement carries over
         self.height = model.skeleton.height
         self.blend_ticks = max(1, int(blend_ticks))
         self.tolerance = tolerance
@@ -337,8 +341,9 @@ class Solver:
             q += self.unmapped_bias
         hips = t[:, 0]
         if refine_iterations > 0:
+            self.memory.dt = dt
             self.errors = self.refiner.refine_quaternions(q, hips, t[:, 1:, :3, 3], t[:, 1:, :3, :3],
-                                                          iterations=refine_iterations)
+                                                          iterations=refine_iterations, memory=self.memory)
             check = q.sum() + self.errors.sum()
         elif measure_errors:
             world = self.refiner.chain_forward(q, hips)
@@ -406,7 +411,9 @@ class Solver:
         np.copyto(q.reshape(k, 4 * NUM_ROLES), rt.q)
         hips, positions, rotations = rt.latest_target_parts()
         if refine_iterations > 0:
-            errors = self.refiner.refine_quaternions(q, hips, positions, rotations, iterations=refine_iterations)
+            self.memory.dt = dt
+            errors = self.refiner.refine_quaternions(q, hips, positions, rotations, iterations=refine_iterations,
+                                                     memory=self.memory)
         else:
             miss = self.refiner.chain_forward(q, hips)[:, self.effector_slots][..., :3, 3] - positions
             errors = np.sqrt(np.einsum("kei,kei->ke", miss, miss))
@@ -439,6 +446,8 @@ class Solver:
         if refined:
             status[good & (np.nan_to_num(self.errors, nan=np.inf).max(axis=1) > self.tolerance)] |= MISSED
         q[~good] = self.last_q[~good]
+        if refined and not good.all():       # what the refinement remembers of them is of no use
+            self.memory.reset(None if self.memory.sequence else np.nonzero(~good)[0])
         self.last_q[good] = q[good]
         self.last_hips[good] = self.normalised[good, 0]
         self.has_good |= good

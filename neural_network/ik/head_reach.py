@@ -1,0 +1,143 @@
+"""Head reach: the head lands on its target by turning the spine and the neck, inside their joint limits.
+
+The head hangs at the end of the spine and neck chain (Spine, Spine1, Spine2, NeckLower, NeckUpper: whichever the rig
+maps). Where the network's spine is off (a weak prior, a pose unlike its training clips), neither the two-bone solve of
+the neck nor the reach assist's closed-form turns (reach_assist.py: at most ASSIST_MAX_TURN, one joint at a time)
+bring the head's target within reach, and a rig with one neck bone has no two-bone neck chain at all. This stage
+solves the chain for the head's position alone - three equations, three unknowns per joint - by projected
+Gauss-Newton in the space the limits are stated in: each joint's rotation is mean pose * exp(d), d its axis-angle
+delta (the limits are a box on d, per axis, see Refiner.clamp_to_limits), so a step is
+    d <- clip(d + W J^T (J W J^T + damping^2 I)^-1 e, low, high)
+with e the head's miss, J = d head / d d (the body-frame Jacobian -[x_head - x_j]x R_j times the right Jacobian of
+exp at d), W the refiner's joint weights (the spine moves less than the neck). Axes sitting on a limit and pushed
+outward leave the step (active set), so a joint that has met its limit does not stall the others. A reachable target
+lands in a few steps (to a micrometre; 3-6 on held-out Bandai clips with a dozen-clip model); an unreachable one ends
+at the nearest point the limits allow, and its miss is what the refiner reports (the solver's MISSED status).
+
+The stage runs only for characters whose head the cheaper stages leave off its target, and its result depends only on
+the network's pose and the target: the same in the live tick and in Bake. The orientation is the closed form's (the
+head takes its target's rotation). Pure NumPy; no bpy.
+"""
+
+import numpy as np
+
+from ..geometry.quaternion_math import SKEW, exp_quaternions, multiply_quaternions
+from ..geometry.rotations import quaternion_to_axis_angle, right_jacobian
+from ..skeleton.roles import ROLE_INDEX
+
+HEAD_ITERATIONS = 16       # Gauss-Newton steps at most (a reachable target needs 3-6; one at a limit up to ~15)
+HEAD_TOLERANCE = 1e-6      # metres: a head this close to its target has landed
+ACTIVE_SET_PASSES = 3      # per step: solves with the axes on a limit taken out, until none pushes outward
+MAX_TURN = 0.2             # radians: the largest change of one joint in one step
+SMALLEST_TURN = 1e-5       # radians: a character whose steps shrank below this (none brought the head closer) stops
+
+
+class HeadReach:
+    """The head stage for one rig: the mapped joints between the hips and the head, their weights and limits."""
+
+    def __init__(self, joints, slots, head_slot, root_weights, mean, mean_conjugate, low, high, damping):
+        self.joints = joints                  # (m,) roles, hips side first
+        self.slots = slots                    # (m,) their slots in the refiner's chain layout
+        self.head_slot = head_slot
+        self.root_weights = root_weights      # (3m,) square roots of the joint weights, per axis
+        self.mean, self.mean_conjugate = mean, mean_conjugate        # (m, 4) mean-pose quaternions
+        self.low, self.high = low, high       # (m, 3) the box on d
+        self.damping_matrix = damping * damping * np.eye(3)
+
+    @classmethod
+    def for_refiner(cls, refiner):
+        """The stage for a Refiner's rig, or None when the head or every joint below it is unmapped. Reads the
+        refiner's least-squares constants (joints, weights, mean quaternions, limits) and chain layout (slots)."""
+        skeleton = refiner.skeleton
+        parents, mask = skeleton.parents, skeleton.role_mask
+        head = ROLE_INDEX["Head"]
+        if not mask[head]:
+            return None
+        joint_index = {int(j): i for i, j in enumerate(refiner.joints)}
+        chain, j = [], parents[head]
+        while j > 0:
+            if mask[j] and int(j) in joint_index:
+                chain.insert(0, int(j))
+            j = parents[j]
+        if not chain:
+            return None
+        index = np.array([joint_index[j] for j in chain])
+        weights = refiner.root_weights.reshape(-1, 3)[index].reshape(-1)
+        return cls(np.array(chain), np.array([refiner.slot_of[j] for j in chain]), refiner.slot_of[head], weights,
+                   refiner.mean_quaternions[index], refiner.mean_conjugates[index], refiner.joint_low[index],
+                   refiner.joint_high[index], 1e-3 * skeleton.height)
+
+    def solve(self, q, hips, targets, rows, chain_forward, links, start=None, rate=0.0):
+        """Land the head of characters `rows` (indices into q) on targets (K, 3), in place on q (K, 23, 4); hips
+        (K, 4, 4); chain_forward(q, hips, links) -> the chain layout's world transforms (the refiner's), links the
+        refiner's ChainLinks of all K characters.
+
+        The solve starts from q's pose (pulled inside the limits), or from `start` (len(rows), m, 3: deltas d, the
+        previous tick's solution, see refine_memory.py; NaN rows: q's pose) where given: its first step then also
+        moves the joints back toward q's pose, at most `rate` radians each, in the directions that leave the head where
+        it is (the null space of J), so a character follows its network only as fast as that. Returns (the heads'
+        misses (len(rows),), the joints' deltas d now, and q's own clipped to the limits (each (len(rows), m, 3)))."""
+        rows = np.asarray(rows)
+        joints, m = self.joints, len(self.joints)
+        qq, hh, t = q[rows], hips[rows], targets[rows]
+        own = quaternion_to_axis_angle(multiply_quaternions(self.mean_conjugate, qq[:, joints]))
+        own = np.minimum(np.maximum(own, self.low), self.high)
+        d = own.copy() if start is None else np.where(np.isnan(start), own, np.minimum(np.maximum(start, self.low),
+                                                                                       self.high))
+        pull = np.zeros((len(rows), 3 * m))          # the first step's move back toward q's pose
+        if start is not None and rate > 0.0:
+            back = own - d
+            size = np.sqrt(np.einsum("kmi,kmi->km", back, back))
+            pull = (back * np.minimum(1.0, rate / np.maximum(size, 1e-300))[..., None]).reshape(len(rows), 3 * m)
+        qq[:, joints] = multiply_quaternions(self.mean, exp_quaternions(0.5 * d))
+        low, high = self.low.reshape(-1), self.high.reshape(-1)
+        live = np.arange(len(rows))                      # characters still moving
+        radius = np.full(len(rows), MAX_TURN)            # each one's largest joint turn in a step
+        X = chain_forward(qq, hh, links.take(rows)).copy()
+        e = t - X[:, self.head_slot, :3, 3]
+        pulling = pull.any(axis=1)
+        for _ in range(HEAD_ITERATIONS):
+            missing = (np.einsum("ki,ki->k", e, e) > HEAD_TOLERANCE * HEAD_TOLERANCE) & (radius[live] > SMALLEST_TURN)
+            missing |= pulling[live]
+            if not missing.any():
+                break
+            live, X, e = live[missing], X[missing], e[missing]
+            k, dl = len(live), d[live]
+            frames = X[:, self.slots]
+            lever = X[:, self.head_slot, None, :3, 3] - frames[..., :3, 3]                    # (k, m, 3)
+            J = -(lever @ SKEW).reshape(k, m, 3, 3) @ frames[..., :3, :3] @ right_jacobian(dl)
+            J = J.transpose(0, 2, 1, 3).reshape(k, 3, 3 * m)
+            now = dl.reshape(k, 3 * m)
+            on_low, on_high = now <= low, now >= high
+            back = pull[live]
+            rest = e - (J @ back[..., None])[..., 0]           # the pull's own move of the head, made up for
+            free = np.ones((k, 3 * m), bool)
+            for _ in range(ACTIVE_SET_PASSES):     # axes on a limit that the step pushes outward leave the step
+                Jf = J * (free * self.root_weights)[:, None]
+                y = np.linalg.solve(Jf @ Jf.swapaxes(-1, -2) + self.damping_matrix, rest[..., None])
+                step = free * (back + (Jf.swapaxes(-1, -2) @ y)[..., 0] * self.root_weights)
+                outward = free & ((on_low & (step < 0)) | (on_high & (step > 0)))
+                if not outward.any():
+                    break
+                free &= ~outward
+                rest = e - (J @ (free * back)[..., None])[..., 0]
+            step = step.reshape(k, m, 3)
+            largest = np.sqrt(np.einsum("kmi,kmi->km", step, step)).max(axis=1)
+            step *= np.minimum(1.0, radius[live] / np.maximum(largest, 1e-12))[:, None, None]
+            tried = np.minimum(np.maximum(dl + step, self.low), self.high)
+            moved = qq[live]
+            moved[:, joints] = multiply_quaternions(self.mean, exp_quaternions(0.5 * tried))
+            X_tried = chain_forward(moved, hh[live], links.take(rows[live]))
+            e_tried = t[live] - X_tried[:, self.head_slot, :3, 3]
+            # a step that does not bring the head closer is not taken, the next tries a smaller one (the pull's step
+            # is: it is small, and the next steps land the head again)
+            better = (np.einsum("ki,ki->k", e_tried, e_tried) < np.einsum("ki,ki->k", e, e)) | pulling[live]
+            pulling[live] = False
+            pull[live] = 0.0
+            radius[live] = np.where(better, np.minimum(2.0 * radius[live], MAX_TURN), 0.25 * radius[live])
+            taken = live[better]
+            d[taken], qq[taken] = tried[better], moved[better]
+            X[better], e[better] = X_tried[better], e_tried[better]
+        q[rows] = qq
+        miss = t - chain_forward(qq, hh, links.take(rows))[:, self.head_slot, :3, 3]
+        return np.sqrt(np.einsum("ki,ki->k", miss, miss)), d, own

@@ -174,6 +174,9 @@ class MathutilsRefiner:
         self.spine_steps, self.lower_steps = steps(spine), steps(lower)
         self.rest_steps = steps([s for s in slots if s not in lower])
         self.written = [role for c in range(5) for role in r.chain_roles[c].tolist()]
+        self.limb_roles = r.limb_roles.tolist()
+        # each limb's slots from its clavicle down (the hips, given, are not placed again)
+        self.limb_steps = [steps([int(x) for x in r.chain_slots[c] if x > 0]) for c in range(4)]
         self.places = {}                        # roles written -> their places in q[0] flattened
         assist = r.reach_assist
         self.assist = assist
@@ -354,6 +357,7 @@ class MathutilsRefiner:
             return result
         if self._links is not r.links:
             self._constants()
+        network = None if memory is None else q[:, r.limb_roles]       # for the limbs' memory
         quaternions = q[0].tolist()
         world = [Matrix(hips[0].tolist())] * 3 + [None] * (len(self.slots) - 3)
         targets = target_positions[0].tolist()
@@ -413,11 +417,28 @@ class MathutilsRefiner:
         if places is None:
             places = self.places[roles] = np.array([4 * role + i for role in roles + tuple(self.written) for i in range(4)])
         np.put(q, places, solved)
-        worst = max(errors)
         errors = np.array([errors])
+        worst = errors.max()
         self.last_least_squares = 0
         if iterations > 0 and worst > tolerance:                # least squares: the NumPy refiner's last stage
             errors = r.least_squares_after_closed_form(q, hips, target_positions, target_rotations, errors,
                                                        iterations, tolerance)
             self.last_least_squares = r.last_least_squares
+        if memory is not None:                  # the limbs' memory: the NumPy refiner's, re-solving limbs here
+            stale = self.last_least_squares > 0    # least squares moved bones this character's frames do not show
+
+            def limbs_from(q, network, hips, target_positions, target_rotations, errors, rows, jumped, start):
+                """Refiner._limbs_from for this character, in mathutils: each limb that jumped starts from the
+                network's bones times `start`, and its closed form lands it."""
+                for c in np.nonzero(jumped[0])[0].tolist():
+                    roles = self.limb_roles[c]
+                    for role, net, turn in zip(roles, network[0, c].tolist(), start[0, c].tolist()):
+                        quaternions[role] = list(Quaternion(net) @ Quaternion(turn))
+                    self.forward(quaternions, world, self.limb_steps[c])
+                    upper, mid, end, errors[0, c] = self._solve_chain(self.chains[c], world, quaternions, target_vectors[c],
+                                                                      Matrix(rotations[c]).to_quaternion())
+                    np.put(q, [4 * role + i for role in roles[:1] + self.written[3 * c:3 * c + 3] for i in range(4)],
+                           [*quaternions[roles[0]], *upper, *mid, *end])
+            r._follow_limbs(q, network, hips, target_positions, target_rotations, errors, memory,
+                            None if stale else limbs_from)
         return errors

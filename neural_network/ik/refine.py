@@ -62,6 +62,7 @@ from ..geometry.rotations import axis_angle_to_matrix, matrix_to_axis_angle, qua
 from ..skeleton.roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLES
 from .head_reach import HeadReach
 from .reach_assist import ReachAssist
+from .refine_memory import corrections
 
 LIMBS = (("LeftArm", "LeftForeArm", "LeftHand"), ("RightArm", "RightForeArm", "RightHand"),
          ("LeftThigh", "LeftShin", "LeftFoot"), ("RightThigh", "RightShin", "RightFoot"))
@@ -264,6 +265,9 @@ class Refiner:
         self._least_squares_constants()
         self.reach_assist = ReachAssist.for_refiner(self, CHAINS, mask, parents)     # None: no chain may be assisted
         self.head_reach = HeadReach.for_refiner(self)                                  # None: no joint below the head
+        # the memory's bones of each arm and leg: the upper bone's parent (a clavicle; the hips, which never turn, for a
+        # leg), the upper and the mid bone
+        self.limb_roles = np.array([[ROLE_INDEX[chain[0]] for chain in CHAINS[:4]], *self.chain_roles[:4, :2].T]).T
         self.last_least_squares = 0
 
     def _chain_layout(self, skeleton, mask, parents):
@@ -520,6 +524,7 @@ class Refiner:
         than `tolerance` metres away, when that brings them closer. memory: the characters' RefineMemory (what the
         previous tick settled on; updated), or None (each tick on its own). Returns errors (K, 5).
         """
+        network_limbs = None if memory is None else q[:, self.limb_roles]
         world = self.chain_forward(q, hips)
         ws = self._workspace(len(q))
         self._chain_targets(ws, world, target_positions)
@@ -537,8 +542,50 @@ class Refiner:
                     self._chain_targets(ws, self.chain_forward(q, hips), target_positions)
         self._chain_shape(ws)
         errors = self._solve_chains(q, ws, target_positions, target_rotations)
-        return self.least_squares_after_closed_form(q, hips, target_positions, target_rotations, errors, iterations,
-                                                    tolerance)
+        errors = self.least_squares_after_closed_form(q, hips, target_positions, target_rotations, errors, iterations,
+                                                      tolerance)
+        if memory is not None:
+            self._follow_limbs(q, network_limbs, hips, target_positions, target_rotations, errors, memory)
+        return errors
+
+    def _follow_limbs(self, q, network, hips, target_positions, target_rotations, errors, memory, limbs_from=None):
+        """The limbs' memory (refine_memory.py), last: where a limb's correction of the network's clavicle, upper and
+        mid bones (network: their quaternions before refinement, (K, 4, 3, 4)) moved more than the memory's rate
+        since last tick (the network's elbow or knee flipped or its limb was degenerate; the clavicle's turn went from
+        the reach assist's to least squares'), the limb starts again from last tick's correction turned toward this
+        one's by that rate, and the closed form lands it from there (in place on q and errors; limbs_from: how,
+        _limbs_from by default). The corrections settled on are remembered."""
+        roles, limbs_from = self.limb_roles, limbs_from or self._limbs_from
+        new = corrections(network, q[:, roles])
+        if not memory.sequence:
+            rows = np.arange(len(q))
+            follow = memory.follow_limbs(rows, new)
+            if follow is not None:
+                jumped, start = follow
+                again = np.nonzero(jumped.any(axis=1))[0]
+                limbs_from(q, network, hips, target_positions, target_rotations, errors, again, jumped[again],
+                           start[again])
+                new[again] = corrections(network[again], q[again][:, roles])
+            memory.remember_limbs(rows, new)
+            return
+        for i in range(len(q)):            # frames of one character in order: each against the one before
+            follow = memory.follow_limbs([0], new[i:i + 1])
+            if follow is not None:
+                limbs_from(q, network, hips, target_positions, target_rotations, errors, [i], *follow)
+                new[i] = corrections(network[i], q[i, roles])
+            memory.remember_limbs([0], new[i:i + 1])
+
+    def _limbs_from(self, q, network, hips, target_positions, target_rotations, errors, rows, jumped, start):
+        """Characters `rows`: the limbs `jumped` (len(rows), 4) take the network's clavicle, upper and mid bones times
+        the corrections `start` (len(rows), 4, 3, 4), and the closed form lands every chain from there (in place on q
+        and errors)."""
+        rows = np.asarray(rows)
+        roles, part = self.limb_roles, q[rows]
+        part[:, roles] = np.where(jumped[..., None, None], multiply_quaternions(network[rows], start), part[:, roles])
+        links = self.links.take(rows)
+        errors[rows] = self.closed_form(part, self.chain_forward(part, hips[rows], links), target_positions[rows],
+                                        target_rotations[rows], links)
+        q[rows] = part
 
     def _heads_off(self, upper, end, targets, links, tolerance):
         """Characters (indices) whose head the closed form would leave more than `tolerance` off its target, or None:

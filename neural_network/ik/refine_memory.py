@@ -14,6 +14,8 @@ the frames in order, so Bake gives what a live tick per frame gives); `reset` fo
 next tick is refined from the network's pose alone, as without a memory). Pure NumPy; no bpy.
 """
 
+import math
+
 import numpy as np
 
 from ..geometry.quaternion_math import exp_quaternions, multiply_quaternions
@@ -81,12 +83,19 @@ class RefineMemory:
         known = self.limbs_known[rows]
         if not known.any():
             return None
-        start, angle = turned_toward(self.limbs[rows], new, self.rate)
+        before = self.limbs[rows]
+        # a turn by less than the rate: |<a, b>| = cos(angle / 2) above cos(rate / 2) (one call: the usual tick's)
+        if np.abs(np.einsum("...i,...i->...", before, new)).min() > math.cos(0.5 * self.rate):
+            return None
+        start, angle = turned_toward(before, new, self.rate)
         jumped = known[:, None] & (angle.max(axis=-1) > self.rate)
         return (jumped, start) if jumped.any() else None
 
     def remember_limbs(self, rows, corrections_now):
         """The limbs' corrections the tick settled on for characters `rows` (non-finite ones: forgotten)."""
-        finite = np.isfinite(corrections_now).all(axis=(1, 2, 3))
-        self.limbs[rows] = np.where(finite[:, None, None, None], corrections_now, (1.0, 0.0, 0.0, 0.0))
-        self.limbs_known[rows] = finite
+        self.limbs[rows] = corrections_now
+        self.limbs_known[rows] = True
+        if not np.isfinite(corrections_now).all():
+            finite = np.isfinite(corrections_now).all(axis=(1, 2, 3))
+            self.limbs[rows] = np.where(finite[:, None, None, None], corrections_now, (1.0, 0.0, 0.0, 0.0))
+            self.limbs_known[rows] = finite

@@ -30,31 +30,39 @@ HEAD_TOLERANCE = 1e-6      # metres: a head this close to its target has landed
 ACTIVE_SET_PASSES = 3      # per step: solves with the axes on a limit taken out, until none pushes outward
 MAX_TURN = 0.2             # radians: the largest change of one joint in one step
 SMALLEST_TURN = 1e-5       # radians: a character whose steps shrank below this (none brought the head closer) stops
+NECK_AIM = 0.01            # with a two-bone neck: its base is aimed this fraction of the chain's reach inside it
 
 
 class HeadReach:
     """The head stage for one rig: the mapped joints between the hips and the head, their weights and limits."""
 
-    def __init__(self, joints, slots, head_slot, root_weights, mean, mean_conjugate, low, high, damping):
+    def __init__(self, joints, slots, point_slot, root_weights, mean, mean_conjugate, low, high, damping, neck_chain):
         self.joints = joints                  # (m,) roles, hips side first
         self.slots = slots                    # (m,) their slots in the refiner's chain layout
-        self.head_slot = head_slot
+        self.point_slot = point_slot          # the slot whose position the stage moves (see neck_chain)
         self.root_weights = root_weights      # (3m,) square roots of the joint weights, per axis
         self.mean, self.mean_conjugate = mean, mean_conjugate        # (m, 4) mean-pose quaternions
         self.low, self.high = low, high       # (m, 3) the box on d
         self.damping_matrix = damping * damping * np.eye(3)
+        # a two-bone neck chain (NeckLower, NeckUpper, Head): the stage brings its base (NeckLower's head, the point)
+        # within the chain's reach of the head's target with the joints below it, and the chain's closed form lands
+        # the head; otherwise the point is the head itself, and it lands on the target
+        self.neck_chain = neck_chain
 
     @classmethod
     def for_refiner(cls, refiner):
         """The stage for a Refiner's rig, or None when the head or every joint below it is unmapped. Reads the
-        refiner's least-squares constants (joints, weights, mean quaternions, limits) and chain layout (slots)."""
+        refiner's least-squares constants (joints, weights, mean quaternions, limits) and chain layout (slots, the
+        neck chain's validity)."""
         skeleton = refiner.skeleton
         parents, mask = skeleton.parents, skeleton.role_mask
         head = ROLE_INDEX["Head"]
         if not mask[head]:
             return None
+        neck_chain = bool(refiner.chain_valid[4])
+        point = int(refiner.chain_roles[4, 0]) if neck_chain else head
         joint_index = {int(j): i for i, j in enumerate(refiner.joints)}
-        chain, j = [], parents[head]
+        chain, j = [], parents[point]
         while j > 0:
             if mask[j] and int(j) in joint_index:
                 chain.insert(0, int(j))
@@ -63,9 +71,21 @@ class HeadReach:
             return None
         index = np.array([joint_index[j] for j in chain])
         weights = refiner.root_weights.reshape(-1, 3)[index].reshape(-1)
-        return cls(np.array(chain), np.array([refiner.slot_of[j] for j in chain]), refiner.slot_of[head], weights,
+        return cls(np.array(chain), np.array([refiner.slot_of[j] for j in chain]), refiner.slot_of[point], weights,
                    refiner.mean_quaternions[index], refiner.mean_conjugates[index], refiner.joint_low[index],
-                   refiner.joint_high[index], 1e-3 * skeleton.height)
+                   refiner.joint_high[index], 1e-3 * skeleton.height, neck_chain)
+
+    def _misses(self, X, targets, reach):
+        """((k, 3) the point's move to aim at, (k,) how far it is off): the target minus the point, or, with a neck
+        chain (reach: (k,) the chain's reach), the part of that beyond a point NECK_AIM inside the reach (so a few
+        steps take it inside: the chain turns nearly straight toward the target only at second order) and how far
+        beyond the reach itself the target is."""
+        e = targets - X[:, self.point_slot, :3, 3]
+        distance = np.sqrt(np.einsum("ki,ki->k", e, e))
+        if not self.neck_chain:
+            return e, distance
+        e *= np.maximum(0.0, 1.0 - (1.0 - NECK_AIM) * reach / np.maximum(distance, 1e-300))[:, None]
+        return e, np.maximum(distance - reach, 0.0)
 
     def solve(self, q, hips, targets, rows, chain_forward, links, start=None, rate=0.0):
         """Land the head of characters `rows` (indices into q) on targets (K, 3), in place on q (K, 23, 4); hips
@@ -93,18 +113,19 @@ class HeadReach:
         low, high = self.low.reshape(-1), self.high.reshape(-1)
         live = np.arange(len(rows))                      # characters still moving
         radius = np.full(len(rows), MAX_TURN)            # each one's largest joint turn in a step
+        damping = np.ones(len(rows))                     # each one's damping, times the base (Levenberg-Marquardt)
+        reach = np.broadcast_to(links.reach[0][..., 4], len(rows)) if self.neck_chain else None
         X = chain_forward(qq, hh, links.take(rows)).copy()
-        e = t - X[:, self.head_slot, :3, 3]
+        e, off = self._misses(X, t, reach)
         pulling = pull.any(axis=1)
         for _ in range(HEAD_ITERATIONS):
-            missing = (np.einsum("ki,ki->k", e, e) > HEAD_TOLERANCE * HEAD_TOLERANCE) & (radius[live] > SMALLEST_TURN)
-            missing |= pulling[live]
+            missing = ((off > HEAD_TOLERANCE) & (radius[live] > SMALLEST_TURN)) | pulling[live]
             if not missing.any():
                 break
-            live, X, e = live[missing], X[missing], e[missing]
+            live, X, e, off = live[missing], X[missing], e[missing], off[missing]
             k, dl = len(live), d[live]
             frames = X[:, self.slots]
-            lever = X[:, self.head_slot, None, :3, 3] - frames[..., :3, 3]                    # (k, m, 3)
+            lever = X[:, self.point_slot, None, :3, 3] - frames[..., :3, 3]                   # (k, m, 3)
             J = -(lever @ SKEW).reshape(k, m, 3, 3) @ frames[..., :3, :3] @ right_jacobian(dl)
             J = J.transpose(0, 2, 1, 3).reshape(k, 3, 3 * m)
             now = dl.reshape(k, 3 * m)
@@ -114,7 +135,8 @@ class HeadReach:
             free = np.ones((k, 3 * m), bool)
             for _ in range(ACTIVE_SET_PASSES):     # axes on a limit that the step pushes outward leave the step
                 Jf = J * (free * self.root_weights)[:, None]
-                y = np.linalg.solve(Jf @ Jf.swapaxes(-1, -2) + self.damping_matrix, rest[..., None])
+                y = np.linalg.solve(Jf @ Jf.swapaxes(-1, -2) + damping[live, None, None] * self.damping_matrix,
+                                    rest[..., None])
                 step = free * (back + (Jf.swapaxes(-1, -2) @ y)[..., 0] * self.root_weights)
                 outward = free & ((on_low & (step < 0)) | (on_high & (step > 0)))
                 if not outward.any():
@@ -128,16 +150,17 @@ class HeadReach:
             moved = qq[live]
             moved[:, joints] = multiply_quaternions(self.mean, exp_quaternions(0.5 * tried))
             X_tried = chain_forward(moved, hh[live], links.take(rows[live]))
-            e_tried = t[live] - X_tried[:, self.head_slot, :3, 3]
+            e_tried, off_tried = self._misses(X_tried, t[live], None if reach is None else reach[live])
             # a step that does not bring the head closer is not taken, the next tries a smaller one (the pull's step
             # is: it is small, and the next steps land the head again)
             better = (np.einsum("ki,ki->k", e_tried, e_tried) < np.einsum("ki,ki->k", e, e)) | pulling[live]
+            better |= (off_tried <= HEAD_TOLERANCE) & (off > HEAD_TOLERANCE)
             pulling[live] = False
             pull[live] = 0.0
             radius[live] = np.where(better, np.minimum(2.0 * radius[live], MAX_TURN), 0.25 * radius[live])
+            damping[live] = np.where(better, np.maximum(0.1 * damping[live], 1.0), 100.0 * damping[live])
             taken = live[better]
             d[taken], qq[taken] = tried[better], moved[better]
-            X[better], e[better] = X_tried[better], e_tried[better]
+            X[better], e[better], off[better] = X_tried[better], e_tried[better], off_tried[better]
         q[rows] = qq
-        miss = t - chain_forward(qq, hh, links.take(rows))[:, self.head_slot, :3, 3]
-        return np.sqrt(np.einsum("ki,ki->k", miss, miss)), d, own
+        return self._misses(chain_forward(qq, hh, links.take(rows)), t, reach)[1], d, own

@@ -25,11 +25,13 @@ from ..geometry.quaternion_math import SKEW, exp_quaternions, multiply_quaternio
 from ..geometry.rotations import quaternion_to_axis_angle, right_jacobian
 from ..skeleton.roles import ROLE_INDEX
 
-HEAD_ITERATIONS = 16       # Gauss-Newton steps at most (a reachable target needs 3-6; one at a limit up to ~15)
+HEAD_ITERATIONS = 12       # Gauss-Newton steps at most (a reachable target needs 3-6; one at a limit up to ~12)
+FOLLOW_ITERATIONS = 6      # the same from last tick's solution (a memory): what is left goes on next tick
 HEAD_TOLERANCE = 1e-6      # metres: a head this close to its target has landed
 ACTIVE_SET_PASSES = 3      # per step: solves with the axes on a limit taken out, until none pushes outward
 MAX_TURN = 0.2             # radians: the largest change of one joint in one step
 SMALLEST_TURN = 1e-5       # radians: a character whose steps shrank below this (none brought the head closer) stops
+STALLED = 0.98             # a step that leaves more than this of the squared miss: the character stops after it
 NECK_AIM = 0.01            # with a two-bone neck: its base is aimed this fraction of the chain's reach inside it
 
 
@@ -84,8 +86,14 @@ class HeadReach:
         distance = np.sqrt(np.einsum("ki,ki->k", e, e))
         if not self.neck_chain:
             return e, distance
-        e *= np.maximum(0.0, 1.0 - (1.0 - NECK_AIM) * reach / np.maximum(distance, 1e-300))[:, None]
-        return e, np.maximum(distance - reach, 0.0)
+        return self._misses_at(X[:, self.point_slot, :3, 3], targets, reach, NECK_AIM), np.maximum(distance - reach, 0.0)
+
+    @staticmethod
+    def _misses_at(point, targets, reach, aim):
+        """(k, 3) the move that takes `point` to within (1 - aim) * reach of targets (zero where it is)."""
+        e = targets - point
+        distance = np.sqrt(np.einsum("ki,ki->k", e, e))
+        return e * np.maximum(0.0, 1.0 - (1.0 - aim) * reach / np.maximum(distance, 1e-300))[:, None]
 
     def solve(self, q, hips, targets, rows, chain_forward, links, start=None, rate=0.0):
         """Land the head of characters `rows` (indices into q) on targets (K, 3), in place on q (K, 23, 4); hips
@@ -111,38 +119,51 @@ class HeadReach:
             pull = (back * np.minimum(1.0, rate / np.maximum(size, 1e-300))[..., None]).reshape(len(rows), 3 * m)
         qq[:, joints] = multiply_quaternions(self.mean, exp_quaternions(0.5 * d))
         low, high = self.low.reshape(-1), self.high.reshape(-1)
-        live = np.arange(len(rows))                      # characters still moving
-        radius = np.full(len(rows), MAX_TURN)            # each one's largest joint turn in a step
-        damping = np.ones(len(rows))                     # each one's damping, times the base (Levenberg-Marquardt)
-        reach = np.broadcast_to(links.reach[0][..., 4], len(rows)) if self.neck_chain else None
+        n = len(rows)
+        live = np.arange(n)                              # characters still moving
+        radius = np.full(n, MAX_TURN)                    # each one's largest joint turn in a step
+        damping = np.ones(n)                             # each one's damping, times the base (Levenberg-Marquardt)
+        reach = np.broadcast_to(links.reach[0][..., 4], n) if self.neck_chain else None
         X = chain_forward(qq, hh, links.take(rows)).copy()
         e, off = self._misses(X, t, reach)
+        final_off = off.copy()
         pulling = pull.any(axis=1)
-        for _ in range(HEAD_ITERATIONS):
+        for _ in range(HEAD_ITERATIONS if start is None else FOLLOW_ITERATIONS):
             missing = ((off > HEAD_TOLERANCE) & (radius[live] > SMALLEST_TURN)) | pulling[live]
-            if not missing.any():
-                break
-            live, X, e, off = live[missing], X[missing], e[missing], off[missing]
+            if not missing.all():                        # (at K = 1 every subset is a copy: taken only when needed)
+                if not missing.any():
+                    break
+                live, X, e, off = live[missing], X[missing], e[missing], off[missing]
             k, dl = len(live), d[live]
             frames = X[:, self.slots]
-            lever = X[:, self.point_slot, None, :3, 3] - frames[..., :3, 3]                   # (k, m, 3)
+            point = X[:, self.point_slot, :3, 3]
+            lever = point[:, None] - frames[..., :3, 3]                                        # (k, m, 3)
             J = -(lever @ SKEW).reshape(k, m, 3, 3) @ frames[..., :3, :3] @ right_jacobian(dl)
             J = J.transpose(0, 2, 1, 3).reshape(k, 3, 3 * m)
             now = dl.reshape(k, 3 * m)
             on_low, on_high = now <= low, now >= high
-            back = pull[live]
-            rest = e - (J @ back[..., None])[..., 0]           # the pull's own move of the head, made up for
+            back = pull[live] if pulling.any() else None
             free = np.ones((k, 3 * m), bool)
+            rest = e
             for _ in range(ACTIVE_SET_PASSES):     # axes on a limit that the step pushes outward leave the step
+                if back is not None:
+                    moves = (J @ (free * back)[..., None])[..., 0]       # the pull's own move of the point
+                    rest = e - moves
+                    if self.neck_chain:
+                        # pulled toward the network's pose, the neck's base need only stay within the chain's reach (not
+                        # aimed inside it), so a network pose that reaches is reached, and the memory settles
+                        within = self._misses_at(point + moves, t[live], reach[live], 0.0)
+                        rest = np.where(pulling[live][:, None], within, rest)
                 Jf = J * (free * self.root_weights)[:, None]
                 y = np.linalg.solve(Jf @ Jf.swapaxes(-1, -2) + damping[live, None, None] * self.damping_matrix,
                                     rest[..., None])
-                step = free * (back + (Jf.swapaxes(-1, -2) @ y)[..., 0] * self.root_weights)
+                step = (Jf.swapaxes(-1, -2) @ y)[..., 0] * self.root_weights
+                if back is not None:
+                    step = free * (back + step)
                 outward = free & ((on_low & (step < 0)) | (on_high & (step > 0)))
                 if not outward.any():
                     break
                 free &= ~outward
-                rest = e - (J @ (free * back)[..., None])[..., 0]
             step = step.reshape(k, m, 3)
             largest = np.sqrt(np.einsum("kmi,kmi->km", step, step)).max(axis=1)
             step *= np.minimum(1.0, radius[live] / np.maximum(largest, 1e-12))[:, None, None]
@@ -151,16 +172,19 @@ class HeadReach:
             moved[:, joints] = multiply_quaternions(self.mean, exp_quaternions(0.5 * tried))
             X_tried = chain_forward(moved, hh[live], links.take(rows[live]))
             e_tried, off_tried = self._misses(X_tried, t[live], None if reach is None else reach[live])
-            # a step that does not bring the head closer is not taken, the next tries a smaller one (the pull's step
+            # a step that does not bring the point closer is not taken, the next tries a smaller one (the pull's step
             # is: it is small, and the next steps land the head again)
-            better = (np.einsum("ki,ki->k", e_tried, e_tried) < np.einsum("ki,ki->k", e, e)) | pulling[live]
-            better |= (off_tried <= HEAD_TOLERANCE) & (off > HEAD_TOLERANCE)
-            pulling[live] = False
-            pull[live] = 0.0
+            before, after = np.einsum("ki,ki->k", e, e), np.einsum("ki,ki->k", e_tried, e_tried)
+            better = (after < before) | pulling[live] | ((off_tried <= HEAD_TOLERANCE) & (off > HEAD_TOLERANCE))
+            # a point that stopped coming closer (a target the limits keep out of reach) is as close as it gets
+            stalled = better & ~pulling[live] & (after > STALLED * before)
+            if back is not None:
+                pulling[live] = False
             radius[live] = np.where(better, np.minimum(2.0 * radius[live], MAX_TURN), 0.25 * radius[live])
+            radius[live[stalled]] = 0.0
             damping[live] = np.where(better, np.maximum(0.1 * damping[live], 1.0), 100.0 * damping[live])
             taken = live[better]
-            d[taken], qq[taken] = tried[better], moved[better]
+            d[taken], qq[taken], final_off[taken] = tried[better], moved[better], off_tried[better]
             X[better], e[better], off[better] = X_tried[better], e_tried[better], off_tried[better]
         q[rows] = qq
-        return self._misses(chain_forward(qq, hh, links.take(rows)), t, reach)[1], d, own
+        return final_off, d, own

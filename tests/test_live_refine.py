@@ -240,14 +240,14 @@ def test_the_memory_runs_the_same_in_both_refiners_and_in_bake():
         for name, refiner in (("numpy", ref), ("mathutils", fast)):
             refiner.refine_quaternions(out[name][i:i + 1], hips[i:i + 1], tp[i:i + 1], tr[i:i + 1], iterations=2,
                                        memory=memories[name])
-            limbs[name].append(memories[name].limbs[0].copy())
+            limbs[name].append(memories[name].bones[0].copy())
     np.testing.assert_allclose(effector_positions(skel, out["mathutils"], hips), effector_positions(skel, out["numpy"], hips),
                                atol=1e-5)
     np.testing.assert_allclose(aligned(out["numpy"], out["mathutils"]), out["numpy"], atol=2e-3)
     np.testing.assert_allclose(aligned(np.array(limbs["numpy"]), np.array(limbs["mathutils"])), np.array(limbs["numpy"]),
                                atol=2e-3)
     memory = memories["numpy"]                      # forgotten: the next tick is the tick on its own
-    assert memory.limbs_known.all() and np.abs(memory.limbs[..., 1:]).max() > 0.1
+    assert memory.limbs_known.all() and np.abs(memory.bones[..., 1:]).max() > 0.1
     memory.reset()
     again, plain = q[-1:].copy(), q[-1:].copy()
     ref.refine_quaternions(again, hips[-1:], tp[-1:], tr[-1:], iterations=2, memory=memory)

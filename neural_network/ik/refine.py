@@ -62,7 +62,6 @@ from ..geometry.rotations import axis_angle_to_matrix, matrix_to_axis_angle, qua
 from ..skeleton.roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLES
 from .head_reach import HeadReach
 from .reach_assist import ReachAssist
-from .refine_memory import corrections
 
 LIMBS = (("LeftArm", "LeftForeArm", "LeftHand"), ("RightArm", "RightForeArm", "RightHand"),
          ("LeftThigh", "LeftShin", "LeftFoot"), ("RightThigh", "RightShin", "RightFoot"))
@@ -549,31 +548,32 @@ class Refiner:
         return errors
 
     def _follow_limbs(self, q, network, hips, target_positions, target_rotations, errors, memory, limbs_from=None):
-        """The limbs' memory (refine_memory.py), last: where a limb's correction of the network's clavicle, upper and
-        mid bones (network: their quaternions before refinement, (K, 4, 3, 4)) moved more than the memory's rate
-        since last tick (the network's elbow or knee flipped or its limb was degenerate; the clavicle's turn went from
-        the reach assist's to least squares'), the limb starts again from last tick's correction turned toward this
-        one's by that rate, and the closed form lands it from there (in place on q and errors; limbs_from: how,
-        _limbs_from by default). The corrections settled on are remembered."""
+        """The limbs' memory (refine_memory.py), last: where a limb's clavicle, upper and mid bones turned by more than
+        POP_TURN beyond the network's own turn since last tick, and their correction of the network's (network: their
+        quaternions before refinement, (K, 4, 3, 4)) moved more than the memory's rate (the network's elbow or knee
+        flipped or its limb was degenerate; the clavicle's turn went from the reach assist's to least squares'), the
+        limb starts again from last tick's correction turned toward this one's by that rate, and the closed form lands
+        it from there (in place on q and errors; limbs_from: how, _limbs_from by default). What the tick settled on is
+        remembered."""
         roles, limbs_from = self.limb_roles, limbs_from or self._limbs_from
-        new = corrections(network, q[:, roles])
+        solved = q[:, roles]
         if not memory.sequence:
-            rows = np.arange(len(q))
-            follow = memory.follow_limbs(rows, new)
+            rows = slice(None)
+            follow = memory.follow_limbs(rows, solved, network)
             if follow is not None:
                 jumped, start = follow
                 again = np.nonzero(jumped.any(axis=1))[0]
                 limbs_from(q, network, hips, target_positions, target_rotations, errors, again, jumped[again],
                            start[again])
-                new[again] = corrections(network[again], q[again][:, roles])
-            memory.remember_limbs(rows, new)
+                solved[again] = q[again][:, roles]
+            memory.remember_limbs(rows, solved, network)
             return
         for i in range(len(q)):            # frames of one character in order: each against the one before
-            follow = memory.follow_limbs([0], new[i:i + 1])
+            follow = memory.follow_limbs(slice(0, 1), solved[i:i + 1], network[i:i + 1])
             if follow is not None:
                 limbs_from(q, network, hips, target_positions, target_rotations, errors, [i], *follow)
-                new[i] = corrections(network[i], q[i, roles])
-            memory.remember_limbs([0], new[i:i + 1])
+                solved[i] = q[i, roles]
+            memory.remember_limbs(slice(0, 1), solved[i:i + 1], network[i:i + 1])
 
     def _limbs_from(self, q, network, hips, target_positions, target_rotations, errors, rows, jumped, start):
         """Characters `rows`: the limbs `jumped` (len(rows), 4) take the network's clavicle, upper and mid bones times

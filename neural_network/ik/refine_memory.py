@@ -23,6 +23,9 @@ from ..geometry.rotations import quaternion_to_axis_angle
 
 FOLLOW_SPEED = 4.0       # radians a second: how fast the refinement moves back toward the network's own pose
 SETTLED = 1e-9           # radians: a spine this close to the network's own pose has nothing left to remember
+POP_TURN = math.radians(8.0)    # a limb's clavicle, upper and mid bones turning this much (in all) more than the
+#                                 network's own in one tick: a pop
+POP_COSINE = math.cos(POP_TURN / 6.0)   # |<q, q'>| above it: that bone turned by less than a third of POP_TURN
 
 
 CONJUGATE = np.array([1.0, -1.0, -1.0, -1.0])
@@ -44,16 +47,17 @@ def turned_toward(a, b, most):
 
 class RefineMemory:
     """Per character: the spine and neck's deltas from the mean pose (the head stage's joints) that landed the head
-    last tick, while they differ from the network's own (`head_active`); each limb's correction of the network's
-    clavicle (the hips for a leg), upper and mid bones last tick (`limbs`, (K, 4, 3, 4): arms then legs, refine.CHAINS
-    order; `limbs_known`)."""
+    last tick, while they differ from the network's own (`head_active`); each limb's clavicle (the hips for a leg),
+    upper and mid bones' local rotations last tick (`bones`, (K, 4, 3, 4): arms then legs, refine.CHAINS order;
+    `limbs_known`) and the network's own (`network`), whose difference is the refinement's correction."""
 
     def __init__(self, characters, head_joints, sequence=False):
         k = 1 if sequence else characters
         self.sequence = sequence          # rows of a solve are frames of one character, in order (Bake)
         self.head = np.zeros((k, max(head_joints, 1), 3))
         self.head_active = np.zeros(k, bool)
-        self.limbs = np.zeros((k, 4, 3, 4))
+        self.bones = np.zeros((k, 4, 3, 4))        # the limbs' local rotations last tick
+        self.network = np.zeros((k, 4, 3, 4))      # and the network's own (their correction: conj(network) * bones)
         self.limbs_known = np.zeros(k, bool)
         self.dt = 1.0 / 60.0
 
@@ -75,27 +79,30 @@ class RefineMemory:
         self.head[rows] = np.where(np.isfinite(solved), solved, 0.0)
         self.head_active[rows] = gap > SETTLED
 
-    def follow_limbs(self, rows, new):
-        """Limbs' corrections `new` (len(rows), 4, 3, 4) this tick's closed form made for characters `rows`, against
-        what they made last tick: (where a limb's correction moved more than `rate`: (len(rows), 4) bool, the
-        corrections to start that limb from instead - last tick's turned toward this tick's by `rate`), or None when
-        none did. Characters the memory knows nothing of take theirs as they are."""
+    def follow_limbs(self, rows, solved, network):
+        """The local rotations this tick's refinement gave the limbs' bones of characters `rows` (`solved`,
+        (len(rows), 4, 3, 4)) and the network's own (`network`), against last tick's: where a limb's bones turned more
+        than POP_TURN (in all) beyond what the network's own turned, and its correction of the network's (solved =
+        network * c) moved more than `rate` (the refinement, not the network, turned them: a flip), (those limbs,
+        (len(rows), 4) bool; the corrections to start them from instead: last tick's turned toward this tick's by
+        `rate`), or None when no limb did. Characters the memory knows nothing of take theirs as they are."""
         known = self.limbs_known[rows]
         if not known.any():
             return None
-        before = self.limbs[rows]
-        # a turn by less than the rate: |<a, b>| = cos(angle / 2) above cos(rate / 2) (one call: the usual tick's)
-        if np.abs(np.einsum("...i,...i->...", before, new)).min() > math.cos(0.5 * self.rate):
+        dots = np.abs(np.einsum("...i,...i->...", self.bones[rows], solved))
+        if dots.min() > POP_COSINE:                  # no bone turned a third of POP_TURN: the usual tick, two calls
             return None
-        start, angle = turned_toward(before, new, self.rate)
-        jumped = known[:, None] & (angle.max(axis=-1) > self.rate)
+        turned = 2.0 * np.arccos(np.minimum(dots, 1.0)).sum(axis=-1)
+        own = 2.0 * np.arccos(np.minimum(np.abs(np.einsum("...i,...i->...", self.network[rows], network)), 1.0)).sum(-1)
+        popping = known[:, None] & (turned - own > POP_TURN)
+        if not popping.any():
+            return None
+        before = corrections(self.network[rows], self.bones[rows])
+        start, angle = turned_toward(before, corrections(network, solved), self.rate)
+        jumped = popping & (angle.max(axis=-1) > self.rate)
         return (jumped, start) if jumped.any() else None
 
-    def remember_limbs(self, rows, corrections_now):
-        """The limbs' corrections the tick settled on for characters `rows` (non-finite ones: forgotten)."""
-        self.limbs[rows] = corrections_now
+    def remember_limbs(self, rows, solved, network):
+        """The local rotations the tick settled on for the limbs' bones of characters `rows`, and the network's own."""
+        self.bones[rows], self.network[rows] = solved, network
         self.limbs_known[rows] = True
-        if not np.isfinite(corrections_now).all():
-            finite = np.isfinite(corrections_now).all(axis=(1, 2, 3))
-            self.limbs[rows] = np.where(finite[:, None, None, None], corrections_now, (1.0, 0.0, 0.0, 0.0))
-            self.limbs_known[rows] = finite

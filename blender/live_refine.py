@@ -18,8 +18,11 @@ takes them:
    clipped to the limb's reach, the upper bone turns the smallest way onto the target, the end takes the target's
    orientation; the local quaternions follow from the turns (see _solve_chain).
 
-A character the closed form leaves more than `tolerance` from a target goes on to the NumPy refiner's last stage
-(least squares, then the closed form again: a few percent of ticks on unseen motion). Several characters at once
+A character whose head the assist leaves off its target (or whose memory holds a spine of its own) goes through the
+NumPy refiner's head stage after step 2; one the closed form leaves more than `tolerance` from a target goes on to
+the NumPy refiner's last stage (least squares, then the closed form again: a few percent of ticks on unseen motion);
+last, with a memory, the NumPy refiner's limb memory decides which limbs restart from last tick's correction, and
+this module's closed form re-solves them. Several characters at once
 (K > 1: the NumPy refiner is batched) and rigs with a chain that is not a clean two-bone chain go to the NumPy
 refiner altogether. Single precision: the effectors land as exactly as the NumPy refiner's (to a micrometre), but
 an almost straight limb's bend, which float32 positions fix only to ~1e-3 rad, may differ by that much, and a joint

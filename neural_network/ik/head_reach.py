@@ -4,19 +4,24 @@ The head hangs at the end of the spine and neck chain (Spine, Spine1, Spine2, Ne
 maps). Where the network's spine is off (a weak prior, a pose unlike its training clips), neither the two-bone solve of
 the neck nor the reach assist's closed-form turns (reach_assist.py: at most ASSIST_MAX_TURN, one joint at a time)
 bring the head's target within reach, and a rig with one neck bone has no two-bone neck chain at all. This stage
-solves the chain for the head's position alone - three equations, three unknowns per joint - by projected
-Gauss-Newton in the space the limits are stated in: each joint's rotation is mean pose * exp(d), d its axis-angle
-delta (the limits are a box on d, per axis, see Refiner.clamp_to_limits), so a step is
-    d <- clip(d + W J^T (J W J^T + damping^2 I)^-1 e, low, high)
-with e the head's miss, J = d head / d d (the body-frame Jacobian -[x_head - x_j]x R_j times the right Jacobian of
-exp at d), W the refiner's joint weights (the spine moves less than the neck). Axes sitting on a limit and pushed
-outward leave the step (active set), so a joint that has met its limit does not stall the others. A reachable target
-lands in a few steps (to a micrometre; 3-6 on held-out Bandai clips with a dozen-clip model); an unreachable one ends
-at the nearest point the limits allow, and its miss is what the refiner reports (the solver's MISSED status).
+solves the joints below a point for that point's position alone - three equations, three unknowns per joint - by
+projected Gauss-Newton in the space the limits are stated in: each joint's rotation is mean pose * exp(d), d its
+axis-angle delta (the limits are a box on d, per axis, see Refiner.clamp_to_limits), so a step is
+    d <- clip(d + W J^T (J W J^T + damping I)^-1 e, low, high)
+with J = d point / d d (the body-frame Jacobian -[x - x_j]x R_j times the right Jacobian of exp at d), W the refiner's
+joint weights (the spine moves less than the neck). The point and e: with one neck bone, the head and its miss (it
+lands on the target); with a two-bone neck chain, the neck's base and the part of its distance to the target beyond
+the chain's reach (aimed NECK_AIM inside it), after which the chain's closed form lands the head. Axes sitting on a
+limit and pushed outward leave the step (active set), a step that does not bring the point closer is not taken (and
+the next is smaller and more damped), a character whose miss stops shrinking stops. A reachable target lands in a
+few steps (to a micrometre; 3-6 on held-out Bandai clips with a dozen-clip model); an unreachable one ends near the
+nearest point the limits allow, and its miss is what the refiner reports (the solver's MISSED status).
 
-The stage runs only for characters whose head the cheaper stages leave off its target, and its result depends only on
-the network's pose and the target: the same in the live tick and in Bake. The orientation is the closed form's (the
-head takes its target's rotation). Pure NumPy; no bpy.
+The stage runs only for characters whose head the cheaper stages leave more than the tolerance off its target, or
+whose memory (refine_memory.py) holds a spine of its own from last tick: it then starts from that spine and moves back
+toward the network's at most the memory's rate, in the null space of J (and, with a neck chain, as far as keeps the
+base within reach), so the spine follows the network without jumping between the many spines that reach. The head's
+orientation is the closed form's (the head takes its target's rotation). Pure NumPy; no bpy.
 """
 
 import numpy as np

@@ -17,14 +17,22 @@ Run time (`refine_quaternions`, what the solver calls every tick) turns the orde
 exact whenever it can reach: one forward pass over a level-by-lane layout of the chain (8 batched 4x4 products for all
 characters), then the two-bone solve of all five chains (both arms, both legs, and the neck - NeckLower, NeckUpper,
 Head - for the head) and the effector orientations at once, vectorised over chains and characters. Only characters
-whose targets that leaves out of reach (a clavicle or the spine must move, or the rig has a single neck bone) go
-through the least-squares stage - `iterations` steps of it - and then the closed form again. So the iteration count
-is the least-squares budget for unreachable targets; `last_least_squares` says how many characters needed it.
+whose targets that leaves out of reach (a clavicle or the spine must move) go through the least-squares stage -
+`iterations` steps of it - and then the closed form again. So the iteration count is the least-squares budget for
+unreachable targets; `last_least_squares` says how many characters needed it.
 
 Before the closed form, a reach assist (reach_assist.py, closed form too) moves what the two-bone solve cannot: for a
 chain whose target is beyond its reach it turns the chain's parent (Spine2 for the head, a clavicle for an arm), or
 unbends the spine, just enough; only characters with a chain beyond reach pay for it, and on the shipped model's
-held-out clips it takes the share of ticks needing least squares from 100% to a few percent.
+held-out clips it takes the share of ticks needing least squares from 100% to a few percent. Where the head is still
+off (the assist's turns too small, or a rig with one neck bone, which has no two-bone neck chain), the head stage
+(head_reach.py) solves the spine and neck inside their limits for it.
+
+With a RefineMemory (refine_memory.py; a Solver passes its own) the refinement also carries what it settled on from
+one tick to the next: the head stage starts from last tick's spine, and a limb whose bones the refinement turned much
+more than the network's own turned (a degenerate or flipping elbow or knee) restarts from last tick's correction,
+moving toward this tick's only as fast as FOLLOW_SPEED; the effectors land as before, what the network leaves free
+never pops.
 
 At K = 1 a NumPy call costs about the same whatever the array size, so the run-time path is written to
 make few calls: every buffer and view is made once per K (_Workspace), the vectors of a chain sit side by side so one

@@ -185,11 +185,18 @@ class HeadReach:
             stalled = better & ~pulling[live] & (after > STALLED * before)
             if back is not None:
                 pulling[live] = False
-            radius[live] = np.where(better, np.minimum(2.0 * radius[live], MAX_TURN), 0.25 * radius[live])
-            radius[live[stalled]] = 0.0
-            damping[live] = np.where(better, np.maximum(0.1 * damping[live], 1.0), 100.0 * damping[live])
-            taken = live[better]
-            d[taken], qq[taken], final_off[taken] = tried[better], moved[better], off_tried[better]
-            X[better], e[better], off[better] = X_tried[better], e_tried[better], off_tried[better]
+            if better.all():                   # the usual step: no masks (at K = 1 each costs a few calls)
+                radius[live] = np.minimum(2.0 * radius[live], MAX_TURN)
+                damping[live] = np.maximum(0.1 * damping[live], 1.0)
+                d[live], qq[live], final_off[live] = tried, moved, off_tried
+                X, e, off = X_tried.copy(), e_tried, off_tried       # (the forward pass reuses its buffer)
+            else:
+                radius[live] = np.where(better, np.minimum(2.0 * radius[live], MAX_TURN), 0.25 * radius[live])
+                damping[live] = np.where(better, np.maximum(0.1 * damping[live], 1.0), 100.0 * damping[live])
+                taken = live[better]
+                d[taken], qq[taken], final_off[taken] = tried[better], moved[better], off_tried[better]
+                X[better], e[better], off[better] = X_tried[better], e_tried[better], off_tried[better]
+            if stalled.any():
+                radius[live[stalled]] = 0.0
         q[rows] = qq
         return final_off, d, own

@@ -128,7 +128,7 @@ class HeadReach:
         live = np.arange(n)                              # characters still moving
         radius = np.full(n, MAX_TURN)                    # each one's largest joint turn in a step
         damping = np.ones(n)                             # each one's damping, times the base (Levenberg-Marquardt)
-        reach = np.broadcast_to(links.reach[0][..., 4], n) if self.neck_chain else None
+        reach = np.broadcast_to(links.take(rows).reach[0][..., 4], n) if self.neck_chain else None
         X = chain_forward(qq, hh, links.take(rows)).copy()
         e, off = self._misses(X, t, reach)
         final_off = off.copy()

@@ -188,11 +188,11 @@ def test_memory_runs_the_same_live_and_in_bake():
     spine = [j for j in SPINE_NECK if skel.role_mask[j]]
     q[:, spine] = matrices_to_quaternions(quaternions_to_matrices(q[:, spine])
                                           @ turned(np.random.default_rng(73), (n, len(spine)), 0.06))
-    live, memory = q.copy(), RefineMemory(1, len(ref.head_reach.joints))
+    live, memory = q.copy(), RefineMemory.for_refiner(ref, 1)
     for i in range(n):
         ref.refine_quaternions(live[i:i + 1], hips[i:i + 1], tp[i:i + 1], tr[i:i + 1], iterations=0, memory=memory)
     baked = q.copy()
-    ref.refine_quaternions(baked, hips, tp, tr, iterations=0, memory=RefineMemory(n, len(ref.head_reach.joints), True))
+    ref.refine_quaternions(baked, hips, tp, tr, iterations=0, memory=RefineMemory.for_refiner(ref, n, sequence=True))
     np.testing.assert_allclose(np.abs(np.sum(live * baked, axis=-1)), 1.0, atol=1e-12)
     assert np.linalg.norm(head_positions(skel, live, hips) - tp[:, 4], axis=-1).max() < 1e-5
     alone = q.copy()

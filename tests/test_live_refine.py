@@ -233,7 +233,7 @@ def test_the_memory_runs_the_same_in_both_refiners_and_in_bake():
     arm = float(np.linalg.norm(skel.offsets[fore]) + np.linalg.norm(skel.offsets[hand]))
     tp[:, 1] = sweep_path(pose.positions[0, upper], arm, n, 0.012, forward=(0.0, -1.0, 0.0), outward=(-1.0, 0.0, 0.0),
                           reach=(0.6, 0.95))
-    fast, memories = MathutilsRefiner(ref), {"numpy": RefineMemory(1, 4), "mathutils": RefineMemory(1, 4)}
+    fast, memories = MathutilsRefiner(ref), {name: RefineMemory.for_refiner(ref, 1) for name in ("numpy", "mathutils")}
     out = {name: q.copy() for name in memories}
     limbs = {name: [] for name in memories}
     for i in range(n):
@@ -254,7 +254,7 @@ def test_the_memory_runs_the_same_in_both_refiners_and_in_bake():
     ref.refine_quaternions(plain, hips[-1:], tp[-1:], tr[-1:], iterations=2)
     np.testing.assert_array_equal(again, plain)
     baked = q.copy()
-    ref.refine_quaternions(baked, hips, tp, tr, iterations=2, memory=RefineMemory(n, 4, sequence=True))
+    ref.refine_quaternions(baked, hips, tp, tr, iterations=2, memory=RefineMemory.for_refiner(ref, n, sequence=True))
     np.testing.assert_allclose(aligned(out["numpy"], baked), out["numpy"], atol=1e-12)
     alone = q.copy()
     ref.refine_quaternions(alone, hips, tp, tr, iterations=2)

@@ -70,6 +70,7 @@ from ..geometry.rotations import axis_angle_to_matrix, matrix_to_axis_angle, qua
 from ..skeleton.roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLES
 from .head_reach import HeadReach
 from .reach_assist import ReachAssist
+from .refine_memory import corrections
 
 LIMBS = (("LeftArm", "LeftForeArm", "LeftHand"), ("RightArm", "RightForeArm", "RightHand"),
          ("LeftThigh", "LeftShin", "LeftFoot"), ("RightThigh", "RightShin", "RightFoot"))
@@ -567,21 +568,24 @@ class Refiner:
         solved = q[:, roles]
         if not memory.sequence:
             rows = slice(None)
-            follow = memory.follow_limbs(rows, solved, network)
+            follow, new = memory.follow_limbs(rows, solved, network)
             if follow is not None:
                 jumped, start = follow
                 again = np.nonzero(jumped.any(axis=1))[0]
                 limbs_from(q, network, hips, target_positions, target_rotations, errors, again, jumped[again],
                            start[again])
                 solved[again] = q[again][:, roles]
-            memory.remember_limbs(rows, solved, network)
+                new[again] = corrections(network[again], solved[again])
+            memory.remember_limbs(rows, solved, network, new)
             return
+        one = slice(0, 1)
         for i in range(len(q)):            # frames of one character in order: each against the one before
-            follow = memory.follow_limbs(slice(0, 1), solved[i:i + 1], network[i:i + 1])
+            follow, new = memory.follow_limbs(one, solved[i:i + 1], network[i:i + 1])
             if follow is not None:
                 limbs_from(q, network, hips, target_positions, target_rotations, errors, [i], *follow)
                 solved[i] = q[i, roles]
-            memory.remember_limbs(slice(0, 1), solved[i:i + 1], network[i:i + 1])
+                new = corrections(network[i:i + 1], solved[i:i + 1])
+            memory.remember_limbs(one, solved[i:i + 1], network[i:i + 1], new)
 
     def _limbs_from(self, q, network, hips, target_positions, target_rotations, errors, rows, jumped, start):
         """Characters `rows`: the limbs `jumped` (len(rows), 4) take the network's clavicle, upper and mid bones times

@@ -25,7 +25,7 @@ FOLLOW_SPEED = 4.0       # radians a second: how fast the refinement moves back 
 SETTLED = 1e-9           # radians: a spine this close to the network's own pose has nothing left to remember
 POP_TURN = math.radians(8.0)    # a limb's clavicle, upper and mid bones turning this much (in all) more than the
 #                                 network's own in one tick: a pop
-POP_COSINE = math.cos(POP_TURN / 6.0)   # |<q, q'>| above it: that bone turned by less than a third of POP_TURN
+POP_COSINE = math.cos(POP_TURN / 6.0)   # |<c, c'>| above it: that turned by less than a third of POP_TURN
 
 
 CONJUGATE = np.array([1.0, -1.0, -1.0, -1.0])
@@ -48,18 +48,30 @@ def turned_toward(a, b, most):
 class RefineMemory:
     """Per character: the spine and neck's deltas from the mean pose (the head stage's joints) that landed the head
     last tick, while they differ from the network's own (`head_active`); each limb's clavicle (the hips for a leg),
-    upper and mid bones' local rotations last tick (`bones`, (K, 4, 3, 4): arms then legs, refine.CHAINS order;
-    `limbs_known`) and the network's own (`network`), whose difference is the refinement's correction."""
+    upper and mid bones' local rotations last tick, the network's own and the refinement's correction between them
+    (network * c = solved) (`last`, (K, 3, 4, 3, 4); arms then legs, refine.CHAINS order; `limbs_known`)."""
+
+    @property
+    def bones(self):
+        """(K, 4, 3, 4) the limbs' local rotations last tick."""
+        return self.last[:, 0]
 
     def __init__(self, characters, head_joints, sequence=False):
         k = 1 if sequence else characters
         self.sequence = sequence          # rows of a solve are frames of one character, in order (Bake)
         self.head = np.zeros((k, max(head_joints, 1), 3))
         self.head_active = np.zeros(k, bool)
-        self.bones = np.zeros((k, 4, 3, 4))        # the limbs' local rotations last tick
-        self.network = np.zeros((k, 4, 3, 4))      # and the network's own (their correction: conj(network) * bones)
+        # the limbs' local rotations last tick, the network's own and the corrections between them
+        self.last = np.zeros((k, 3, 4, 3, 4))
+        self.anything_known = False
         self.limbs_known = np.zeros(k, bool)
         self.dt = 1.0 / 60.0
+
+    @classmethod
+    def for_refiner(cls, refiner, characters, sequence=False):
+        """A memory of `characters` (or, with sequence, of one character's frames) for a Refiner's rig."""
+        head = refiner.head_reach
+        return cls(characters, 0 if head is None else len(head.joints), sequence)
 
     @property
     def rate(self):
@@ -71,6 +83,7 @@ class RefineMemory:
         rows = slice(None) if rows is None else rows
         self.head_active[rows] = False
         self.limbs_known[rows] = False
+        self.anything_known = bool(self.limbs_known.any())
 
     def remember_head(self, rows, solved, own):
         """After the head stage: characters `rows` settled on deltas `solved` (len(rows), m, 3) where the network's own
@@ -85,24 +98,34 @@ class RefineMemory:
         than POP_TURN (in all) beyond what the network's own turned, and its correction of the network's (solved =
         network * c) moved more than `rate` (the refinement, not the network, turned them: a flip), (those limbs,
         (len(rows), 4) bool; the corrections to start them from instead: last tick's turned toward this tick's by
-        `rate`), or None when no limb did. Characters the memory knows nothing of take theirs as they are."""
+        `rate`), or None when no limb did; and this tick's corrections. Characters the memory knows nothing of take
+        theirs as they are. The usual tick costs a few calls: a bone can turn beyond the network's own turn by no more
+        than its correction turned, so corrections that turned less than a third of POP_TURN each settle it."""
+        new = corrections(network, solved)
+        if not self.anything_known:
+            return None, new
+        last = self.last[rows]                       # (k, 3, 4, 3, 4): bones, network, corrections
+        dots = np.einsum("...i,...i->...", last[:, 2], new)
+        if (dots * dots).min() > POP_COSINE * POP_COSINE:
+            return None, new
         known = self.limbs_known[rows]
-        if not known.any():
-            return None
-        dots = np.abs(np.einsum("...i,...i->...", self.bones[rows], solved))
-        if dots.min() > POP_COSINE:                  # no bone turned a third of POP_TURN: the usual tick, two calls
-            return None
-        turned = 2.0 * np.arccos(np.minimum(dots, 1.0)).sum(axis=-1)
-        own = 2.0 * np.arccos(np.minimum(np.abs(np.einsum("...i,...i->...", self.network[rows], network)), 1.0)).sum(-1)
-        popping = known[:, None] & (turned - own > POP_TURN)
+        turned = np.abs(np.einsum("...i,...i->...", last[:, 0], solved))
+        own = np.abs(np.einsum("...i,...i->...", last[:, 1], network))
+        turns = np.arccos(np.minimum(np.stack((turned, own)), 1.0)).sum(axis=-1)          # (2, k, 4): halves
+        popping = known[:, None] & (turns[0] - turns[1] > 0.5 * POP_TURN)
         if not popping.any():
-            return None
-        before = corrections(self.network[rows], self.bones[rows])
-        start, angle = turned_toward(before, corrections(network, solved), self.rate)
+            return None, new
+        start, angle = turned_toward(last[:, 2], new, self.rate)
         jumped = popping & (angle.max(axis=-1) > self.rate)
-        return (jumped, start) if jumped.any() else None
+        return ((jumped, start) if jumped.any() else None), new
 
-    def remember_limbs(self, rows, solved, network):
-        """The local rotations the tick settled on for the limbs' bones of characters `rows`, and the network's own."""
-        self.bones[rows], self.network[rows] = solved, network
+    def remember_limbs(self, rows, solved, network, corrections_now):
+        """The local rotations the tick settled on for the limbs' bones of characters `rows`, the network's own and
+        the corrections between them."""
+        last = self.last[rows] if isinstance(rows, slice) else None
+        if last is not None:                         # a view: written in place
+            last[:, 0], last[:, 1], last[:, 2] = solved, network, corrections_now
+        else:
+            self.last[rows, 0], self.last[rows, 1], self.last[rows, 2] = solved, network, corrections_now
         self.limbs_known[rows] = True
+        self.anything_known = True

@@ -131,8 +131,7 @@ class Solver:
         if per_character is not None:        # the graph's constants cannot differ per row: the NumPy path takes these
             self.build_inputs.set_laterals(per_character[1])
             self.refiner.set_links(*per_character)
-        head = self.refiner.head_reach
-        self.memory = RefineMemory(k, 0 if head is None else len(head.joints), sequence)   # what refinement carries over
+        self.memory = RefineMemory.for_refiner(self.refiner, k, sequence)     # what refinement carries over
         self.height = model.skeleton.height
         self.blend_ticks = max(1, int(blend_ticks))
         self.tolerance = tolerance

@@ -224,7 +224,7 @@ def _solve_edited(solver, network, edited, iterations, clip, planted, ground, ri
     """The network's pose of the clip refined toward the edited targets. On the ground, a foot that the surface's
     tilt took past its ankle's limits is turned back; where its ball then sinks, the foot is raised and the pose
     refined again (twice at most)."""
-    result = solver.refine_toward(network, edited, iterations)
+    result = solver.refine_toward(network, edited, iterations, dt=1.0 / 30)
     if ground is None:
         return result
     toes = [ROLE_INDEX["LeftToeBase"], ROLE_INDEX["RightToeBase"]]
@@ -235,7 +235,7 @@ def _solve_edited(solver, network, edited, iterations, clip, planted, ground, ri
         if _lift_sunk_balls(ground, edited, clip, planted, rig.skeleton, world_to_character, frames,
                             balls=pose.positions[:, toes]) < 1e-3:
             break
-        result = solver.refine_toward(network, edited, iterations)
+        result = solver.refine_toward(network, edited, iterations, dt=1.0 / 30)
         _feet_within_limits(solver.refiner, result)
     return result
 
@@ -315,7 +315,7 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
             targets = blend(targets)
         if planted is not None:
             contacts = desired = planted.astype(np.float64)
-        solver = Solver(model, data, characters=n, links=links)
+        solver = Solver(model, data, characters=n, links=links, sequence=True)      # frames in order, as live ticks
         phase = (np.arange(n) / max(n, 1)) % 1.0
         if edited is None:
             result = solver.solve(targets, 0.0, desired, np.full(n, task), phase,

@@ -18,8 +18,11 @@ takes them:
    clipped to the limb's reach, the upper bone turns the smallest way onto the target, the end takes the target's
    orientation; the local quaternions follow from the turns (see _solve_chain).
 
-A character the closed form leaves more than `tolerance` from a target goes on to the NumPy refiner's last stage
-(least squares, then the closed form again: a few percent of ticks on unseen motion). Several characters at once
+A character whose head the assist leaves off its target (or whose memory holds a spine of its own) goes through the
+NumPy refiner's head stage after step 2; one the closed form leaves more than `tolerance` from a target goes on to
+the NumPy refiner's last stage (least squares, then the closed form again: a few percent of ticks on unseen motion);
+last, with a memory, the NumPy refiner's limb memory decides which limbs restart from last tick's correction, and
+this module's closed form re-solves them. Several characters at once
 (K > 1: the NumPy refiner is batched) and rigs with a chain that is not a clean two-bone chain go to the NumPy
 refiner altogether. Single precision: the effectors land as exactly as the NumPy refiner's (to a micrometre), but
 an almost straight limb's bend, which float32 positions fix only to ~1e-3 rad, may differ by that much, and a joint
@@ -174,6 +177,9 @@ class MathutilsRefiner:
         self.spine_steps, self.lower_steps = steps(spine), steps(lower)
         self.rest_steps = steps([s for s in slots if s not in lower])
         self.written = [role for c in range(5) for role in r.chain_roles[c].tolist()]
+        self.limb_roles = r.limb_roles.tolist()
+        # each limb's slots from its clavicle down (the hips, given, are not placed again)
+        self.limb_steps = [steps([int(x) for x in r.chain_slots[c] if x > 0]) for c in range(4)]
         self.places = {}                        # roles written -> their places in q[0] flattened
         assist = r.reach_assist
         self.assist = assist
@@ -343,16 +349,18 @@ class MathutilsRefiner:
         end_local = (turn @ bend @ R_mid.to_quaternion() @ end_bridge).conjugated() @ target_rotation
         return upper_local, mid_local, end_local, abs(d - dc)
 
-    def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4):
+    def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4,
+                           memory=None):
         """Refiner.refine_quaternions (same arguments, same result to single precision) for one character; any
         other K, and rigs it does not cover, by the NumPy refiner."""
         r = self.numpy
         if len(q) != 1 or not self.covers() or (r.links.per_character and len(r.link_bridges) != 1):
-            result = r.refine_quaternions(q, hips, target_positions, target_rotations, iterations, tolerance)
+            result = r.refine_quaternions(q, hips, target_positions, target_rotations, iterations, tolerance, memory)
             self.last_least_squares = r.last_least_squares
             return result
         if self._links is not r.links:
             self._constants()
+        network = None if memory is None else q[:, r.limb_roles]       # for the limbs' memory
         quaternions = q[0].tolist()
         world = [Matrix(hips[0].tolist())] * 3 + [None] * (len(self.slots) - 3)
         targets = target_positions[0].tolist()
@@ -385,6 +393,18 @@ class MathutilsRefiner:
                 self.forward(quaternions, world, self.rest_steps)
         if not rest_placed:
             self.forward(quaternions, world, self.rest_steps)
+        if r.head_reach is not None:
+            off = (target_vectors[4] - world[self.chains[4].slots[0]].translation).length
+            beyond = off > self.chains[4].reach_max + tolerance                 # as Refiner._heads_off
+            if beyond or (memory is not None and memory.head_active[0]):
+                # the head stage (rare here: the reach assist usually lands the head) is the NumPy refiner's own,
+                # on the pose so far; then every slot again from what it wrote
+                np.put(q, [4 * role + i for role in range(len(quaternions)) for i in range(4)],
+                       [x for quaternion in quaternions for x in quaternion])
+                if r._land_heads(q, hips, target_positions, [0] if beyond else None, memory):
+                    quaternions, assisted = q[0].tolist(), []
+                    self.forward(quaternions, world, self.lower_steps)
+                    self.forward(quaternions, world, self.rest_steps)
         rotations = target_rotations[0].tolist()
         solved = [x for role in assisted for x in quaternions[role]]           # flat: one np.put writes them all
         errors = []
@@ -400,11 +420,28 @@ class MathutilsRefiner:
         if places is None:
             places = self.places[roles] = np.array([4 * role + i for role in roles + tuple(self.written) for i in range(4)])
         np.put(q, places, solved)
-        worst = max(errors)
         errors = np.array([errors])
+        worst = errors.max()
         self.last_least_squares = 0
         if iterations > 0 and worst > tolerance:                # least squares: the NumPy refiner's last stage
             errors = r.least_squares_after_closed_form(q, hips, target_positions, target_rotations, errors,
                                                        iterations, tolerance)
             self.last_least_squares = r.last_least_squares
+        if memory is not None:                  # the limbs' memory: the NumPy refiner's, re-solving limbs here
+            stale = self.last_least_squares > 0    # least squares moved bones this character's frames do not show
+
+            def limbs_from(q, network, hips, target_positions, target_rotations, errors, rows, jumped, start):
+                """Refiner._limbs_from for this character, in mathutils: each limb that jumped starts from the
+                network's bones times `start`, and its closed form lands it."""
+                for c in np.nonzero(jumped[0])[0].tolist():
+                    roles = self.limb_roles[c]
+                    for role, net, turn in zip(roles, network[0, c].tolist(), start[0, c].tolist()):
+                        quaternions[role] = list(Quaternion(net) @ Quaternion(turn))
+                    self.forward(quaternions, world, self.limb_steps[c])
+                    upper, mid, end, errors[0, c] = self._solve_chain(self.chains[c], world, quaternions, target_vectors[c],
+                                                                      Matrix(rotations[c]).to_quaternion())
+                    np.put(q, [4 * role + i for role in roles[:1] + self.written[3 * c:3 * c + 3] for i in range(4)],
+                           [*quaternions[roles[0]], *upper, *mid, *end])
+            r._follow_limbs(q, network, hips, target_positions, target_rotations, errors, memory,
+                            None if stale else limbs_from)
         return errors

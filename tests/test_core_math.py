@@ -148,3 +148,15 @@ def test_skeleton_json_round_trip_and_fingerprint():
     assert np.array_equal(again.role_mask, skel.role_mask)
     moved = Skeleton.from_json({**skel.to_json(), "offsets": (skel.offsets * 1.1).tolist()})
     assert moved.fingerprint() != skel.fingerprint()
+
+
+def test_right_jacobian_matches_finite_differences():
+    """exp(v + e d) = exp(v) exp(e J(v) d) to first order, for turns from zero to nearly half a turn."""
+    from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix, matrix_to_axis_angle, right_jacobian
+
+    rng = np.random.default_rng(5)
+    v = rng.normal(size=(40, 3)) * np.array([1e-9, 0.3, 1.0, 2.5])[np.arange(40) % 4, None]
+    d = rng.normal(size=(40, 3))
+    eps = 1e-6
+    turned = np.swapaxes(axis_angle_to_matrix(v), -1, -2) @ axis_angle_to_matrix(v + eps * d)
+    np.testing.assert_allclose(matrix_to_axis_angle(turned) / eps, (right_jacobian(v) @ d[..., None])[..., 0], atol=1e-5)

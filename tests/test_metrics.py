@@ -86,6 +86,7 @@ def test_known_offsets_are_found_where_they_were_put():
     assert result["inner_mpjpe_cm"] == pytest.approx(3.0 / len(inner))
     assert result["mpjpe_cm"] == pytest.approx(5.0 / mask.sum())
     assert result["per_effector_cm"]["RightHand"] == pytest.approx(2.0)
+    assert result["per_effector_p95_cm"]["RightHand"] == pytest.approx(2.0) and result["per_effector_p95_cm"]["Head"] == 0.0
     assert result["effector_cm"]["max"] == pytest.approx(2.0)
     assert result["per_effector_deg"]["Head"] == pytest.approx(0.01, rel=0.02)
     assert result["per_effector_deg"]["LeftHand"] == 0.0

@@ -6,7 +6,7 @@ Conventions follow Blender: matrices act on column vectors, quaternions are (w, 
 
 import numpy as np
 
-from .quaternion_math import QUATERNION_TO_MATRIX, quaternions_to_matrices
+from .quaternion_math import QUATERNION_TO_MATRIX, SKEW, quaternions_to_matrices
 
 _SMALL = 1e-8
 
@@ -30,6 +30,20 @@ def axis_angle_to_matrix(v):
     k = skew(v)
     eye = np.broadcast_to(np.eye(3, dtype=v.dtype), k.shape)
     return eye + a * k + b * (k @ k)
+
+
+def right_jacobian(v):
+    """(..., 3) axis-angle -> (..., 3, 3) J with exp(v + d) = exp(v) exp(J d) to first order in d: how a change of the
+    axis-angle vector turns the rotation in its own frame. I - (1 - cos t) / t^2 [v]x + (t - sin t) / t^3 [v]x^2."""
+    v = np.asarray(v, np.float64)
+    theta2 = np.einsum("...i,...i->...", v, v)[..., None, None]
+    small = theta2 < 1e-8
+    safe2 = np.where(small, 1.0, theta2)
+    safe = np.sqrt(safe2)
+    a = np.where(small, 0.5 - theta2 / 24.0, (1.0 - np.cos(safe)) / safe2)
+    b = np.where(small, 1.0 / 6.0 - theta2 / 120.0, (safe - np.sin(safe)) / (safe2 * safe))
+    k = (v @ SKEW).reshape(v.shape + (3,))                     # [v]x (a few calls, where skew stacks nine)
+    return np.eye(3) - a * k + b * (k @ k)
 
 
 def axis_angle_vjp(v, grad_matrix):

@@ -17,14 +17,22 @@ Run time (`refine_quaternions`, what the solver calls every tick) turns the orde
 exact whenever it can reach: one forward pass over a level-by-lane layout of the chain (8 batched 4x4 products for all
 characters), then the two-bone solve of all five chains (both arms, both legs, and the neck - NeckLower, NeckUpper,
 Head - for the head) and the effector orientations at once, vectorised over chains and characters. Only characters
-whose targets that leaves out of reach (a clavicle or the spine must move, or the rig has a single neck bone) go
-through the least-squares stage - `iterations` steps of it - and then the closed form again. So the iteration count
-is the least-squares budget for unreachable targets; `last_least_squares` says how many characters needed it.
+whose targets that leaves out of reach (a clavicle or the spine must move) go through the least-squares stage -
+`iterations` steps of it - and then the closed form again. So the iteration count is the least-squares budget for
+unreachable targets; `last_least_squares` says how many characters needed it.
 
 Before the closed form, a reach assist (reach_assist.py, closed form too) moves what the two-bone solve cannot: for a
 chain whose target is beyond its reach it turns the chain's parent (Spine2 for the head, a clavicle for an arm), or
 unbends the spine, just enough; only characters with a chain beyond reach pay for it, and on the shipped model's
-held-out clips it takes the share of ticks needing least squares from 100% to a few percent.
+held-out clips it takes the share of ticks needing least squares from 100% to a few percent. Where the head is still
+off (the assist's turns too small, or a rig with one neck bone, which has no two-bone neck chain), the head stage
+(head_reach.py) solves the spine and neck inside their limits for it.
+
+With a RefineMemory (refine_memory.py; a Solver passes its own) the refinement also carries what it settled on from
+one tick to the next: the head stage starts from last tick's spine, and a limb whose bones the refinement turned much
+more than the network's own turned (a degenerate or flipping elbow or knee) restarts from last tick's correction,
+moving toward this tick's only as fast as FOLLOW_SPEED; the effectors land as before, what the network leaves free
+never pops.
 
 At K = 1 a NumPy call costs about the same whatever the array size, so the run-time path is written to
 make few calls: every buffer and view is made once per K (_Workspace), the vectors of a chain sit side by side so one
@@ -60,7 +68,9 @@ from ..geometry.quaternion_math import (
 )
 from ..geometry.rotations import axis_angle_to_matrix, matrix_to_axis_angle, quaternion_to_axis_angle
 from ..skeleton.roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLES
+from .head_reach import HeadReach
 from .reach_assist import ReachAssist
+from .refine_memory import corrections
 
 LIMBS = (("LeftArm", "LeftForeArm", "LeftHand"), ("RightArm", "RightForeArm", "RightHand"),
          ("LeftThigh", "LeftShin", "LeftFoot"), ("RightThigh", "RightShin", "RightFoot"))
@@ -262,6 +272,10 @@ class Refiner:
         self._chain_layout(skeleton, mask, parents)
         self._least_squares_constants()
         self.reach_assist = ReachAssist.for_refiner(self, CHAINS, mask, parents)     # None: no chain may be assisted
+        self.head_reach = HeadReach.for_refiner(self)                                  # None: no joint below the head
+        # the memory's bones of each arm and leg: the upper bone's parent (a clavicle; the hips, which never turn, for a
+        # leg), the upper and the mid bone
+        self.limb_roles = np.array([[ROLE_INDEX[chain[0]] for chain in CHAINS[:4]], *self.chain_roles[:4, :2].T]).T
         self.last_least_squares = 0
 
     def _chain_layout(self, skeleton, mask, parents):
@@ -509,12 +523,16 @@ class Refiner:
         self._chain_targets(ws, world, target_positions)
         return self.reach_assist.rows_beyond_reach(ws.t_square, ws.assist_distances)
 
-    def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4):
+    def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4,
+                           memory=None):
         """Run-time refinement on (K, 23, 4) local quaternions (modified in place); hips (K, 4, 4) transforms.
 
-        Closed form for everyone; least squares (`iterations` steps) then the closed form again only for characters
-        the closed form leaves more than `tolerance` metres away, when that brings them closer. Returns errors (K, 5).
+        Closed form for everyone (after the reach assist, and the head stage for characters whose head it leaves off);
+        least squares (`iterations` steps) then the closed form again only for characters the closed form leaves more
+        than `tolerance` metres away, when that brings them closer. memory: the characters' RefineMemory (what the
+        previous tick settled on; updated), or None (each tick on its own). Returns errors (K, 5).
         """
+        network_limbs = None if memory is None else q[:, self.limb_roles]
         world = self.chain_forward(q, hips)
         ws = self._workspace(len(q))
         self._chain_targets(ws, world, target_positions)
@@ -525,10 +543,117 @@ class Refiner:
                 turned = assist.apply(q, hips, world, target_positions, rows, self.chain_forward)
                 if turned is not None:          # nothing turned: what _chain_targets read stands
                     self._chain_targets(ws, turned, target_positions)
+        if self.head_reach is not None:
+            rows = self._heads_off(ws.upper[:, 4], ws.end[:, 4], target_positions[:, 4], self.links, tolerance)
+            if rows is not None or (memory is not None and memory.head_active.any()):
+                if self._land_heads(q, hips, target_positions, rows, memory):
+                    self._chain_targets(ws, self.chain_forward(q, hips), target_positions)
         self._chain_shape(ws)
         errors = self._solve_chains(q, ws, target_positions, target_rotations)
-        return self.least_squares_after_closed_form(q, hips, target_positions, target_rotations, errors, iterations,
-                                                    tolerance)
+        errors = self.least_squares_after_closed_form(q, hips, target_positions, target_rotations, errors, iterations,
+                                                      tolerance)
+        if memory is not None:
+            self._follow_limbs(q, network_limbs, hips, target_positions, target_rotations, errors, memory)
+        return errors
+
+    def _follow_limbs(self, q, network, hips, target_positions, target_rotations, errors, memory, limbs_from=None):
+        """The limbs' memory (refine_memory.py), last: where a limb's clavicle, upper and mid bones turned by more than
+        POP_TURN beyond the network's own turn since last tick, and their correction of the network's (network: their
+        quaternions before refinement, (K, 4, 3, 4)) moved more than the memory's rate (the network's elbow or knee
+        flipped or its limb was degenerate; the clavicle's turn went from the reach assist's to least squares'), the
+        limb starts again from last tick's correction turned toward this one's by that rate, and the closed form lands
+        it from there (in place on q and errors; limbs_from: how, _limbs_from by default). What the tick settled on is
+        remembered."""
+        roles, limbs_from = self.limb_roles, limbs_from or self._limbs_from
+        solved = q[:, roles]
+        if not memory.sequence:
+            rows = slice(None)
+            follow, new = memory.follow_limbs(rows, solved, network)
+            if follow is not None:
+                jumped, start = follow
+                again = np.nonzero(jumped.any(axis=1))[0]
+                limbs_from(q, network, hips, target_positions, target_rotations, errors, again, jumped[again],
+                           start[again])
+                solved[again] = q[again][:, roles]
+                new[again] = corrections(network[again], solved[again])
+            memory.remember_limbs(rows, solved, network, new)
+            return
+        one = slice(0, 1)
+        for i in range(len(q)):            # frames of one character in order: each against the one before
+            follow, new = memory.follow_limbs(one, solved[i:i + 1], network[i:i + 1])
+            if follow is not None:
+                limbs_from(q, network, hips, target_positions, target_rotations, errors, [i], *follow)
+                solved[i] = q[i, roles]
+                new = corrections(network[i:i + 1], solved[i:i + 1])
+            memory.remember_limbs(one, solved[i:i + 1], network[i:i + 1], new)
+
+    def _limbs_from(self, q, network, hips, target_positions, target_rotations, errors, rows, jumped, start):
+        """Characters `rows`: the limbs `jumped` (len(rows), 4) take the network's clavicle, upper and mid bones times
+        the corrections `start` (len(rows), 4, 3, 4), and the closed form lands every chain from there (in place on q
+        and errors)."""
+        rows = np.asarray(rows)
+        roles, part = self.limb_roles, q[rows]
+        part[:, roles] = np.where(jumped[..., None, None], multiply_quaternions(network[rows], start), part[:, roles])
+        links = self.links.take(rows)
+        errors[rows] = self.closed_form(part, self.chain_forward(part, hips[rows], links), target_positions[rows],
+                                        target_rotations[rows], links)
+        q[rows] = part
+
+    def _heads_off(self, upper, end, targets, links, tolerance):
+        """Characters (indices) whose head the closed form would leave more than `tolerance` off its target, or None:
+        the head's target that far beyond the neck chain's reach from its upper bone's head `upper` (K, 3), or, where
+        the rig has no two-bone neck chain, the head (`end`, (K, 3)) that far from it. links: these characters'
+        ChainLinks."""
+        if self.chain_valid[4]:
+            reach = links.reach[0][..., 4] + tolerance
+            miss = targets - upper
+            off = np.einsum("ki,ki->k", miss, miss) > reach * reach
+        else:
+            miss = targets - end
+            off = np.einsum("ki,ki->k", miss, miss) > tolerance * tolerance
+        return np.nonzero(off)[0] if off.any() else None
+
+    def _land_heads(self, q, hips, target_positions, rows, memory=None):
+        """The head stage (head_reach.py), in place on q (K, 23, 4), for characters `rows` (indices, or None) and those
+        whose memory holds a spine of their own (from there, moving back toward the network's; memory updated); then
+        the reach assist again for those whose arms the spine's turn left beyond reach (the clavicles hang off the
+        spine). Returns whether any character went through it."""
+        head, k, rate = self.head_reach, len(q), 0.0 if memory is None else memory.rate
+        need = np.zeros(k, bool)
+        if rows is not None:
+            need[rows] = True
+        if memory is None:
+            rows = np.nonzero(need)[0]
+            head.solve(q, hips, target_positions[:, 4], rows, self.chain_forward, self.links)
+        elif memory.sequence:               # frames of one character in order: each starts from the one before
+            for i in range(k):
+                if need[i] or memory.head_active[0]:
+                    start = memory.head[:1] if memory.head_active[0] else None
+                    _, solved, own = head.solve(q, hips, target_positions[:, 4], [i], self.chain_forward, self.links,
+                                                start, rate)
+                    memory.remember_head([0], solved, own)
+                    need[i] = True
+            rows = np.nonzero(need)[0]
+        else:
+            need |= memory.head_active
+            rows = np.nonzero(need)[0]
+            start = np.where(memory.head_active[rows, None, None], memory.head[rows], np.nan)
+            _, solved, own = head.solve(q, hips, target_positions[:, 4], rows, self.chain_forward, self.links, start,
+                                        rate)
+            memory.remember_head(rows, solved, own)
+        if not len(rows):
+            return False
+        assist = self.reach_assist
+        if assist is not None:
+            ws = self._workspace(k)
+            world = self.chain_forward(q, hips)
+            self._chain_targets(ws, world, target_positions)
+            again = assist.rows_beyond_reach(ws.t_square, ws.assist_distances)
+            if again is not None:
+                again = np.intersect1d(again, rows)
+                if len(again):
+                    assist.apply(q, hips, world, target_positions, again, self.chain_forward)
+        return True
 
     def least_squares_after_closed_form(self, q, hips, target_positions, target_rotations, errors, iterations=2,
                                         tolerance=1e-4):
@@ -547,7 +672,14 @@ class Refiner:
         for _ in range(iterations):
             if self.least_squares_quaternions(q_more, hips_more, tp, links) < tolerance:
                 break
-        more = self.closed_form(q_more, self.chain_forward(q_more, hips_more, links), tp, target_rotations[need], links)
+        world = self.chain_forward(q_more, hips_more, links)
+        if self.head_reach is not None:        # least squares moved the spine for the arms: the head again
+            upper, end = self.chain_slots[4, 1], self.chain_slots[4, 3]
+            rows = self._heads_off(world[:, upper, :3, 3], world[:, end, :3, 3], tp[:, 4], links, tolerance)
+            if rows is not None:
+                self.head_reach.solve(q_more, hips_more, tp[:, 4], rows, self.chain_forward, links)
+                world = self.chain_forward(q_more, hips_more, links)
+        more = self.closed_form(q_more, world, tp, target_rotations[need], links)
         better = more.max(axis=1) < errors[need].max(axis=1)
         q[need[better]] = q_more[better]
         errors[need[better]] = more[better]

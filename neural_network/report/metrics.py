@@ -167,6 +167,7 @@ def summarize(frames, reference, solved, role_mask, actions, contacts, limits=No
         "inner_mpjpe_cm": _nanmean(frames["inner_cm"][sel]),
         "per_role_cm": {ROLES[j]: _nanmean(joints[:, j]) for j in range(len(ROLES)) if mask[j]},
         "per_effector_cm": {name: _nanmean(eff_cm[:, k]) for k, name in enumerate(EFFECTORS)},
+        "per_effector_p95_cm": {name: summary(eff_cm[:, k])["p95"] for k, name in enumerate(EFFECTORS)},
         "per_effector_deg": {name: _nanmean(eff_deg[:, k]) for k, name in enumerate(EFFECTORS)},
     }
     slide_sol = foot_slide(solved, contacts, actions)[sel]

@@ -31,6 +31,7 @@ from ..geometry.quaternion_math import (
 )
 from ..geometry.rotations import matrix_to_quaternion
 from ..ik.refine import Refiner
+from ..ik.refine_memory import RefineMemory
 from ..skeleton.roles import FOOT_ROLES, NUM_ROLES, TASKS
 from .engines import make_engine
 from .inputs import ABSURD_DISTANCE, NUM_TARGETS, InputBuilder
@@ -105,13 +106,14 @@ class Solver:
     """
 
     def __init__(self, model, onnx_bytes=None, characters=1, engine="auto", blend_ticks=8, tolerance=1e-3,
-                 runtime_graph=True, links=None, pose_layout=None, hips_map=None):
+                 runtime_graph=True, links=None, pose_layout=None, hips_map=None, sequence=False):
         """links: the bridges and offsets FK needs where unmapped in-between bones (CMU's CC_Base_Pelvis) are off
         their rest pose - one set for every character, or one per character (see resolve_links); None: rest.
         pose_layout: (bone count, pose-bone indices, their roles, the hips' index or None) of rigs that share one
         bone layout: the run-time graph then also gives their whole rotation_quaternion buffers (runtime.pose).
         hips_map: the characters' shared map of the root target to the hips' matrix_basis (live.LiveCharacter.hips_map),
-        for the run-time graph's hips outputs."""
+        for the run-time graph's hips outputs. sequence: the K rows are frames of one character in order (Bake): the
+        refinement's memory (refine_memory.py) runs through them one after another, as live ticks would."""
         self.model = model
         self.k = k = characters
         skeleton, per_character = resolve_links(model.skeleton, links, k)
@@ -129,6 +131,7 @@ class Solver:
         if per_character is not None:        # the graph's constants cannot differ per row: the NumPy path takes these
             self.build_inputs.set_laterals(per_character[1])
             self.refiner.set_links(*per_character)
+        self.memory = RefineMemory.for_refiner(self.refiner, k, sequence)     # what refinement carries over
         self.height = model.skeleton.height
         self.blend_ticks = max(1, int(blend_ticks))
         self.tolerance = tolerance
@@ -343,8 +346,9 @@ class Solver:
             q += self.unmapped_bias
         hips = t[:, 0]
         if refine_iterations > 0:
+            self.memory.dt = dt
             self.errors = self.refiner.refine_quaternions(q, hips, t[:, 1:, :3, 3], t[:, 1:, :3, :3],
-                                                          iterations=refine_iterations)
+                                                          iterations=refine_iterations, memory=self.memory)
             check = q.sum() + self.errors.sum()
         elif measure_errors:
             world = self.refiner.chain_forward(q, hips)
@@ -367,7 +371,7 @@ class Solver:
             return
         self._hold(usable, refine_iterations > 0 or measure_errors, refine_iterations > 0)
 
-    def refine_toward(self, result, targets, refine_iterations):
+    def refine_toward(self, result, targets, refine_iterations, dt=1 / 60):
         """`result` (a solve without refinement) refined toward other targets (K, 6, 4, 4) than its network saw, as a
         new SolveResult. A bake that fits a clip to the ground or locks its feet solves the network on the clip's own
         targets (the flat ground and the motion training saw) and refines toward the edited ones, so the pose keeps
@@ -375,8 +379,10 @@ class Solver:
         usable = self._normalise_and_check(np.asarray(targets, np.float64))
         t = self.normalised
         q = result.quaternions.copy()
+        self.memory.reset(None)          # the refinement starts afresh from the network's pose, frames in order
+        self.memory.dt = dt
         errors = self.refiner.refine_quaternions(q, t[:, 0], t[:, 1:, :3, 3], t[:, 1:, :3, :3],
-                                                 iterations=refine_iterations)
+                                                 iterations=refine_iterations, memory=self.memory)
         good = np.isfinite(q).all(axis=(1, 2)) & np.isfinite(errors).all(axis=1)
         if usable is not None:
             good &= usable
@@ -440,7 +446,9 @@ class Solver:
         np.copyto(q.reshape(k, 4 * NUM_ROLES), rt.q)
         hips, positions, rotations = rt.latest_target_parts()
         if refine_iterations > 0:
-            errors = self.refiner.refine_quaternions(q, hips, positions, rotations, iterations=refine_iterations)
+            self.memory.dt = dt
+            errors = self.refiner.refine_quaternions(q, hips, positions, rotations, iterations=refine_iterations,
+                                                     memory=self.memory)
         else:
             miss = self.refiner.chain_forward(q, hips)[:, self.effector_slots][..., :3, 3] - positions
             errors = np.sqrt(np.einsum("kei,kei->ke", miss, miss))
@@ -473,6 +481,8 @@ class Solver:
         if refined:
             status[good & (np.nan_to_num(self.errors, nan=np.inf).max(axis=1) > self.tolerance)] |= MISSED
         q[~good] = self.last_q[~good]
+        if refined and not good.all():       # what the refinement remembers of them is of no use
+            self.memory.reset(None if self.memory.sequence else np.nonzero(~good)[0])
         self.last_q[good] = q[good]
         self.last_hips[good] = self.normalised[good, 0]
         self.has_good |= good

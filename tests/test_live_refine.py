@@ -61,7 +61,8 @@ def assert_same_refinement(skel, q, hips, expected, got, position_tol=1e-6, quat
     np.testing.assert_allclose(e_got, e_ref, atol=position_tol)
     np.testing.assert_allclose(effector_positions(skel, q_got, hips), effector_positions(skel, q_ref, hips),
                                atol=position_tol)
-    np.testing.assert_allclose(aligned(q_ref, q_got), q_ref, atol=quaternion_tol)
+    if quaternion_tol is not None:
+        np.testing.assert_allclose(aligned(q_ref, q_got), q_ref, atol=quaternion_tol)
     chain_bone = np.zeros(q.shape[1], bool)
     chain_bone[[ROLE_INDEX[n] for chain in CHAINS for n in chain[1:]]] = True
     untouched = np.all(q_ref == q, axis=-1) & ~chain_bone   # bones besides the chains' the reference leaves alone
@@ -154,8 +155,10 @@ def test_at_the_spine2_tie_the_refiners_agree_wherever_they_take_the_same_path()
         closed = (expected[2] == got[2]) & (expected[2] == 0)
         both = (expected[2] == got[2]) & (expected[2] > 0)
         same, on_limit = same + int(closed.sum() + both.sum()), on_limit + int(limit.sum())
+        # the head stage turns the spine and neck: one of many such poses lands the head, and the two precisions
+        # may settle on different ones, so they are held to what they land (to a micrometre), not to their turns
         assert_same_refinement(skel, q[closed], hips[closed], tuple(a[closed] for a in expected),
-                               tuple(a[closed] for a in got))
+                               tuple(a[closed] for a in got), quaternion_tol=None)
         np.testing.assert_allclose(effector_positions(skel, got[0][both], hips[both]),
                                    effector_positions(skel, expected[0][both], hips[both]), atol=TIE_TOLERANCE)
         np.testing.assert_allclose(got[1][both], expected[1][both], atol=TIE_TOLERANCE)
@@ -163,13 +166,10 @@ def test_at_the_spine2_tie_the_refiners_agree_wherever_they_take_the_same_path()
     assert same > 250 and on_limit > 20        # the seeds do reach the tie
 
 
-@pytest.mark.xfail(strict=True, reason="the two limit checks (reach_assist._within_limits, live_refine._within_limits)"
-                   " have no tolerance: a Spine2 turn clamped onto its limit passes in one precision and fails in the "
-                   "other, and the refiner sent to least squares leaves the head up to 2.8 cm off where the other "
-                   "lands it. A 1e-5 rad tolerance in both checks makes all 320 characters agree to 10 micrometres.")
 def test_at_the_spine2_tie_the_refiners_land_the_same_effectors():
     """The tie itself: however rounding decides the limit check of a Spine2 clamped onto its limit, the NumPy and the
-    mathutils refiner give the same effector positions and errors, to TIE_TOLERANCE."""
+    mathutils refiner give the same effector positions and errors, to TIE_TOLERANCE. (Before the head stage the
+    refiner sent to least squares left the head up to 2.8 cm off where the other landed it.)"""
     for skel, _q, hips, (expected, got), _limit in tie_cases():
         np.testing.assert_allclose(effector_positions(skel, got[0], hips), effector_positions(skel, expected[0], hips),
                                    atol=TIE_TOLERANCE)

@@ -22,6 +22,8 @@ from .live import LiveCharacter, missing_targets, targets_of
 from .models import model_of, rig_of
 from .motion import LAYER_SLOTS, targets_from_action
 
+TOES = [ROLE_INDEX["LeftToeBase"], ROLE_INDEX["RightToeBase"]]   # the balls of the feet
+
 
 class BakeSource:
     """What a bake from an action takes from it: per frame the targets (its own effectors), the hips, its contacts,
@@ -157,8 +159,7 @@ def edit_targets(targets, hips_rotation, hips_position, links, rig, lock_feet, g
     hips = targets[:, 0, :3, 3] if hips_position is None else hips_position
     drop = _hips_drop(rig.skeleton, targets, hips_rotation, hips, links)
     if drop.any():       # the body comes down where a leg cannot otherwise reach its foot; the feet stay
-        targets[:, list(foot_lock.BODY_TARGETS[1:]), 2, 3] -= drop[:, None]
-        targets[:, 0, 2, 3] -= drop
+        targets[:, list(foot_lock.BODY_TARGETS), 2, 3] -= drop[:, None]
         if hips_position is not None:
             hips_position[:, 2] -= drop
         notes.append(f"the body lowered up to {drop.max() * 100:.1f} cm")
@@ -168,8 +169,7 @@ def edit_targets(targets, hips_rotation, hips_position, links, rig, lock_feet, g
 def _ground_under_feet(ground, targets, planted, skeleton, world_to_character, frames):
     """(heights (F, 2), sole normals (F, 2, 3)) of the ground under each foot target, in character space: rays down
     at the ankle and at the ball of the foot (terrain.support, terrain.hold_across_edges; the ankle's ground alone on
-    a rig without toes);
-    raises LiveError where no ground lies under a foot."""
+    a rig without toes); raises LiveError where no ground lies under a foot."""
     ankles, ankle_normals = _cast(ground, foot_lock.foot_positions(targets), skeleton, world_to_character, frames)
     toes = _toe_offsets(skeleton)
     if toes is None:
@@ -181,8 +181,7 @@ def _ground_under_feet(ground, targets, planted, skeleton, world_to_character, f
 
 def _toe_offsets(skeleton):
     """(2, 3) where each toe bone's head sits in its foot's frame; None on a rig without toe bones."""
-    toes = [ROLE_INDEX["LeftToeBase"], ROLE_INDEX["RightToeBase"]]
-    return skeleton.offsets[toes] if skeleton.role_mask[toes].all() else None
+    return skeleton.offsets[TOES] if skeleton.role_mask[TOES].all() else None
 
 
 def _cast(ground, points, skeleton, world_to_character, frames):
@@ -206,17 +205,15 @@ def _lift_sunk_balls(ground, fitted, clip, planted, skeleton, world_to_character
     """Raise each fitted foot target (in place) where, planted, the ball of its foot would sink below the ground it
     stands over (by less than the clip's own ball height above its flat ground); returns the largest sink (m). The
     balls are where `fitted` puts them (the sole plane is fitted at the clip's ball and the tilt moves it a little)
-    or, given, where a solve put them (its ankle turned back inside the joint limits). The raise is smoothed over a
-    few frames (foot_lock.cover), so a foot never jumps; in the swing the toes may pass close to a step's nose, as
-    the clip's did over its flat floor."""
+    or, given, where a solve put them (its ankle turned back inside the joint limits). Only planted feet are raised:
+    in the swing the toes may pass close to a step's nose, as the clip's did over its flat floor."""
     toes = _toe_offsets(skeleton)
     if toes is None:
         return 0.0
     balls = terrain.balls(fitted, toes) if balls is None else balls
     hits, _normals = _cast(ground, balls, skeleton, world_to_character, frames)
     sink = np.where(planted, np.maximum(hits[..., 2] + terrain.balls(clip, toes)[..., 2] - balls[..., 2], 0.0), 0.0)
-    for foot, t in enumerate(foot_lock.FOOT_TARGETS):
-        fitted[:, t, 2, 3] += foot_lock.cover(sink[:, foot], 0)
+    fitted[:, list(foot_lock.FOOT_TARGETS), 2, 3] += sink
     return float(sink.max())
 
 
@@ -227,13 +224,12 @@ def _solve_edited(solver, network, edited, iterations, clip, planted, ground, ri
     result = solver.refine_toward(network, edited, iterations, dt=1.0 / 30)
     if ground is None:
         return result
-    toes = [ROLE_INDEX["LeftToeBase"], ROLE_INDEX["RightToeBase"]]
     _feet_within_limits(solver.refiner, result)
     for _ in range(2):
         pose = kinematics.forward(rig.skeleton, result.local, result.hips_rotation, result.hips_position,
                                   *(links if links is not None else (None, None)))
         if _lift_sunk_balls(ground, edited, clip, planted, rig.skeleton, world_to_character, frames,
-                            balls=pose.positions[:, toes]) < 1e-3:
+                            balls=pose.positions[:, TOES]) < 1e-3:
             break
         result = solver.refine_toward(network, edited, iterations, dt=1.0 / 30)
         _feet_within_limits(solver.refiner, result)

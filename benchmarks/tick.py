@@ -66,13 +66,16 @@ def random_network(skeleton, spec, hidden=(128, 96), seed=0):
                  np.full((23, 3), -0.3), np.full((23, 3), 0.3))
 
 
-def measure_playing(tick, scene, frames, repeats, ticks_per_frame=1):
+def measure_playing(tick, scene, frames, repeats, ticks_per_frame=1, before=None):
     """measure() of tick.tick(scene) with the scene's frame moved on by one every `ticks_per_frame` ticks (untimed),
-    through `frames` (a range) and round again, as playback does (2: a 30 fps clip under 60 ticks a second)."""
+    through `frames` (a range) and round again, as playback does (2: a 30 fps clip under 60 ticks a second).
+    before: called (untimed) before each tick."""
     frames = [f for f in frames for _ in range(ticks_per_frame)]
     times = np.empty(repeats)
     for i in range(min(200, repeats) + repeats):
         scene.frame_current = frames[i % len(frames)]
+        if before is not None:
+            before()
         t = time.perf_counter()
         tick.tick(scene)
         if i >= min(200, repeats):
@@ -101,6 +104,7 @@ def playing_rows(bpy, model, data, repeats, passes=6):
     median us, plain median us)]."""
     from neural_ik.blender import action_layouts
     from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.motion import LAYER_SLOTS
 
     scene = bpy.context.scene
     plain_obj, play_obj = make_characters(bpy, 2)
@@ -111,6 +115,9 @@ def playing_rows(bpy, model, data, repeats, passes=6):
     faces = len(ground.data.polygons)
     settings = play_obj.neural_ik
     settings.ground_object = ground
+    for slot in LAYER_SLOTS:             # Create Targets set them to 1: here the action drives every target
+        layer = getattr(settings, slot)
+        layer.position = layer.rotation = 0.0
     for o in (plain_obj, play_obj):
         o.neural_ik.refine_iterations = 0
     bpy.context.view_layer.update()
@@ -124,22 +131,27 @@ def playing_rows(bpy, model, data, repeats, passes=6):
     def pinned(on):
         settings.layer_right_hand.position = settings.layer_right_hand.rotation = float(on)
 
-    variants = [
-        (f"tick, playing a walk + both feet's rays on a {faces}-face bumpy ground", lambda: None),
-        ("the same, 2 ticks a frame (30 fps playback, 60 ticks a second)", lambda: None),
-        ("the same + Lock Feet", lambda: setattr(settings, "lock_feet", True)),
-        ("the same + the right hand pinned to its empty (influence 1)", lambda: pinned(True)),
+    motion = playing.live_groups[0].motions[0][1]
+    cast = motion.forget              # before each tick: nothing kept, the tick casts and edits (a frame's first time)
+    variants = [   # (name, setup, ticks a frame, before each tick)
+        (f"tick, playing a walk + both feet's rays on a {faces}-face bumpy ground (each tick casts: first play)",
+         lambda: None, 1, cast),
+        ("the same, replayed (each frame's rays and edits kept since the ground last changed)", lambda: None, 1, None),
+        ("the same, replayed, 2 ticks a frame (30 fps playback, 60 ticks a second)", lambda: None, 2, None),
+        ("the same + Lock Feet (each tick casts: first play)", lambda: setattr(settings, "lock_feet", True), 1, cast),
+        ("the same + Lock Feet, replayed", lambda: None, 1, None),
+        ("the same + the right hand pinned to its empty (influence 1: every tick casts)", lambda: pinned(True), 1, None),
         ("tick, playing a walk (no ground, no Lock Feet)", lambda: (pinned(False), setattr(settings, "lock_feet", False),
-                                                                    setattr(settings, "ground_object", None))),
+                                                                    setattr(settings, "ground_object", None)), 1, None),
     ]
     out = []
     try:
-        for name, setup in variants:
+        for name, setup, per_frame, before in variants:
             setup()
             ratios, times, anchors = [], [], []
             for _ in range(passes):
                 base = measure(lambda: plain.tick(scene), repeats // passes)[0]
-                value = measure_playing(playing, scene, frames, repeats // passes, 2 if "2 ticks" in name else 1)[0]
+                value = measure_playing(playing, scene, frames, repeats // passes, per_frame, before)[0]
                 ratios.append(value / base)
                 times.append(value)
                 anchors.append(base)

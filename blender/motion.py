@@ -121,6 +121,13 @@ class LiveMotion:
         self.stale = False                                     # a depsgraph update touched the ground
         self.note = ""                                         # for the live status: no ground under a foot
         self.last_index = self.last_result = None              # the last tick's frame and results
+        self.frames = None                                     # to_world, to_character as row lists (rays)
+        # per frame index: the edited targets, the feet's ground, the edits' state after it and the status note, as
+        # the last tick on that frame left them since the ground, the armature or Lock Feet last changed (kept only
+        # while nothing is blended in: the empties move freely). Playback loops over a clip: each frame's rays are
+        # cast and its edits worked out once, a replay (or a scrub back to it) takes them as they were
+        self.memo = {}
+        self.last_cast = [None, None]                          # per foot: (its point, its hit) at the last cast
         self.refresh()
 
     # -- settings: read at start, after an edit and in the tick's polled slices --------------------------------------
@@ -136,6 +143,7 @@ class LiveMotion:
         if settings.lock_feet != self.lock_feet:
             self.lock_feet = settings.lock_feet
             self.edits.reset()
+            self.memo.clear()
         key = (settings.ground_object, settings.ground_collection)
         if key != self.ground_key:
             self._gone()
@@ -160,6 +168,8 @@ class LiveMotion:
         self.ground_names = ", ".join(repr(o.name) for o in objects)
         self.ground = Ground(objects, bpy.context.evaluated_depsgraph_get()) if objects else None
         self.stale = False
+        self.last_cast = [None, None]
+        self.memo.clear()
         if had != (self.ground is not None):
             self.edits.reset()
             self.note = ""
@@ -188,11 +198,19 @@ class LiveMotion:
         index = min(max(frame - self.first, 0), self.last)
         if index == self.last_index and not (self.stale or self.blends or moved):
             return self.last_result
-        targets = self.targets[index].copy()
+        if moved:                                # the ground lies elsewhere under the rig now
+            self.memo.clear()
         if self.stale:
             self._gone()
             self._build_ground(self.obj.neural_ik)
         editing = self.lock_feet or self.ground is not None
+        if editing and not self.blends:
+            kept = self.memo.get(index)
+            if kept is not None:                 # this frame's edits since the last change: as they were
+                targets, ground, state, self.note = kept
+                self.edits.restore(state)
+                return self._result(index, targets, ground)
+        targets = self.targets[index].copy()
         ground = None
         if editing:
             edits = self.edits
@@ -200,41 +218,80 @@ class LiveMotion:
             if self.lock_feet:
                 edits.lock(targets)
             if self.ground is not None:
-                ground = edits.ground(targets, *self._ground_under(targets, to_world, to_character))
+                ground = edits.ground(targets, *self._ground_under(targets, to_world, to_character, moved))
         position = None
         if self.blends:
             values = np.where(self.keyed, self.keyed_values[index], self.values) if self.any_keyed else self.values
             if values.any():
                 position = values[0]
-                targets = layering.blend_targets(targets[None], empties()[None], position, values[1], self.present)[0]
+                targets = self._blend(targets, empties(), values)
         if editing:
             self.edits.drop(targets, None if position is None else 1.0 - position[_BODY], self.lock_feet)
+            if not self.blends:
+                self.memo[index] = (targets, ground, self.edits.state(), self.note)
+        return self._result(index, targets, ground)
+
+    def _result(self, index, targets, ground):
         contacts = self.edits.contact_rows[index] if self.lock_feet else None
         self.last_index, self.last_result = index, (targets, ground, contacts)
         return self.last_result
 
-    def _ground_under(self, targets, to_world, to_character):
+    def forget(self):
+        """Drop the edits kept per frame (see `memo`): the ground, the armature or Lock Feet changed."""
+        self.memo.clear()
+
+    def _blend(self, targets, empties, values):
+        """layering.blend_targets for this frame, in place on `targets`: a target whose empty has both influences at 1
+        is that empty as read (as Run IK without an action takes it), one at 0 stays the action's; only those in
+        between are blended (a fade)."""
+        between = []
+        for k, (p, r) in enumerate(zip(*values.tolist())):
+            if p >= 1.0 and r >= 1.0:
+                targets[k] = empties[k]
+            elif p > 0.0 or r > 0.0:
+                between.append(k)
+        if between:
+            targets[between] = layering.blend_targets(targets[None, between], empties[None, between],
+                                                      values[0, between], values[1, between])[0]
+        return targets
+
+    def _ground_under(self, targets, to_world, to_character, moved):
         """(heights [2], normals [2 of (x, y, z)]) of the ground under the two foot targets, character space; where no
-        ground lies under a foot: the action's own ground (height 0, +Z), and the live status says so."""
-        (ax, ay, az, at), (bx, by, bz, bt), (cx, cy, cz, ct) = to_world[:3].tolist()
-        feet = targets[_FEET, :3, 3].tolist()
-        world = [(ax * x + ay * y + az * z + at, bx * x + by * y + bz * z + bt, cx * x + cy * y + cz * z + ct)
-                 for x, y, z in feet]
+        ground lies under a foot: the action's own ground (height 0, +Z), and the live status says so. The transforms
+        are taken as lists when the armature moved (else last tick's), and a foot whose target did not move since the
+        last cast (a locked foot, a planted one) takes that cast's hit again: the tick is Python floats and at most
+        two rays."""
+        if moved or self.frames is None:
+            self.frames = (to_world[:3].tolist(), to_character[:3].tolist())
+            self.last_cast = [None, None]
+        (ax, ay, az, at), (bx, by, bz, bt), (cx, cy, cz, ct) = self.frames[0]
         scale = self.height * math.sqrt(az * az + bz * bz + cz * cz)   # a rig height in world units
-        hits = self.ground.cast_rows(world, 2.0 * scale)        # from above the ground to two rig heights below
-        (ax, ay, az, at), (bx, by, bz, bt), (cx, cy, cz, ct) = to_character[:3].tolist()
-        heights, normals = [0.0, 0.0], [_UP, _UP]
-        for i, hit in enumerate(hits):
-            if hit is not None:
-                (x, y, _z), (top, (nx, ny, nz)) = world[i], hit
-                heights[i] = cx * x + cy * y + cz * top + ct
-                n = (ax * nx + ay * ny + az * nz, bx * nx + by * ny + bz * nz, cx * nx + cy * ny + cz * nz)
-                length = math.sqrt(n[0] * n[0] + n[1] * n[1] + n[2] * n[2])
-                normals[i] = (n[0] / length, n[1] / length, n[2] / length)
+        hits = [None, None]
+        for i, point in enumerate(targets[3:5, :3, 3].tolist()):         # FOOT_TARGETS
+            last = self.last_cast[i]
+            if last is not None and last[0] == point:
+                hits[i] = last[1]
+                continue
+            x, y, z = point
+            world = (ax * x + ay * y + az * z + at, bx * x + by * y + bz * z + bt, cx * x + cy * y + cz * z + ct)
+            hits[i] = self._character_hit(world, self.ground.cast_rows([world], 2.0 * scale)[0])
+            self.last_cast[i] = (point, hits[i])
         if hits[0] is None or hits[1] is None:      # no ground under a foot: the action's own ground there
             self.note = ("no ground under either foot: both keep the action's height" if hits == [None, None] else
                          f"no ground under the {'left' if hits[0] is None else 'right'} foot: it keeps the action's "
                          "height")
+            hits = [(0.0, _UP) if hit is None else hit for hit in hits]
         elif self.note:
             self.note = ""
-        return heights, normals
+        return [hits[0][0], hits[1][0]], [hits[0][1], hits[1][1]]
+
+    def _character_hit(self, world, hit):
+        """A world-space ray hit (height, normal) under the world point `world` (from above the ground to two rig
+        heights below) as (height, normal) in character space, or None."""
+        if hit is None:
+            return None
+        (ax, ay, az, _), (bx, by, bz, _), (cx, cy, cz, ct) = self.frames[1]
+        (x, y, _z), (top, (nx, ny, nz)) = world, hit
+        n = (ax * nx + ay * ny + az * nz, bx * nx + by * ny + bz * nz, cx * nx + cy * ny + cz * nz)
+        length = math.sqrt(n[0] * n[0] + n[1] * n[1] + n[2] * n[2])
+        return cx * x + cy * y + cz * top + ct, (n[0] / length, n[1] / length, n[2] / length)

@@ -386,3 +386,66 @@ def test_no_ground_under_the_feet_is_said_and_a_deleted_ground_stops_the_session
     np.testing.assert_array_equal(pose_channels(obj), before)
     assert obj.animation_data.action == action
     assert list(bpy.app.handlers.depsgraph_update_post) == handlers
+
+
+def test_a_replayed_frame_takes_the_edits_it_had_until_the_ground_or_lock_feet_changes(walking, monkeypatch):
+    """Playback loops: each frame's rays are cast and its edits worked out once (LiveMotion.memo), a replay takes
+    them as they were - the very targets and ground the network got the first time, no ray cast - until something
+    they hang on changes: the ground moved (its rays again, the feet on it where it is now), Lock Feet switched."""
+    import bpy
+
+    from neural_ik.blender.ground import Ground
+    from neural_ik.blender.live import LiveTick
+
+    obj, rig, model, action, sample = walking
+    bpy.ops.mesh.primitive_plane_add(size=40)
+    plane = bpy.context.active_object
+    plane.rotation_euler = (0.0, -math.radians(8), 0.0)
+    bpy.context.view_layer.update()
+    obj.neural_ik.ground_object = plane
+    obj.neural_ik.lock_feet = True
+    tick = LiveTick([(obj, model, None)])
+    tick.start()
+    motion = tick.motions[0]
+    solver = tick.live_groups[0].solver
+    casts = []                                      # every ray cast, counted (the real casts run)
+    cast_rows = Ground.cast_rows
+    monkeypatch.setattr(Ground, "cast_rows", lambda self, points, below: casts.append(len(points))
+                        or cast_rows(self, points, below))
+    ground = motion.ground
+    first = int(sample.frames[0])
+    frames = list(range(first, first + 30))
+
+    def play():
+        told, cast_before = [], len(casts)
+        for f in frames:
+            bpy.context.scene.frame_set(f)
+            tick.tick(bpy.context.scene)
+            told.append((solver.world_targets()[0], solver.settings[0, 0:2].copy(), solver.settings[0, 4:6].copy()))
+            if obj.neural_ik.lock_feet:             # the graph's contacts are the planted flags, the ground moving on
+                flags = told[-1][2]
+                np.testing.assert_array_equal(solver.runtime.z_limits[0], np.where(flags > 0.5, np.inf, -np.inf))
+        return told, len(casts) - cast_before
+
+    once, cast_once = play()
+    again, cast_again = play()
+    assert motion.ground is ground                  # a frame change did not make the ground stale
+    assert cast_once >= len(frames) and cast_again == 0
+    for (t1, g1, c1), (t2, g2, c2) in zip(once, again):
+        np.testing.assert_array_equal(t1, t2)
+        np.testing.assert_array_equal(g1, g2)
+        np.testing.assert_array_equal(c1, c2)
+    plane.location.z += 0.1                        # the ground moved: rebuilt, cast again, the feet 10 cm higher
+    bpy.context.view_layer.update()
+    raised, cast_raised = play()
+    assert motion.ground is not ground and cast_raised >= len(frames)
+    planted = motion.edits.planted[_index(sample, frames)]
+    lifted = np.array([t[[3, 4], 2, 3] for t, _, _ in raised]) - np.array([t[[3, 4], 2, 3] for t, _, _ in once])
+    np.testing.assert_allclose(lifted[planted], 0.1, atol=1e-6)
+    obj.neural_ik.lock_feet = False                # Lock Feet off: the unlocked feet's own edits, worked out anew
+    tick.live_groups[0].refresh_settings(range(1))
+    motion.refresh()
+    unlocked, _ = play()
+    tick.stop()
+    moved = [np.abs(t1[[3, 4], :2, 3] - t2[[3, 4], :2, 3]).max() for (t1, _, _), (t2, _, _) in zip(raised, unlocked)]
+    assert max(moved) > 1 * MM                     # the clip's feet, no longer the locked ones

@@ -45,7 +45,7 @@ from .foot_lock import (
     lock_feet,
     lock_step,
 )
-from .terrain import contact_weight, ground_rates, tilt_toward
+from .terrain import contact_weight, ground_rates, tilt_rows
 
 MAX_STEP = 4                 # frames forward that still continue the motion (more: a jump)
 BODY_FRAMES = 4.0            # time constant of the body's rise with the ground (frames)
@@ -55,7 +55,8 @@ REACH = 0.995                # hips_need's: a leg reaches this share of its leng
 FREE_RATE = 1.0 - math.exp(-1.0 / BODY_FRAMES)    # a foot never planted follows the ground by exponential smoothing
 _FRESH = (None, None, None, None, None)           # lock state per foot, foot grounds, body lift, hips drop
 _FEET, _BODY = list(FOOT_TARGETS), list(BODY_TARGETS)
-_ROOT_AND_FEET = [0] + _FEET
+_UP = (0.0, 0.0, 1.0)
+_LEVEL = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0))     # no tilt
 
 
 class OnlineEdits:
@@ -83,12 +84,21 @@ class OnlineEdits:
             self.lock_drop = hips_drop(thighs_now, foot_positions(lock_feet(targets, self.planted, blend_frames)),
                                        self.legs)
         self.frame = None
-        self.tilts = [None, None]
+        self.tilt_key = self.tilts = None       # _tilts' last normals and weights, and its result
         self.before = self.after = _FRESH
         self.steps = 0
 
     def reset(self):
         self.frame = None
+
+    def state(self):
+        """The state a frame's edits left (for `restore`): the frame and what the next frame continues from."""
+        return self.frame, tuple(self.after)
+
+    def restore(self, state):
+        """Continue from a `state()`, as if its frame had just been edited again."""
+        self.frame, after = state
+        self.after = list(after)
 
     def begin(self, index):
         """Start the edits of frame `index` (of the action's frames); returns False when they start afresh."""
@@ -123,33 +133,39 @@ class OnlineEdits:
         else:                   # the frames since the last (one, usually): the share of the way each goes, compounded
             keep = self.keep_rows[f] if steps == 1 else self.keep[f - steps + 1:f + 1].prod(axis=0).tolist()
             ground = [h + (b - h) * k for h, b, k in zip(hit_height, before, keep)]
-        for foot, weight in enumerate(self.tilt_rows[f]):
-            if weight:
-                t = FOOT_TARGETS[foot]
-                targets[t, :3, :3] = self._tilt(foot, hit_normal[foot], weight) @ targets[t, :3, :3]
+        tilts = self._tilts(hit_normal, self.tilt_rows[f])
+        if tilts is not None:                     # both feet's turns toward their ground in one product
+            targets[3:5, :3, :3] = tilts @ targets[3:5, :3, :3]          # FOOT_TARGETS
         lowest = min(ground)
         lift = lowest if self.before[3] is None else lowest + (self.before[3] - lowest) * math.exp(-steps / BODY_FRAMES)
         targets[:, 2, 3] += (lift, lift, lift, ground[0], ground[1], lift)        # BODY_TARGETS, FOOT_TARGETS
         self.after[2], self.after[3] = ground, lift
         return ground
 
-    def _tilt(self, foot, normal, weight):
-        """terrain.tilt_toward for one foot, kept while the normal and weight under it stay (a planted foot's)."""
-        key = (normal, weight)
-        cached = self.tilts[foot]
-        if cached is None or cached[0] != key:
-            cached = self.tilts[foot] = (key, tilt_toward(np.array(normal), weight))
-        return cached[1]
+    def _tilts(self, normals, weights):
+        """(2, 3, 3) each foot's terrain.tilt_toward its ground's normal by its tilt weight this frame, or None where
+        neither turns (a foot in the air, level ground); kept while the normals and weights stay (planted feet)."""
+        key = (normals[0], normals[1], weights[0], weights[1])
+        if key == self.tilt_key:
+            return self.tilts
+        self.tilt_key = key
+        rows = [_LEVEL if not weight or normal == _UP else tilt_rows(*normal, weight)
+                for normal, weight in zip(normals, weights)]
+        self.tilts = None if rows[0] is _LEVEL and rows[1] is _LEVEL else np.array(rows)
+        return self.tilts
 
     def drop(self, targets, share=None, locked=False):
         """Bring the body of `targets` (6, 4, 4) down where a leg cannot reach its foot, in place; `share` (4,): how
         much of the drop each body target (root, hands, head) takes (1 - its empty's position influence: a pinned
         hand stays pinned); locked: Lock Feet is on (the drop is at least lock_drop). Returns the drop."""
         need = 0.0
-        root, left, right = targets[_ROOT_AND_FEET, :3, :].tolist()
-        for (x, y, z), foot, reach in zip(self.thigh_rows, (left, right), self.reach):
-            gap = [a * x + b * y + c * z + d - e[3] for (a, b, c, d), e in zip(root, foot)]
-            if gap[0] * gap[0] + gap[1] * gap[1] + gap[2] * gap[2] > reach:
+        rows = targets[:5, :3, :].tolist()
+        (a0, a1, a2, x0), (b0, b1, b2, y0), (c0, c1, c2, z0) = rows[0]                  # the root target
+        for (x, y, z), foot, reach in zip(self.thigh_rows, rows[3:5], self.reach):     # FOOT_TARGETS
+            gx = a0 * x + a1 * y + a2 * z + x0 - foot[0][3]
+            gy = b0 * x + b1 * y + b2 * z + y0 - foot[1][3]
+            gz = c0 * x + c1 * y + c2 * z + z0 - foot[2][3]
+            if gx * gx + gy * gy + gz * gz > reach:
                 # a foot farther from its thigh than the leg reaches: the hips must come down (hips_need: how far)
                 root = targets[0]
                 need = float(hips_need(self.thighs @ root[:3, :3].T + root[:3, 3], targets[_FEET, :3, 3], self.legs,

@@ -101,11 +101,7 @@ def tilt_toward(normals, weight):
     horizontal axis +Z x n, in closed form (Rodrigues' formula with that axis' zero Z). One normal (3,) with a scalar
     weight is worked in Python floats (a live tick's foot: a few dozen NumPy calls on scalars cost far more)."""
     if np.ndim(normals) == 1 and np.ndim(weight) == 0:
-        x, y, z = (float(v) for v in normals)
-        across = math.hypot(x, y)
-        angle = math.atan2(across, z) * float(weight)
-        ax, ay = (-y / across, x / across) if across > 1e-12 else (0.0, 0.0)
-        return np.array(_tilt_rows(ax, ay, math.cos(angle), math.sin(angle)))
+        return np.array(tilt_rows(*(float(v) for v in normals), float(weight)))
     n = np.asarray(normals, np.float64)
     x, y, z = n[..., 0], n[..., 1], n[..., 2]
     across = np.hypot(x, y)
@@ -118,6 +114,14 @@ def tilt_toward(normals, weight):
         for j in range(3):
             out[..., i, j] = rows[i][j]
     return out
+
+
+def tilt_rows(x, y, z, weight):
+    """tilt_toward for one normal (x, y, z) and weight, in Python floats: the rotation as three row tuples."""
+    across = math.hypot(x, y)
+    angle = math.atan2(across, z) * weight
+    ax, ay = (-y / across, x / across) if across > 1e-12 else (0.0, 0.0)
+    return _tilt_rows(ax, ay, math.cos(angle), math.sin(angle))
 
 
 def _tilt_rows(ax, ay, c, s):

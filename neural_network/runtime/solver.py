@@ -177,6 +177,7 @@ class Solver:
         self.effector_slots = self.refiner.chain_slots[:, 3]
         self.contact_override = False
         self.step_limit_dt = None
+        self.fixed_contact = None      # the contact flags last applied to the graph's limits, when all were given
         self.set_settings(0.0, 1.0, 0.0)
 
     @property
@@ -227,6 +228,7 @@ class Solver:
             if rt is not None:
                 rt.settings[:, 0:2] = -ground
                 rt.z_limits[:] = self.contact_threshold
+                self.fixed_contact = None          # forced contact flags are applied again on the next tick
         if desired_contact is not None:
             self.settings[:, 4:6] = np.broadcast_to(np.asarray(desired_contact, np.float64), (k, 2))
             if rt is not None:
@@ -235,6 +237,21 @@ class Solver:
             self.settings[:, 6] = np.broadcast_to(np.asarray(phase, np.float64), (k,))
             if rt is not None:
                 rt.settings[:, 4] = self.settings[:, 6]
+
+    def set_ground_of(self, i, left, right):
+        """set_settings(ground=...) for character i alone, from two floats (a live tick's feet on a ground that
+        changes every frame: a few item writes instead of a few array operations)."""
+        lift = self.ankle_height + 0.08 * self.height
+        settings, threshold = self.settings[i], self.contact_threshold[i]
+        settings[0], settings[1] = -left, -right
+        threshold[0], threshold[1] = left + lift, right + lift
+        rt = self.runtime
+        if rt is not None:
+            row = rt.settings[i]
+            row[0], row[1] = -left, -right
+            if not self.contact_override:         # forced contact flags hold the limits (see _runtime_step)
+                limits = rt.z_limits[i]
+                limits[0], limits[1] = left + lift, right + lift
 
     def set_task(self, task):
         """Start blending from each character's current task to `task` (K,) where it changes."""
@@ -406,7 +423,9 @@ class Solver:
         rt, k = self.runtime, self.k
         if targets is not None:
             np.copyto(rt.world[:, 1:], np.swapaxes(targets, -1, -2))
-        if contact is not None:                       # forced flags: limits that always or never hold
+        if contact is not None and contact is self.fixed_contact:
+            pass                                      # the same forced flags as last tick, none detected: as they are
+        elif contact is not None:                     # forced flags: limits that always or never hold
             given = np.broadcast_to(np.asarray(contact, np.float64), (k, 2))
             rt.z_limits[:] = np.where(given > 0.5, np.inf, -np.inf)
             rt.step_limits[:] = np.inf
@@ -417,7 +436,11 @@ class Solver:
                     rt.step_limits[free] = (0.6 * self.height * dt) ** 2
             self.contact_override = True
             self.step_limit_dt = None
+            # flags that are all given (none NaN) hold until the caller passes another array: a live tick with Lock
+            # Feet passes the same one until a contact starts or ends (LiveGroup.play)
+            self.fixed_contact = None if free.any() else contact
         else:
+            self.fixed_contact = None
             if self.contact_override:
                 rt.z_limits[:] = self.contact_threshold
                 self.contact_override = False

@@ -122,11 +122,12 @@ class LiveMotion:
         self.note = ""                                         # for the live status: no ground under a foot
         self.last_index = self.last_result = None              # the last tick's frame and results
         self.frames = None                                     # to_world, to_character as row lists (rays)
-        # per frame index: the edited targets, the feet's ground, the edits' state after it and the status note, as
-        # the last tick on that frame left them since the ground, the armature or Lock Feet last changed (kept only
-        # while nothing is blended in: the empties move freely). Playback loops over a clip: each frame's rays are
-        # cast and its edits worked out once, a replay (or a scrub back to it) takes them as they were
+        # per frame index: its edits as the last tick on that frame (or _fill) worked them out since the ground, the
+        # armature or Lock Feet last changed (see _edit). Playback loops over a clip: each frame's rays are cast and
+        # its edits worked out once, a replay (or a scrub back to it) takes them as they were; with an empty blended
+        # in, only the hips' drop is worked out again (it follows the empties)
         self.memo = {}
+        self.fill = True                                       # work out every frame's edits on the next tick
         self.last_cast = [None, None]                          # per foot: (its point, its hit) at the last cast
         self.refresh()
 
@@ -143,12 +144,13 @@ class LiveMotion:
         if settings.lock_feet != self.lock_feet:
             self.lock_feet = settings.lock_feet
             self.edits.reset()
-            self.memo.clear()
+            self.fill = True
         key = (settings.ground_object, settings.ground_collection)
         if key != self.ground_key:
             self._gone()
             self.ground_key = key
             self._build_ground(settings)
+            self.fill = True
 
     def _gone(self):
         """LiveStopped when a ground object the session casts on was deleted."""
@@ -203,33 +205,64 @@ class LiveMotion:
         if self.stale:
             self._gone()
             self._build_ground(self.obj.neural_ik)
-        editing = self.lock_feet or self.ground is not None
-        if editing and not self.blends:
-            kept = self.memo.get(index)
-            if kept is not None:                 # this frame's edits since the last change: as they were
-                targets, ground, state, self.note = kept
-                self.edits.restore(state)
-                return self._result(index, targets, ground)
+        if not (self.lock_feet or self.ground is not None):
+            targets = self.targets[index]
+            if self.blends:
+                targets, _position = self._blended(targets.copy(), index, empties)
+            return self._result(index, targets, None)
+        if self.fill:                            # session start, or Lock Feet / the Ground just set: the whole clip
+            self._fill(to_world, to_character, moved)
+        kept = self.memo.get(index)
+        if kept is None:                         # this frame's first tick since the ground or the armature moved
+            self.edits.begin(index)
+            kept = self._edit(index, to_world, to_character, moved)
+        else:
+            self.note = kept[3]
+        pre, ground, pre_state, _note, final = kept
+        if not self.blends:
+            self.edits.restore(final[1])
+            return self._result(index, final[0], ground)
+        self.edits.resume(index, pre_state)      # lock and ground as kept; the drop follows the empties
+        targets, position = self._blended(pre.copy(), index, empties)
+        self.edits.drop(targets, None if position is None else 1.0 - position[_BODY], self.lock_feet)
+        return self._result(index, targets, ground)
+
+    def _edit(self, index, to_world, to_character, moved):
+        """Frame `index`'s edits (Lock Feet, the ground, the hips' drop), after edits.begin(index); kept in `memo` as
+        (the targets before the drop, the feet's ground, the edits' state then, the status note, (the targets after
+        the drop with nothing blended in, the state then))."""
+        edits = self.edits
         targets = self.targets[index].copy()
         ground = None
-        if editing:
-            edits = self.edits
-            edits.begin(index)
-            if self.lock_feet:
-                edits.lock(targets)
-            if self.ground is not None:
-                ground = edits.ground(targets, *self._ground_under(targets, to_world, to_character, moved))
-        position = None
-        if self.blends:
-            values = np.where(self.keyed, self.keyed_values[index], self.values) if self.any_keyed else self.values
-            if values.any():
-                position = values[0]
-                targets = self._blend(targets, empties(), values)
-        if editing:
-            self.edits.drop(targets, None if position is None else 1.0 - position[_BODY], self.lock_feet)
-            if not self.blends:
-                self.memo[index] = (targets, ground, self.edits.state(), self.note)
-        return self._result(index, targets, ground)
+        if self.lock_feet:
+            edits.lock(targets)
+        if self.ground is not None:
+            ground = edits.ground(targets, *self._ground_under(targets, to_world, to_character, moved))
+        pre, pre_state = targets.copy(), edits.state()
+        edits.drop(targets, None, self.lock_feet)
+        kept = self.memo[index] = (pre, ground, pre_state, self.note, (targets, edits.state()))
+        return kept
+
+    def _fill(self, to_world, to_character, moved):
+        """Every frame's edits, in order from the first (as a play through the clip would leave them): the rays for
+        the whole clip are cast once when the session starts or Lock Feet or the Ground is set, so playing it casts
+        none (a few ms per hundred frames, as reading the action is)."""
+        self.fill = False
+        self.memo.clear()
+        self.edits.reset()
+        for index in range(self.last + 1):
+            self.edits.begin(index)
+            self._edit(index, to_world, to_character, moved)
+            moved = False
+        self.edits.reset()
+
+    def _blended(self, targets, index, empties):
+        """(targets with the empties blended in by their influences at frame `index`, the position influences or
+        None when none is above 0)."""
+        values = np.where(self.keyed, self.keyed_values[index], self.values) if self.any_keyed else self.values
+        if not values.any():
+            return targets, None
+        return self._blend(targets, empties(), values), values[0]
 
     def _result(self, index, targets, ground):
         contacts = self.edits.contact_rows[index] if self.lock_feet else None
@@ -237,8 +270,10 @@ class LiveMotion:
         return self.last_result
 
     def forget(self):
-        """Drop the edits kept per frame (see `memo`): the ground, the armature or Lock Feet changed."""
+        """Drop the edits kept per frame (see `memo`), as when the ground or the armature moves: each frame's next
+        tick casts its rays and works its edits out again."""
         self.memo.clear()
+        self.fill = False
 
     def _blend(self, targets, empties, values):
         """layering.blend_targets for this frame, in place on `targets`: a target whose empty has both influences at 1

@@ -389,9 +389,10 @@ def test_no_ground_under_the_feet_is_said_and_a_deleted_ground_stops_the_session
 
 
 def test_a_replayed_frame_takes_the_edits_it_had_until_the_ground_or_lock_feet_changes(walking, monkeypatch):
-    """Playback loops: each frame's rays are cast and its edits worked out once (LiveMotion.memo), a replay takes
-    them as they were - the very targets and ground the network got the first time, no ray cast - until something
-    they hang on changes: the ground moved (its rays again, the feet on it where it is now), Lock Feet switched."""
+    """Playback loops: each frame's rays are cast and its edits worked out once (LiveMotion.memo; the whole clip on
+    the first tick, as a play through it would), a replay takes them as they were - the very targets and ground the
+    network got the first time, no ray cast - until something they hang on changes: the ground moved (its rays
+    again, the feet on it where it is now), Lock Feet switched."""
     import bpy
 
     from neural_ik.blender.ground import Ground
@@ -427,14 +428,20 @@ def test_a_replayed_frame_takes_the_edits_it_had_until_the_ground_or_lock_feet_c
                 np.testing.assert_array_equal(solver.runtime.z_limits[0], np.where(flags > 0.5, np.inf, -np.inf))
         return told, len(casts) - cast_before
 
-    once, cast_once = play()
+    once, cast_once = play()                        # the first tick works out the whole clip (LiveMotion._fill)
     again, cast_again = play()
     assert motion.ground is ground                  # a frame change did not make the ground stale
-    assert cast_once >= len(frames) and cast_again == 0
-    for (t1, g1, c1), (t2, g2, c2) in zip(once, again):
+    assert cast_once >= len(sample.frames) and cast_again == 0
+    motion.forget()                                 # nothing kept: each frame's tick casts and edits it
+    lazy, cast_lazy = play()
+    assert cast_lazy >= len(frames)
+    for (t1, g1, c1), (t2, g2, c2), (t3, g3, c3) in zip(once, again, lazy):
         np.testing.assert_array_equal(t1, t2)
         np.testing.assert_array_equal(g1, g2)
         np.testing.assert_array_equal(c1, c2)
+        np.testing.assert_allclose(t1, t3, atol=1e-12)
+        np.testing.assert_array_equal(g1, g3)
+        np.testing.assert_array_equal(c1, c3)
     plane.location.z += 0.1                        # the ground moved: rebuilt, cast again, the feet 10 cm higher
     bpy.context.view_layer.update()
     raised, cast_raised = play()

@@ -100,6 +100,12 @@ class OnlineEdits:
         self.frame, after = state
         self.after = list(after)
 
+    def resume(self, index, state):
+        """begin(index) with this frame's Lock Feet and ground parts taken from `state` (a state() of this frame
+        before its drop, kept): only the drop is worked out again, from the frame before's."""
+        self.begin(index)
+        self.after[:4] = state[1][:4]
+
     def begin(self, index):
         """Start the edits of frame `index` (of the action's frames); returns False when they start afresh."""
         if self.frame is not None and index == self.frame:

@@ -55,7 +55,7 @@ def test_run_ik_on_a_control_rig_playing_its_clip_stands_it_on_a_raised_floor(ri
     import bpy
     from live_helpers import assign_action, linear_model_for
 
-    from neural_ik.blender import models, pose_read, rig_model
+    from neural_ik.blender import pose_read, rig_model
     from neural_ik.blender.live import LiveTick
     from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLES
 

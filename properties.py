@@ -121,6 +121,14 @@ class NIK_SceneSettings(bpy.types.PropertyGroup):
     own_share: FloatProperty(name="Own Clips Share", min=0.0, max=0.95, default=0.25, subtype="FACTOR",
                              description="Share of every epoch taken from the rig's own clips when the dataset also "
                                          "holds library motion retargeted from other skeletons (0: no weighting)")
+    library: EnumProperty(
+        name="Library", default="AUTO",
+        items=[("AUTO", "Compare", "With library motion in the dataset: train on your own clips alone and with the "
+                "library, and keep the one better on your own clips (both figures are reported)"),
+               ("ALWAYS", "Use", "Train on your own clips and the library motion"),
+               ("NEVER", "Leave Out", "Train on your own clips alone (the library motion in the dataset is skipped)")],
+        description="Whether training uses the retargeted library motion in the dataset; Compare measures which is "
+                    "better on your own clips")
     limb_mix: FloatProperty(name="Limb Mix", min=0.0, max=4.0, default=1.0,
                             description="Poses made of the limbs of random frames, added to training as this share of "
                                         "its frames (teaches the network that limbs move independently; 0: none)")

@@ -27,12 +27,13 @@ class TrainingProgress:
     val_inner_cm: float = float("nan")               # inner-joint MPJPE of the last validation
     elapsed: float = 0.0
     error: str = ""                                  # why the last run failed ("" when it did not)
+    library: str = ""                                # with library "auto": which run was kept, both figures
 
     def reset(self, epochs):
         """Clear the numbers of a previous run before a new one starts (the object itself stays shared)."""
         self.running, self.epoch, self.epochs = True, 0, epochs
         self.train_loss = self.val_error_cm = self.val_inner_cm = self.seconds_left = float("nan")
-        self.elapsed, self.message, self.error = 0.0, "preparing data", ""
+        self.elapsed, self.message, self.error, self.library = 0.0, "preparing data", "", ""
         self.history, self.best_metrics = [], {}
         self.checkpoint_path = self.plot_path = ""
         self.cancel.clear()

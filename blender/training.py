@@ -17,7 +17,7 @@ from bpy.app.handlers import persistent
 from .. import state
 from ..neural_network.data.dataset import Dataset
 from ..neural_network.data.files import FileRefused
-from ..neural_network.model import trainer
+from ..neural_network.model import library_choice, trainer
 from ..neural_network.model.losses import LossWeights
 from ..properties import get_bone_map
 from .armatures import chosen_armature
@@ -44,7 +44,8 @@ def config_from_scene(settings, epochs, time_limit, seed, batch_size, learning_r
     return trainer.TrainConfig(epochs=epochs, time_limit=time_limit, seed=seed,
                                batch_size=batch_size or settings.batch_size,
                                learning_rate=learning_rate or settings.learning_rate, loss_weights=weights,
-                               own_share=settings.own_share, limb_mix=settings.limb_mix)
+                               own_share=settings.own_share, limb_mix=settings.limb_mix,
+                               library=settings.library.lower())
 
 
 def armature_matches(obj, skeleton):
@@ -62,11 +63,11 @@ class _Run:
     scene_name = ""
 
 
-def _worker(make_trainer):
-    """The training thread: prepare the data (make_trainer() builds the Trainer), then train."""
+def _worker(run):
+    """The training thread: prepare the data and train (run())."""
     progress = state.training
     try:
-        make_trainer().run()
+        run()
     except trainer.Cancelled as exc:
         progress.message = str(exc)
     except Exception as exc:     # noqa: BLE001 - the user gets the reason in the panel, not a traceback in a thread
@@ -153,11 +154,13 @@ def start_training(context, dataset_path, directory, epochs, time_limit=0.0, see
         background = mode == "SYNC" or (mode == "AUTO" and bpy.app.background)
         printer = EpochLine() if background else None
 
-        def make_trainer():
-            return trainer.Trainer(dataset, config, directory, progress, resume=resume, on_epoch=printer)
+        def run():
+            return library_choice.train(dataset, config, directory, progress, resume=resume, on_epoch=printer)
 
-        if background:      # the synchronous run prepares here, so a refused file is this call's error
-            prepared = make_trainer()
+        if background and not library_choice.needs_choice(dataset, config):
+            # the synchronous run prepares here, so a refused file is this call's error
+            prepared = trainer.Trainer(dataset, config, directory, progress, resume=resume, on_epoch=printer)
+            run = prepared.run
     except (FileRefused, ValueError, OSError) as exc:
         state.training.running = False
         raise DataError(str(exc)) from None
@@ -168,13 +171,13 @@ def start_training(context, dataset_path, directory, epochs, time_limit=0.0, see
         warning = f"{obj.name}'s bone map differs from the dataset's rig: its model is left as is"
     if background:
         _Run.thread = None
-        _worker(lambda: prepared)
+        _worker(run)
         printer.done()
         _finish_on_main_thread()
         if state.training.error:
             raise DataError(state.training.error)
         return f"{state.training.message}; model {state.training.checkpoint_path}", warning
-    _Run.thread = threading.Thread(target=_worker, args=(make_trainer,), name="neural_ik_training", daemon=True)
+    _Run.thread = threading.Thread(target=_worker, args=(run,), name="neural_ik_training", daemon=True)
     _Run.thread.start()
     if not bpy.app.timers.is_registered(_poll):
         bpy.app.timers.register(_poll, first_interval=POLL_SECONDS)

@@ -188,6 +188,7 @@ class NEURAL_IK_PT_training(NeuralIKPanel, bpy.types.Panel):
         col.prop(settings, "learning_rate")
         col.prop(settings, "time_limit")
         col.prop(settings, "own_share")
+        col.prop(settings, "library")
         col.prop(settings, "limb_mix")
         col.prop(settings, "output_directory", text="")
         draw_loss_weights(layout, settings, training.running)
@@ -349,6 +350,8 @@ def draw_best(layout, context, training):
             row = col.row()
             row.label(text=label)
             row.label(text=value)
+        if training.library and source == "this run":        # library "Compare": which run was kept, both figures
+            wrapped_label(col, training.library, icon="INFO")
         if isinstance(sources, dict) and sources.get("retargeted_frames"):
             col.label(text=f"Validated on {sources.get('validation', 'all clips')}; trained on "
                            f"{sources.get('own_frames', 0)} own and {sources['retargeted_frames']} retargeted frames",

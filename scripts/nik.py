@@ -372,6 +372,9 @@ def _train_command(parser):
     parser.add_argument("--own-share", type=number(float, 0.0, 0.95), default=None,
                         help="share of each epoch drawn from the rig's own clips when the dataset also holds "
                              "retargeted library motion (default: the scene's setting, 0.25; 0: rows as they come)")
+    parser.add_argument("--library", choices=("auto", "always", "never"), default=None,
+                        help="with library motion in the dataset: auto (default) trains on the own clips alone and "
+                             "with the library and keeps the one better on the own clips; always; never")
     parser.add_argument("--limb-mix", type=number(float, 0.0, 4.0), default=None,
                         help="add this share of training frames as poses mixing the limbs of random frames "
                              "(default: the scene's setting, 1.0; 0: none)")
@@ -401,6 +404,8 @@ def _train_command(parser):
         out = make_folder(args.out)
         if args.own_share is not None:
             bpy.context.scene.neural_ik.own_share = args.own_share
+        if args.library is not None:
+            bpy.context.scene.neural_ik.library = args.library.upper()
         if args.limb_mix is not None:
             bpy.context.scene.neural_ik.limb_mix = args.limb_mix
         run_operator(bpy.ops.neural_ik.train, filepath=dataset, directory=out, epochs=args.epochs,

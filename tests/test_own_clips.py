@@ -35,21 +35,78 @@ def test_own_clips_are_weighted_and_validate(tmp_path):
     tr.config.epochs = 1
     tr.run()
     metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert metrics["sources"] == {"own_frames": 150, "retargeted_frames": 600, "validation": "own clips"}
+    assert metrics["sources"] == {"own_frames": 150, "retargeted_frames": 600, "validation": "own clips",
+                                  "library": "trained on"}
 
 
-def test_too_few_own_clips_all_stay_in_training(tmp_path):
-    """Two own clips among a library (a user's walk and run): none is spared for validation, which comes from the
-    library clips, and both make the own share of every epoch."""
-    data = _mixed(own=2, library=12)
-    names = [str(n) for n in data.arrays["action_names"]]
-    for seed in range(4):
-        tr = trainer.Trainer(data, trainer.TrainConfig(seed=seed, val_fraction=0.3, mirror=False), tmp_path)
-        assert tr.validation_note == "library clips"
-        validated = set(tr._val_action_names())
-        assert validated and not validated & {names[0], names[1]}
-        assert abs(np.mean(tr.own_rows[tr._epoch_rows()]) - 0.25) < 0.01
-        assert np.sum(tr.own_rows) == 60                 # both own clips' 30 frames
+def test_too_few_own_clips_validate_on_their_last_stretch_and_all_still_train(tmp_path):
+    """Two own clips among a library (a user's walk and run): validation is the last 20 % of each (their style is
+    what "best" means), the 10 frames before it go to neither side, the rest of both trains and makes the own share
+    of every epoch; no library frame validates."""
+    data = _mixed(own=2, library=12, frames=60)
+    action = np.asarray(data.action)
+    tr = trainer.Trainer(data, trainer.TrainConfig(seed=0, mirror=False, limb_mix=0.0), tmp_path)
+    assert tr.validation_note == "own clips (the last 20 % of each)"
+    assert sorted(set(tr.val.action.tolist())) == [0, 1] and len(tr.val) == 24
+    train_set, val_set = data.split_stretches([0, 1], 0.2, 10)
+    for a in (0, 1):
+        frames = np.asarray(data.frame)[action == a]
+        held = np.sort(np.asarray(val_set.frame)[np.asarray(val_set.action) == a])
+        trained = np.sort(np.asarray(train_set.frame)[np.asarray(train_set.action) == a])
+        np.testing.assert_array_equal(held, frames[-12:])               # 20 % of 60 frames, the clip's end
+        np.testing.assert_array_equal(trained, frames[:60 - 12 - 10])    # the gap of 10 frames on neither side
+    assert len(train_set) == 2 * 38 + 12 * 60
+    assert np.sum(tr.own_rows) == 2 * 38 and np.sum(~tr.own_rows) == 12 * 60
+    assert abs(np.mean(tr.own_rows[tr._epoch_rows()]) - 0.25) < 0.01
+
+
+def test_library_never_trains_the_own_clips_alone_on_the_same_validation(tmp_path):
+    data = _mixed(own=2, library=12, frames=60)
+    both = trainer.Trainer(data, trainer.TrainConfig(seed=0, mirror=False, limb_mix=0.0), tmp_path)
+    alone = trainer.Trainer(data, trainer.TrainConfig(seed=0, mirror=False, limb_mix=0.0, library="never"), tmp_path)
+    np.testing.assert_array_equal(alone.val.inputs, both.val.inputs)
+    assert alone.own_rows.all() and len(alone.train) == 2 * 38
+    assert alone.sources["library"] == "left out" and both.sources["library"] == "trained on"
+
+
+def test_library_auto_trains_both_ways_and_keeps_the_better_on_the_own_clips(tmp_path):
+    """library "auto": the own clips alone and with the library, each in its folder; the one with the better best
+    score on the own clips' validation is the output's model.npz (byte for byte), and metrics.json says which, with
+    both figures."""
+    from neural_ik.neural_network.model import library_choice
+
+    data = _mixed(own=2, library=6, frames=40)
+    config = trainer.TrainConfig(seed=0, epochs=3, batch_size=32, mirror=False, limb_mix=0.0)
+    result = library_choice.train(data, config, str(tmp_path))
+    report = json.loads((tmp_path / "metrics.json").read_text())["library"]
+    runs = report["runs"]
+    assert set(runs) == {"own clips only", "with the library"}
+    better = min(runs, key=lambda name: runs[name]["score"])
+    assert report["kept"] == better and report["said"].startswith(f"kept {better}")
+    kept = (tmp_path / better / "model.npz").read_bytes()
+    assert (tmp_path / "model.npz").read_bytes() == kept
+    assert result.paths["model"] == str(tmp_path / "model.npz")
+    for name in runs:                                 # each run judged on the own clips, and only one trained on them
+        sources = json.loads((tmp_path / name / "metrics.json").read_text())["sources"]
+        assert sources["validation"] == "own clips (the last 20 % of each)"
+        assert sources["library"] == ("left out" if name == "own clips only" else "trained on")
+
+
+def test_library_auto_with_a_library_that_contradicts_the_own_clips_keeps_them_alone(tmp_path):
+    """A library that contradicts the own clips (the inputs of the own clips' frames, each paired with another pose):
+    training with it can only do worse on the own clips, and "auto" keeps the own-only run."""
+    from neural_ik.neural_network.model import library_choice
+
+    data = _mixed(own=2, library=6, frames=60)
+    action = np.asarray(data.action)
+    own_rows, library_rows = np.nonzero(action < 2)[0], np.nonzero(action >= 2)[0]
+    data.arrays["inputs"] = data.arrays["inputs"].copy()
+    data.arrays["inputs"][library_rows] = data.arrays["inputs"][np.resize(own_rows, len(library_rows))]
+    config = trainer.TrainConfig(seed=0, epochs=30, batch_size=32, mirror=False, limb_mix=0.0, own_share=0.0)
+    library_choice.train(data, config, str(tmp_path))
+    report = json.loads((tmp_path / "metrics.json").read_text())["library"]
+    print("\n" + report["said"])
+    assert report["kept"] == "own clips only", report["said"]
 
 
 def test_without_library_motion_nothing_changes(tmp_path):

@@ -185,6 +185,23 @@ class Dataset:
         is_val = np.isin(action, val)
         return self.subset(np.where(~is_val)[0]), self.subset(np.where(is_val)[0])
 
+    def split_stretches(self, actions, fraction=0.2, gap=10):
+        """(train, validation) for one or two own clips among a library: the last `fraction` of each of `actions`'
+        frames is validation, the `gap` frames before it neither (neighbouring frames are near copies, and would
+        flatter the figure); the rest of those actions and every other action train. So validation measures the
+        user's own style while each of their clips still trains."""
+        action = np.asarray(self.arrays["action"])
+        val = np.zeros(len(action), bool)
+        dropped = np.zeros(len(action), bool)
+        for a in np.asarray(actions, np.int64):
+            rows = np.nonzero(action == a)[0]
+            count = max(1, int(round(len(rows) * fraction))) if len(rows) > 1 else 0
+            if not count:
+                continue
+            val[rows[len(rows) - count:]] = True
+            dropped[rows[max(len(rows) - count - gap, 1):len(rows) - count]] = True
+        return self.subset(np.nonzero(~val & ~dropped)[0]), self.subset(np.nonzero(val)[0])
+
     def save(self, path):
         save_npz(path, self.arrays, self.meta)
 

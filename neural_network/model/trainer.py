@@ -55,8 +55,13 @@ class TrainConfig:
     val_fraction: float = 0.1           # share of actions held out whole
     own_share: float = 0.25             # share of each epoch's rows drawn from the rig's own clips when the dataset
                                         # also holds retargeted library motion (own rows repeat; 0: rows as they come)
-    own_validation_min: int = 4         # validation comes from the own clips alone when there are at least this many
-                                        # (with fewer, from the library clips: every own clip is trained on)
+    own_validation_min: int = 4         # validation comes from whole own clips when there are at least this many
+                                        # (with fewer, from the last own_stretch of each: every own clip trains)
+    own_stretch: float = 0.2            # share of each own clip held out for validation when they are few ...
+    stretch_gap: int = 10               # ... and the frames before that stretch left out of both sides
+    library: str = "auto"               # with library motion in the dataset: "always" train on it, "never" train on
+                                        # the own clips alone, "auto" train both ways and keep the better on the own
+                                        # clips' validation (library_choice.py)
     seed: int = 0
     patience: int = 20                  # epochs without improvement before stopping early (0: never) ...
     patience_steps: int = 4000          # ... and at least this many steps (a small dataset's epoch is a few steps)
@@ -98,6 +103,7 @@ class Progress:
         self.history = []
         self.best_metrics = {}
         self.checkpoint_path = self.plot_path = ""
+        self.library = ""
         self.cancel = threading.Event()
 
 
@@ -268,6 +274,9 @@ def _json_rng_state(rng):
 # ---- the loop --------------------------------------------------------------------------------------------------
 
 
+LIBRARY_CHOICES = ("auto", "always", "never")
+
+
 class Cancelled(Exception):
     """The run was cancelled while its data was being prepared: nothing was trained or written."""
 
@@ -291,6 +300,7 @@ class Trainer:
         print a progress line in background mode)."""
         self.config = config
         self.on_epoch = on_epoch
+        self.phase = ""              # said before the progress messages (library_choice: which of its two runs)
         self.out_dir = os.fspath(out_dir)
         if not os.path.isdir(self.out_dir):
             raise FileRefused(f"output folder {self.out_dir} does not exist")
@@ -300,14 +310,23 @@ class Trainer:
         check_dataset(dataset)
         own = dataset.own_action_mask()
         mixed = bool(own.any() and not own.all())
-        # validation: from the own clips when there are enough to spare some; with fewer (a user's two clips among
-        # a library) from the library clips alone, so every own clip stays in training; else from all clips
-        among, self.validation_note = None, "all clips"
-        if mixed and own.sum() >= config.own_validation_min:
-            among, self.validation_note = np.where(own)[0], "own clips"
-        elif mixed:
-            among, self.validation_note = np.where(~own)[0], "library clips"
-        train_set, val_set = dataset.split_by_action(seed=config.seed, val_fraction=config.val_fraction, among=among)
+        # validation judges the user's own style: whole own clips when there are enough to spare some; with fewer (a
+        # user's two clips among a library) the last stretch of each, so every own clip still trains; without a
+        # library, from all clips
+        if mixed and own.sum() < config.own_validation_min:
+            self.validation_note = f"own clips (the last {100 * config.own_stretch:.0f} % of each)"
+            train_set, val_set = dataset.split_stretches(np.where(own)[0], config.own_stretch, config.stretch_gap)
+        else:
+            among, self.validation_note = (np.where(own)[0], "own clips") if mixed else (None, "all clips")
+            train_set, val_set = dataset.split_by_action(seed=config.seed, val_fraction=config.val_fraction,
+                                                         among=among)
+        if config.library not in LIBRARY_CHOICES:
+            raise ValueError(f"library must be one of {', '.join(LIBRARY_CHOICES)}, not {config.library!r}")
+        self.library_note = "none in the dataset"
+        if mixed:
+            self.library_note = "trained on" if config.library != "never" else "left out"
+            if config.library == "never":                # the own clips alone (validated as with the library)
+                train_set = train_set.subset(np.nonzero(train_set.own_action_mask()[np.asarray(train_set.action)])[0])
         self.mirror_note = "off"
         if config.mirror:      # validation stays the recorded motion only
             train_set, mirror = augment.with_mirror(train_set)
@@ -321,7 +340,7 @@ class Trainer:
         self.own_rows = train_set.own_action_mask()[self.train.action] if mixed else None
         self.sources = {"own_frames": int(own[np.asarray(dataset.action)].sum()),
                         "retargeted_frames": int((~own)[np.asarray(dataset.action)].sum()),
-                        "validation": self.validation_note}
+                        "validation": self.validation_note, "library": self.library_note}
         self.val = TrainingArrays(val_set)
         self._stop_if_cancelled()
         self.stats = data_statistics(self.train, config, recorded_rows)
@@ -522,8 +541,8 @@ class Trainer:
                          val_inner_cm=metrics["inner_mpjpe_cm"], seconds_left=left, elapsed=elapsed,
                          history=list(self.history), best_metrics=dict(self.best_metrics),
                          checkpoint_path=self.paths["model"], plot_path=self.paths["plot"],
-                         message=f"epoch {epoch}/{c.epochs}: effector {metrics['effector_cm_mean']:.2f} cm, "
-                                 f"inner {metrics['inner_mpjpe_cm']:.2f} cm")
+                         message=f"{self.phase + ': ' if self.phase else ''}epoch {epoch}/{c.epochs}: effector "
+                                 f"{metrics['effector_cm_mean']:.2f} cm, inner {metrics['inner_mpjpe_cm']:.2f} cm")
             if self.on_epoch is not None:
                 self.on_epoch(entry)
             if stopped != "epochs":
@@ -543,7 +562,7 @@ class Trainer:
                    "sources": self.sources}
         save_json(self.paths["metrics"], summary)
         self._write_plot()
-        self._report(running=False, message=f"finished ({stopped}): best effector "
+        self._report(running=False, message=f"{self.phase + ' ' if self.phase else ''}finished ({stopped}): best effector "
                                             f"{self.best_metrics.get('effector_cm_mean', float('nan')):.2f} cm, inner "
                                             f"{self.best_metrics.get('inner_mpjpe_cm', float('nan')):.2f} cm",
                      best_metrics=dict(self.best_metrics), checkpoint_path=self.paths["model"])
@@ -560,5 +579,6 @@ class Trainer:
 
 
 def train(dataset, config=None, out_dir=".", progress=None, resume=False):
-    """Train a model on a dataset; returns TrainResult. See Trainer."""
+    """Train a model on a dataset; returns TrainResult. See Trainer (and library_choice.train, which runs it twice
+    where the dataset holds library motion and config.library is "auto")."""
     return Trainer(dataset, config or TrainConfig(), out_dir, progress, resume).run()

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Train on real motion capture and evaluate on held-out clips, side by side with Blender's IK constraint.
 #
-#   bash scripts/evaluate_mocap.sh bandai|cmu|cmu+bandai [out-folder]
+#   bash scripts/evaluate_mocap.sh bandai|cmu|cmu+bandai|daz [out-folder]
 #
 # Held out of training entirely (unseen styles and motions); the evaluation uses 10 (Bandai) / 3 (CMU) of them.
 # cmu+bandai: the CMU rig's 8 training clips plus all 280 Bandai files retargeted onto it, trained for 10 minutes
 # (TIME_LIMIT seconds), evaluated on the same 3 held-out CMU clips as `cmu`.
+# daz: the DAZ-style test rig (scripts/make_daz_proxy.py) with 2 CMU clips as its own (005_01, 006_02), the other 6
+# CMU files and the 280 Bandai files retargeted onto it as the library, 10 minutes; the same 3 held-out CMU clips.
+# LIBRARY=auto|always|never: the trainer's --library (default: its own, auto); with TIME_LIMIT set, training runs
+# until that limit (epochs unbounded), so runs with and without a library get the same time.
 # Reads ../shared/mocap (never copied); writes only into the out folder (default out/<set>).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,20 +24,33 @@ case "$set_name" in
 dataset-1_punch_normal_001,dataset-1_dance-short_normal_001,dataset-1_respond_normal_001,\
 dataset-2_wave-both-hands_youthful_001,dataset-2_raise-up-left-hand_youthful_001,dataset-2_run_youthful_001"
     ;;
-  cmu|cmu+bandai)
+  cmu|cmu+bandai|daz)
     folder=../shared/mocap/cmu
     held_out="005_10,006_01,006_14"
     evaluate="$held_out"
     ;;
-  *) echo "evaluate_mocap.sh: unknown set $set_name (bandai, cmu or cmu+bandai)" >&2; exit 2 ;;
+  *) echo "evaluate_mocap.sh: unknown set $set_name (bandai, cmu, cmu+bandai or daz)" >&2; exit 2 ;;
 esac
 mkdir -p "$out"
 start=$(date +%s)
-"$py" scripts/nik.py import-bvh "$folder" --scale 0.01 --exclude "$held_out" --save "$out/train.blend"
 train_args=()
-if [ "$set_name" = cmu+bandai ]; then
+if [ "$set_name" = daz ]; then
+  own=005_01,006_02
+  "$py" scripts/make_daz_proxy.py --folder "$folder" --own "$own" --save "$out/train.blend"
+  "$py" scripts/nik.py import-bvh "$folder" --scale 0.01 --exclude "$held_out,$own" --blend "$out/train.blend" \
+    --save "$out/train.blend"
+else
+  "$py" scripts/nik.py import-bvh "$folder" --scale 0.01 --exclude "$held_out" --save "$out/train.blend"
+fi
+if [ "$set_name" = cmu+bandai ] || [ "$set_name" = daz ]; then
   "$py" scripts/nik.py import-bvh ../shared/mocap/bandai --scale 0.01 --blend "$out/train.blend" --save "$out/train.blend"
   train_args=(--time-limit "${TIME_LIMIT:-600}")
+fi
+if [ -n "${TIME_LIMIT:-}" ]; then
+  train_args=(--time-limit "$TIME_LIMIT" --epochs 100000)
+fi
+if [ -n "${LIBRARY:-}" ]; then
+  train_args+=(--library "$LIBRARY")
 fi
 "$py" scripts/nik.py extract --blend "$out/train.blend" --out "$out/dataset.npz"
 "$py" scripts/nik.py train --dataset "$out/dataset.npz" --out "$out" "${train_args[@]}"

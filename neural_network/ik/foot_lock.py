@@ -106,6 +106,8 @@ def lock_step(state, clip_xy, clip_heading, planted, blend_frames=4, frames=1, m
         _NO_OFFSET, 0.0, None, 0.0, None, 0, False)
     if not planted:
         released = False
+    elif released and locked_xy is None and fade_from is None:
+        released = False                         # the fade after a let-go is over: plant again where the foot is
     elif locked_xy is not None and np.hypot(*(locked_xy - clip_xy)) > max_offset:
         released = True
     planted = planted and not released

@@ -9,7 +9,7 @@ kind; frames/s and ms are printed beside the ratio).
 What each figure includes:
 - naive loop: for every usable action, assign it, then for every frame `scene.frame_set(f)` and read
   `pose_bone.matrix` of every mapped bone (the assignment is restored afterwards, outside the timing).
-- project extract: `blender.extract.extract_dataset`, exactly what `bpy.ops.neural_ik.extract` runs before writing the
+- project extract: `blender.workflows.extract.extract_dataset`, exactly what `bpy.ops.neural_ik.extract` runs before writing the
   file: read the rig and the bone map, parse every action's curves, read the keys, NumPy FK, contacts, phase, task,
   input references and the 50 inputs, every float32/int32 array the dataset stores.
 - project extract + write: the same plus `Dataset.save` of the .npz into a temporary folder (the whole operator).
@@ -42,7 +42,7 @@ def naive_read(obj, rig, actions_and_frames):
     import bpy
     import numpy as np
 
-    from neural_ik.blender import action_layouts
+    from neural_ik.blender.rig import action_layouts
 
     anim = obj.animation_data or obj.animation_data_create()
     bones = [obj.pose.bones[rig.bone_names[b]] if b >= 0 else None for b in rig.role_bones]
@@ -90,8 +90,8 @@ def bench_rig(label, obj, mapping, repeats):
     import bpy
     import numpy as np
 
-    from neural_ik.blender import pose_read, rig_model
-    from neural_ik.blender.extract import extract_dataset, usable_actions
+    from neural_ik.blender.rig import pose_read, rig_model
+    from neural_ik.blender.workflows.extract import extract_dataset, usable_actions
     from neural_ik.neural_network.data.dataset import standing_height
     from neural_ik.neural_network.geometry.rotations import angle_between
 
@@ -174,8 +174,8 @@ def main(argv):
     load_addon()
     import bpy
 
-    from neural_ik.blender.bone_maps import bone_map_of
-    from neural_ik.blender.bvh_import import import_bvh_files
+    from neural_ik.blender.rig.bone_maps import bone_map_of
+    from neural_ik.blender.workflows.bvh_import import import_bvh_files
 
     results = []
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)

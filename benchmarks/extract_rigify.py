@@ -8,7 +8,7 @@ About a minute on 2 cores (generating the rig takes ~10 s). Rows are ratios to t
 
 - naive loop (the anchor): for every action, assign it, then for every frame `scene.frame_set(f)` and one
   `pose.bones.foreach_get("matrix")` on the evaluated armature (every bone at once).
-- project extract: `blender.extract.extract_dataset`, what `bpy.ops.neural_ik.extract` runs before writing the file
+- project extract: `blender.workflows.extract.extract_dataset`, what `bpy.ops.neural_ik.extract` runs before writing the file
   (evaluated pose of a throwaway scene holding the armature alone, role locals, contacts, the 50 inputs, the scene
   put back).
 Each is measured on the bare rig and with an 8k-vertex mesh skinned to it (a character: the user's scene evaluates
@@ -35,7 +35,7 @@ def naive_read(obj, actions, frames):
     import bpy
     import numpy as np
 
-    from neural_ik.blender.action_layouts import assign_action
+    from neural_ik.blender.rig.action_layouts import assign_action
 
     scene = bpy.context.scene
     count = len(obj.pose.bones)
@@ -78,8 +78,8 @@ def main():
     import numpy as np
     from rigify_helpers import RIGIFY_MAP, generate_rigify, key_controls, open_rigify
 
-    from neural_ik.blender.action_layouts import assign_action
-    from neural_ik.blender.extract import extract_dataset
+    from neural_ik.blender.rig.action_layouts import assign_action
+    from neural_ik.blender.workflows.extract import extract_dataset
     from neural_ik.neural_network.skeleton.roles import ROLES
 
     path = os.path.join(tempfile.mkdtemp(prefix="nik_rigify_"), "rigify.blend")

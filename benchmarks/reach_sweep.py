@@ -57,7 +57,7 @@ def move_target(obj, rig, target, position):
 
 def read_pose(obj, rig):
     """(23, 3) heads and (23, 3, 3) orientations of the mapped bones, character space, from the evaluated pose."""
-    from neural_ik.blender import pose_read
+    from neural_ik.blender.rig import pose_read
 
     return pose_read.armature_pose_heads(obj, rig), pose_read.armature_pose_rotations(obj, rig)
 
@@ -115,7 +115,7 @@ def live_run(bpy, obj, rig, target, path, refine):
 
 def blender_ik_run(bpy, obj, rig, model, target_objects, target, path):
     """Blender's IK constraint (as the evaluation's baseline, aimed at the target empties) along the path."""
-    from neural_ik.blender.blender_ik import BaselineRig
+    from neural_ik.blender.workflows.blender_ik import BaselineRig
     from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLES
 
     bone_map = dict(rig.bone_map)
@@ -183,9 +183,9 @@ def main(argv=None):
     load_addon()
     import bpy
 
-    from neural_ik.blender import action_layouts
-    from neural_ik.blender.live import targets_of
+    from neural_ik.blender.live.tick import targets_of
     from neural_ik.blender.models import model_of, rig_of
+    from neural_ik.blender.rig import action_layouts
     from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/retarget.py [--files PATTERNS] [--onto demo|cmu] [--repeats 1]
 
-The anchor is the plain import of the same files in the same process: `blender.bvh_import.import_bvh_files` into an
+The anchor is the plain import of the same files in the same process: `blender.workflows.bvh_import.import_bvh_files` into an
 empty file (Blender's BVH importer per file, later files re-expressed on the first file's armature, the imported
 armatures removed). The measured path is the same call onto another rig (`onto=`, what Import BVH Folder with Onto
 Active Armature runs): per file Blender's importer, the source's bone map, reading every frame of it, the retarget
@@ -51,7 +51,7 @@ def _fresh():
 def _target(onto):
     import bpy
 
-    from neural_ik.blender.bvh_import import import_bvh_files
+    from neural_ik.blender.workflows.bvh_import import import_bvh_files
 
     if onto == "cmu":
         obj, _, _ = import_bvh_files(bpy.context, os.path.join(MOCAP, "cmu"), 0.01, files="005_01,006_01")
@@ -64,7 +64,7 @@ def _target(onto):
 def run_plain(folder, files):
     import bpy
 
-    from neural_ik.blender.bvh_import import import_bvh_files
+    from neural_ik.blender.workflows.bvh_import import import_bvh_files
 
     _fresh()
     start = time.perf_counter()
@@ -75,7 +75,7 @@ def run_plain(folder, files):
 def run_retarget(folder, files, onto):
     import bpy
 
-    from neural_ik.blender.bvh_import import import_bvh_files
+    from neural_ik.blender.workflows.bvh_import import import_bvh_files
 
     _fresh()
     target = _quiet(_target, onto)

@@ -6,7 +6,7 @@ About 20 s on 2 cores by default; `--repeats 10000` for steadier medians (about 
 Absolute times move ~2x between machines of the same kind and with the machine's load, so every row is printed as a
 ratio to two anchors measured first in the same process:
 - IK: Blender's own IK constraint solve of the same rig and the same moving targets, set up as the evaluation's
-  baseline (`blender/blender_ik.py` BaselineRig: limb IK + Copy Rotation on a copy of the armature, which starts
+  baseline (`blender/workflows/blender_ik.py` BaselineRig: limb IK + Copy Rotation on a copy of the armature, which starts
   every frame from the mean pose while the original plays the held-out demo clips, those of the shipped model's rows,
   as the targets) and timed as the evaluation times it: one `scene.frame_set` per tick with the constraints on, minus
   the same with them muted (its cost depends on the clip: 60-80 us from a run to a crouch on one machine);
@@ -105,9 +105,9 @@ def playing_rows(bpy, model, data, repeats, passes=6):
     plain tick (a rig of its own, six empties, no action) measured alternately with it in `passes` passes, so the
     machine's load hits both alike. Returns [(row name, ratio: median over passes of the passes' median ratios,
     median us, plain median us)]."""
-    from neural_ik.blender import action_layouts
-    from neural_ik.blender.live import LiveTick
-    from neural_ik.blender.motion import LAYER_SLOTS
+    from neural_ik.blender.live.motion import LAYER_SLOTS
+    from neural_ik.blender.live.tick import LiveTick
+    from neural_ik.blender.rig import action_layouts
 
     scene = bpy.context.scene
     plain_obj, play_obj = make_characters(bpy, 2)
@@ -181,8 +181,8 @@ def shipped_model_ticks(bpy, objs, rig, passes=3):
 
     from live_helpers import place_targets
 
-    from neural_ik.blender import pose_read
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.live.tick import LiveTick
+    from neural_ik.blender.rig import pose_read
     from neural_ik.neural_network.runtime.model_files import load_model_file
 
     weights = os.path.join(REPO, "weights")
@@ -214,14 +214,14 @@ def shipped_model_ticks(bpy, objs, rig, passes=3):
 
 
 def blender_ik_anchor(bpy, obj, bone_map, mean_pose, actions, frames_wanted):
-    """Blender's own IK solve of the same rig and targets, timed as the evaluation times it (blender/evaluate.py,
+    """Blender's own IK solve of the same rig and targets, timed as the evaluation times it (blender/workflows/evaluate.py,
     blender_ik.BaselineRig: limb IK + Copy Rotation on a copy of the armature that starts every frame from the mean
     pose, the reference playing a clip as the moving targets): each `scene.frame_set` of each clip timed with the
     constraints on and with them muted, in passes over the clip (on, off, off, on, ...) so machine load hits both
     alike. Returns per-frame times in microseconds with the constraints on (N,) and muted (N,), and the anchor: the
     median over neighbouring (on, muted) passes of the difference of their medians, the IK constraints' own cost."""
-    from neural_ik.blender import action_layouts
-    from neural_ik.blender.blender_ik import BaselineRig
+    from neural_ik.blender.rig import action_layouts
+    from neural_ik.blender.workflows.blender_ik import BaselineRig
 
     scene = bpy.context.scene
     passes = []
@@ -284,8 +284,8 @@ def main(argv=None):
     import bpy
     import onnxruntime as ort
 
-    from neural_ik.blender import pose_read, rig_model
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.live.tick import LiveTick
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.neural_network.data.features import references_from_data
     from neural_ik.neural_network.runtime.engines import NumpyEngine, OrtEngine
     from neural_ik.neural_network.runtime.model_files import load_model_file

@@ -7,7 +7,7 @@ About a minute on 2 cores (generating the rig takes ~10 s). Each rig sits in its
 files opened in turn, twice; each tick is timed without
 Blender's evaluation of the rig (`view_layer.update()`, which Blender runs after the timer event anyway), as the
 project's live tick runs it: read the six targets, solve (ONNX Runtime when installed), write. The demo rig writes its
-mapped bones; the Rigify rig writes its controls (blender/control_live.py: one NumPy product for the single-joint
+mapped bones; the Rigify rig writes its controls (blender/rig/control_live.py: one NumPy product for the single-joint
 controls, mathutils for the torso and head chain, one foreach_set of the rotations, a matrix_basis set for each of
 the torso and head, an Euler set for each shoulder). Rows: each tick's median (and p99), the Rigify tick as a ratio
 to the demo tick (the issue asks for at most 2x), and `view_layer.update()` of each rig after its tick, for scale;
@@ -42,7 +42,7 @@ def tick_times(bpy, obj, rig, model, sample, repeats, floor=False):
     tick would cost if posing the controls took no time."""
     from live_helpers import place_targets
 
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.live.tick import LiveTick
 
     scene = bpy.context.scene
     obj.neural_ik.refine_iterations = 0
@@ -109,7 +109,7 @@ def main():
     from rigify_helpers import RIGIFY_MAP, generate_rigify, key_controls, open_rigify
     from tick import random_network
 
-    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
     path = os.path.join(tempfile.mkdtemp(prefix="nik_rigify_"), "rigify.blend")

@@ -13,8 +13,8 @@ from ..neural_network.model.model import check_rig
 from ..neural_network.runtime.model_files import load_model_file
 from ..neural_network.runtime.onnx_export import export_onnx
 from ..properties import get_bone_map
-from . import rig_model
 from .errors import LiveError
+from .rig import rig_model
 
 # Models loaded for armatures in this Blender session: {object name: (file key, Model, onnx bytes or None)}; the key
 # "" marks a model given in memory (no file).

@@ -2,7 +2,7 @@
 blender.armatures.chosen_armature)."""
 
 from .. import state
-from ..blender.armatures import chosen_armature
+from ..blender.rig.armatures import chosen_armature
 
 
 def poll_armature(cls, context):

@@ -8,10 +8,10 @@ it runs every step at once.
 import bpy
 from bpy.props import BoolProperty, FloatProperty, StringProperty
 
-from ..blender.armatures import chosen_armature
-from ..blender.bvh_import import BvhFolderImport, import_messages
 from ..blender.errors import DataError
-from ..blender.extract import write_dataset
+from ..blender.rig.armatures import chosen_armature
+from ..blender.workflows.bvh_import import BvhFolderImport, import_messages
+from ..blender.workflows.extract import write_dataset
 from .common import TimerSteps, cancelled, poll_armature, poll_not_editing
 
 

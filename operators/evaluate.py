@@ -9,8 +9,8 @@ import bpy
 from bpy.props import BoolProperty, IntProperty, StringProperty
 
 from ..blender.errors import UserError
-from ..blender.evaluate import Evaluation, summary
 from ..blender.progress import say
+from ..blender.workflows.evaluate import Evaluation, summary
 from .common import TimerSteps, poll_no_training, poll_not_editing
 
 FAILURES = (UserError, OSError, ValueError)

@@ -14,13 +14,13 @@ from bpy.app.handlers import persistent
 from bpy.props import BoolProperty, IntProperty, StringProperty
 
 from .. import state
-from ..blender import rig_model
-from ..blender.armatures import armature_to_use
-from ..blender.bake import bake
 from ..blender.errors import LiveError
-from ..blender.live import LiveStopped
-from ..blender.live_session import place_targets, start_session, stop_all
+from ..blender.live.session import place_targets, start_session, stop_all
+from ..blender.live.tick import LiveStopped
 from ..blender.models import export_model, forget_models, load_model
+from ..blender.rig import rig_model
+from ..blender.rig.armatures import armature_to_use
+from ..blender.workflows.bake import bake
 from ..neural_network.data.files import FileRefused
 from .common import cancelled, poll_armature
 

@@ -9,8 +9,8 @@ import os
 import bpy
 from bpy.props import EnumProperty, IntProperty
 
-from ..blender.armatures import chosen_armature
-from ..blender.bone_maps import auto_map, driven_map_problems, preset_map, store_map
+from ..blender.rig.armatures import chosen_armature
+from ..blender.rig.bone_maps import auto_map, driven_map_problems, preset_map, store_map
 from .common import poll_armature
 
 # The model shipped with the extension, trained on the demo rig's actions (read-only: never written at run time).
@@ -67,7 +67,7 @@ class NEURAL_IK_OT_create_demo_rig(bpy.types.Operator):
         return True
 
     def execute(self, context):
-        from ..blender.demo_rig import build_demo
+        from ..blender.workflows.demo_rig import build_demo
 
         obj, actions = build_demo(context, seed=self.seed, reach_clips=self.reach_clips)
         shipped = ""

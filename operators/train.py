@@ -1,10 +1,10 @@
-"""Train and Cancel: shells over blender/training.py (a background NumPy thread in the UI, synchronous headless)."""
+"""Train and Cancel: shells over blender/workflows/training.py (a background NumPy thread in the UI, synchronous headless)."""
 
 import bpy
 from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
 
-from ..blender import training
 from ..blender.errors import DataError
+from ..blender.workflows import training
 from .common import poll_no_training
 
 

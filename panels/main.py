@@ -10,10 +10,10 @@ import os
 import bpy
 
 from .. import state
-from ..blender.bone_maps import driven_map_problems
-from ..blender.control_rig import control_map_summary
-from ..blender.live import playing_action
-from ..blender.motion import LAYER_SLOTS, TARGET_LABELS, TARGET_SLOTS, target_source
+from ..blender.live.motion import LAYER_SLOTS, TARGET_LABELS, TARGET_SLOTS, target_source
+from ..blender.live.tick import playing_action
+from ..blender.rig.bone_maps import driven_map_problems
+from ..blender.rig.control_rig import control_map_summary
 from ..neural_network.model.trainer import score as trainer_score
 from ..neural_network.skeleton import bone_map
 from ..neural_network.skeleton.roles import ROLES

@@ -32,8 +32,8 @@ FILES = ("dataset-1_walk_normal_001,dataset-1_walk_tired_001,dataset-2_walk_norm
 def _evaluated_heads(obj, rig, action, frames):
     import bpy
 
-    from neural_ik.blender import pose_read
-    from neural_ik.blender.action_layouts import assign_action
+    from neural_ik.blender.rig import pose_read
+    from neural_ik.blender.rig.action_layouts import assign_action
 
     assign_action(obj, action)
     out = []
@@ -61,8 +61,8 @@ def main():
     load_addon()
     import bpy
 
-    from neural_ik.blender import bone_maps, rig_model
-    from neural_ik.blender.bvh_import import import_bvh_files
+    from neural_ik.blender.rig import bone_maps, rig_model
+    from neural_ik.blender.workflows.bvh_import import import_bvh_files
     from neural_ik.neural_network.data.features import detect_contacts
     from neural_ik.neural_network.ik import foot_lock
     from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, INNER_ROLES
@@ -135,9 +135,10 @@ def _daz_with_model(args):
     sys.path.insert(0, os.path.join(REPO, "tests"))
     from daz_rig import daz_style_rig
 
-    from neural_ik.blender import bone_maps, models
-    from neural_ik.blender.bvh_import import import_bvh_files
-    from neural_ik.blender.extract import extract_dataset
+    from neural_ik.blender import models
+    from neural_ik.blender.rig import bone_maps
+    from neural_ik.blender.workflows.bvh_import import import_bvh_files
+    from neural_ik.blender.workflows.extract import extract_dataset
     from neural_ik.neural_network.model.trainer import TrainConfig, train
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)

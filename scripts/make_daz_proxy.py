@@ -30,9 +30,9 @@ def main():
     import bpy
     from daz_rig import daz_style_rig
 
-    from neural_ik.blender import bone_maps
-    from neural_ik.blender.action_sources import SOURCE_PROPERTY
-    from neural_ik.blender.bvh_import import import_bvh_files
+    from neural_ik.blender.rig import bone_maps
+    from neural_ik.blender.rig.action_sources import SOURCE_PROPERTY
+    from neural_ik.blender.workflows.bvh_import import import_bvh_files
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
     bpy.context.scene.render.fps = 30

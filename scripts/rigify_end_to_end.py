@@ -27,7 +27,7 @@ from addon_loader import isolate_user_resources, load_addon  # noqa: E402
 
 
 def evaluated_heads(bpy, obj, action, frames, bones):
-    from neural_ik.blender.action_layouts import assign_action
+    from neural_ik.blender.rig.action_layouts import assign_action
 
     assign_action(obj, action)
     scene = bpy.context.scene
@@ -51,10 +51,12 @@ def main():
     from rigify_helpers import RIGIFY_MAP, generate_rigify, key_controls, open_rigify, rest_pose
     from test_rig_io import state_hash
 
-    from neural_ik.blender import live_session, models, rig_model
-    from neural_ik.blender.action_layouts import assign_action
-    from neural_ik.blender.evaluated_pose import number_properties
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender import models
+    from neural_ik.blender.live import session as live_session
+    from neural_ik.blender.live.tick import LiveTick
+    from neural_ik.blender.rig import rig_model
+    from neural_ik.blender.rig.action_layouts import assign_action
+    from neural_ik.blender.rig.evaluated_pose import number_properties
     from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLES
 
     out = tempfile.mkdtemp(prefix="nik_rigify_e2e_")
@@ -74,7 +76,7 @@ def main():
 
     dataset_path = os.path.join(out, "rigify.npz")
     t = time.perf_counter()
-    from neural_ik.blender.extract import extract_dataset
+    from neural_ik.blender.workflows.extract import extract_dataset
 
     dataset, notes = extract_dataset(bpy.context, obj, actions=[a.name for a in clips[:-args.held_out]])
     dataset.save(dataset_path)

@@ -31,7 +31,7 @@ def daz_style_rig():
     between the hips and the buttocks, arms out in a T-pose; no clips of its own (calibrated from its rest)."""
     import bpy
 
-    from neural_ik.blender.demo_rig import build_armature
+    from neural_ik.blender.workflows.demo_rig import build_armature
 
     bones, heads = daz_style_bones()
     children = {}

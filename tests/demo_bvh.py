@@ -34,7 +34,7 @@ def export_demo_bvh(folder, actions=ACTIONS, frames=FRAMES, seed=0):
     import addon_utils
     import bpy
 
-    from neural_ik.blender import action_layouts
+    from neural_ik.blender.rig import action_layouts
 
     addon_utils.enable("io_anim_bvh", default_set=False)
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)

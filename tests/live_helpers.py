@@ -157,7 +157,7 @@ def assign_action(obj, action):
 
 def follow_empties(obj, position=1.0, rotation=1.0):
     """Every target's layer influences set (1: the empties drive, also while the rig's action plays in Run IK)."""
-    from neural_ik.blender.motion import LAYER_SLOTS
+    from neural_ik.blender.live.motion import LAYER_SLOTS
 
     for slot in LAYER_SLOTS:
         layer = getattr(obj.neural_ik, slot)
@@ -167,7 +167,7 @@ def follow_empties(obj, position=1.0, rotation=1.0):
 def make_sliding(rig, action, factor=1.06):
     """Make a walk slide, in place: its hips' location keys travel `factor` times as far as its steps (as a clip
     retargeted onto longer legs does)."""
-    from neural_ik.blender import action_layouts
+    from neural_ik.blender.rig import action_layouts
 
     hips = rig.bone_names[int(rig.role_bones[0])]
     for fc in action_layouts.all_action_fcurves(action):
@@ -184,7 +184,7 @@ def evaluated_effectors(obj, rig, action, frames):
     assigned to obj, each frame set with scene.frame_set, the heads read with pose_read.armature_pose_heads."""
     import bpy
 
-    from neural_ik.blender import pose_read
+    from neural_ik.blender.rig import pose_read
 
     assign_action(obj, action)
     out = []
@@ -232,7 +232,7 @@ def place_targets(obj, rig, sample, i):
     """Put the six target empties on frame i of a character-space ActionSample (world = armature matrix @ ...)."""
     from mathutils import Matrix
 
-    from neural_ik.blender.live import targets_of as target_objects
+    from neural_ik.blender.live.tick import targets_of as target_objects
 
     roles = [0] + list(EFFECTOR_ROLES)
     world = np.array(obj.matrix_world)

@@ -193,8 +193,8 @@ def write_library_file(demo, spec, action_name, path, other_rest=False):
     spec.fps); the rig built for it is removed again."""
     import bpy
 
-    from neural_ik.blender import action_layouts, pose_write
-    from neural_ik.blender.demo_rig import build_armature
+    from neural_ik.blender.rig import action_layouts, pose_write
+    from neural_ik.blender.workflows.demo_rig import build_armature
 
     scene = bpy.context.scene
     times = 1.0 + np.arange((DEMO_FRAMES - 1) * spec.fps // 30 + 1) * 30.0 / spec.fps
@@ -267,7 +267,7 @@ def _demo_motion(demo, action, times, spec):
     evaluated pose at `times` (frames, fractions between them at other rates)."""
     import bpy
 
-    from neural_ik.blender import action_layouts
+    from neural_ik.blender.rig import action_layouts
 
     scene = bpy.context.scene
     followed = sorted({j.follows for j in spec.joints if j.follows})

@@ -41,7 +41,7 @@ def _digest(*parts):
 
 
 def _action_digest(action):
-    from neural_ik.blender import action_layouts
+    from neural_ik.blender.rig import action_layouts
 
     parts = [tuple(action.frame_range), action.use_fake_user, action.use_frame_range]
     for slot in getattr(action, "slots", [None]):     # Blender 4.2: no slots, the action holds the curves
@@ -211,7 +211,7 @@ def files(addon, tmp_path_factory):
     from live_helpers import demo_armature, humanoid_skeleton, linear_model_for, random_model
     from synthetic import synthetic_dataset
 
-    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.neural_network.data import files as nik_files
     from neural_ik.neural_network.model import checkpoint
     from neural_ik.neural_network.runtime.onnx_export import export_onnx
@@ -313,7 +313,7 @@ def scene_lone_bone(files):
     obj.pose.bones[0].location = (0.0, 1.0, 0.0)
     obj.pose.bones[0].keyframe_insert("location", frame=10)
     obj.animation_data.action.use_fake_user = True
-    from neural_ik.blender.live import TARGET_SLOTS
+    from neural_ik.blender.live.tick import TARGET_SLOTS
 
     for slot in TARGET_SLOTS:             # targets, so Run IK gets as far as the bone map
         empty = bpy.data.objects.new(slot, None)
@@ -341,7 +341,7 @@ def _only_action(files, name, damage):
     """The demo rig with a single action `name` (a copy of its idle motion), damaged by damage(fcurves)."""
     import bpy
 
-    from neural_ik.blender import action_layouts
+    from neural_ik.blender.rig import action_layouts
 
     obj = scene_demo(files)
     keep = bpy.data.actions["idle_stand_01"]
@@ -390,7 +390,7 @@ def run_ik():
     import bpy
     from live_helpers import runner_reporting_to
 
-    from neural_ik.blender import live_session
+    from neural_ik.blender.live import session as live_session
 
     messages = []
     Runner = runner_reporting_to(messages)

@@ -25,7 +25,8 @@ def demo(empty_scene):
     """The demo rig driven by a linear model fitted to three quarters of its clips (the fourth quarter is held out)."""
     import bpy
 
-    from neural_ik.blender import models, pose_read, rig_model
+    from neural_ik.blender import models
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
     obj = demo_armature()
@@ -42,7 +43,7 @@ def demo(empty_scene):
 
 def _fingerprints(bpy):
     """Every action's curves and keys, to show a bake changes nothing but the action it adds."""
-    from neural_ik.blender import action_layouts
+    from neural_ik.blender.rig import action_layouts
 
     out = {}
     for action in bpy.data.actions:
@@ -58,7 +59,7 @@ def _fingerprints(bpy):
 def test_bake_reproduces_a_held_out_action(demo):
     import bpy
 
-    from neural_ik.blender import pose_read
+    from neural_ik.blender.rig import pose_read
 
     obj, rig, model, held = demo
     source = bpy.data.actions[held[0]]
@@ -93,7 +94,7 @@ def _key_targets(obj, rig, sample, rows):
     ActionSample (location and rotation keys on every frame: they move, as a user's animated targets do)."""
     import bpy
 
-    from neural_ik.blender.live import targets_of
+    from neural_ik.blender.live.tick import targets_of
 
     bpy.ops.neural_ik.create_targets()
     for frame, row in enumerate(rows, start=1):
@@ -106,7 +107,7 @@ def _key_targets(obj, rig, sample, rows):
 
 def _targets_in_character_space(obj, rig):
     """(6, 3) positions of the root and effector empties as Blender evaluates them now, in character space (metres)."""
-    from neural_ik.blender.live import targets_of
+    from neural_ik.blender.live.tick import targets_of
 
     to_object = np.linalg.inv(np.array(obj.matrix_world))
     return np.array([rig.scale * rig.basis @ (to_object @ np.array(t.matrix_world))[:3, 3] for t in targets_of(obj)])
@@ -117,7 +118,7 @@ def keyed_targets(demo):
     """The demo with its six targets keyed along a held-out clip: (obj, rig, model, frames)."""
     import bpy
 
-    from neural_ik.blender import pose_read
+    from neural_ik.blender.rig import pose_read
 
     obj, rig, model, held = demo
     sample = pose_read.read_action(rig, obj, bpy.data.actions[held[1]])
@@ -130,7 +131,7 @@ def test_bake_from_animated_target_empties_lands_every_frame(keyed_targets):
     has its hips on the root target and its five effectors within 1 mm of their targets at that frame."""
     import bpy
 
-    from neural_ik.blender import pose_read
+    from neural_ik.blender.rig import pose_read
 
     obj, rig, model, frames = keyed_targets
     scene = bpy.context.scene
@@ -161,8 +162,8 @@ def test_bake_from_empties_solves_with_the_task_and_contacts_of_the_panel(keyed_
     give another pose (so the comparison would see settings that did not arrive)."""
     import bpy
 
-    from neural_ik.blender import pose_read
-    from neural_ik.blender.bake import bake_targets_from_empties
+    from neural_ik.blender.rig import pose_read
+    from neural_ik.blender.workflows.bake import bake_targets_from_empties
     from neural_ik.neural_network.runtime.solver import Solver
     from neural_ik.neural_network.skeleton.roles import TASKS
 
@@ -195,8 +196,8 @@ def test_export_and_load_model_operators(demo, tmp_path):
     import onnx
     import onnxruntime as ort
 
-    from neural_ik.blender import pose_read
     from neural_ik.blender.models import model_of
+    from neural_ik.blender.rig import pose_read
     from neural_ik.neural_network.model import checkpoint
     from neural_ik.neural_network.runtime import onnx_export
 

@@ -12,7 +12,8 @@ CM = 100.0
 def sliding_walk(empty_scene):
     import bpy
 
-    from neural_ik.blender import models, pose_read, rig_model
+    from neural_ik.blender import models
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
     obj = demo_armature()
@@ -40,7 +41,7 @@ def _skate(feet, contacts):
 def test_lock_feet_stops_the_sliding_and_leaves_the_rest_on_the_clip(sliding_walk):
     import bpy
 
-    from neural_ik.blender import pose_read
+    from neural_ik.blender.rig import pose_read
     from neural_ik.neural_network.data.features import detect_contacts
     from neural_ik.neural_network.ik import foot_lock
 

@@ -16,7 +16,7 @@ def walk_with_pin(empty_scene):
     beside the walk's path, held 25 cm to the side of the hips and 15 cm ahead (a hand sliding on a banister)."""
     import bpy
 
-    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
     obj = demo_armature()
@@ -46,7 +46,7 @@ def _largest_turns(obj, action, frames):
     """(F - 1,) the largest change of any mapped bone's local rotation between two frames (degrees)."""
     import bpy
 
-    from neural_ik.blender import rig_model
+    from neural_ik.blender.rig import rig_model
     from neural_ik.properties import get_bone_map
 
     rig = rig_model.read_rig(obj, get_bone_map(obj))
@@ -64,7 +64,7 @@ def _largest_turns(obj, action, frames):
 def test_a_pinned_hand_stays_on_its_empty_while_the_walk_plays(walk_with_pin):
     import bpy
 
-    from neural_ik.blender import rig_model
+    from neural_ik.blender.rig import rig_model
     from neural_ik.properties import get_bone_map
 
     obj, walk, pin = walk_with_pin
@@ -95,7 +95,7 @@ def test_a_pinned_hand_stays_on_its_empty_while_the_walk_plays(walk_with_pin):
 def test_a_pin_faded_in_over_ten_frames_does_not_pop(walk_with_pin):
     import bpy
 
-    from neural_ik.blender import action_layouts
+    from neural_ik.blender.rig import action_layouts
 
     obj, walk, _pin = walk_with_pin
     start, end = (int(f) for f in walk.frame_range)

@@ -16,7 +16,8 @@ FEET = list(FOOT_ROLES)
 def demo_rig(addon):
     import bpy
 
-    from neural_ik.blender import models, rig_model
+    from neural_ik.blender import models
+    from neural_ik.blender.rig import rig_model
     from neural_ik.properties import get_bone_map
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
@@ -31,7 +32,7 @@ def _evaluated(obj, rig, action, frames):
     evaluated pose, character space."""
     import bpy
 
-    from neural_ik.blender import pose_read
+    from neural_ik.blender.rig import pose_read
 
     assign_action(obj, action)
     heads, rotations, local = [], [], []
@@ -56,7 +57,7 @@ def _largest_turn(local, mask):
 def test_bake_fits_a_clip_to_the_ground(demo_rig, clip, ground):
     import bpy
 
-    from neural_ik.blender.ground import Ground
+    from neural_ik.blender.live.ground import Ground
     from neural_ik.neural_network.ik import foot_lock
     from neural_ik.neural_network.ik import terrain as terrain_math
     from neural_ik.neural_network.report import metrics

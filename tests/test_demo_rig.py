@@ -18,7 +18,7 @@ def _all_keys(obj):
     """{(action, data_path, index): keyframe co array} for every demo action (names without Blender's .001)."""
     import bpy
 
-    from neural_ik.blender import action_layouts
+    from neural_ik.blender.rig import action_layouts
 
     keys = {}
     for action in bpy.data.actions:
@@ -32,7 +32,7 @@ def _all_keys(obj):
 def _use_action(obj, name):
     import bpy
 
-    from neural_ik.blender import action_layouts
+    from neural_ik.blender.rig import action_layouts
 
     action = bpy.data.actions[name]
     action_layouts.assign_action(obj, action)
@@ -198,7 +198,7 @@ def test_reach_clips_take_the_hands_all_around_the_shoulders_smoothly(empty_scen
     at 0.6-1.05 arm lengths from the shoulder, and never turn a mapped bone more than 15 degrees in a frame."""
     import bpy
 
-    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.neural_network.geometry.rotations import angle_between
     from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
     from neural_ik.properties import get_bone_map

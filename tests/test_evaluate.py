@@ -35,8 +35,8 @@ def make_rig(name="Walker"):
     import bpy
     from mathutils import Euler
 
-    from neural_ik.blender import action_layouts
-    from neural_ik.blender.demo_rig import build_armature
+    from neural_ik.blender.rig import action_layouts
+    from neural_ik.blender.workflows.demo_rig import build_armature
 
     obj = build_armature(bpy.context, name, [(bone, parent, head, tail, 0.0, False)
                                              for bone, (head, tail, parent) in BONES.items()])
@@ -84,7 +84,7 @@ def rig(empty_scene):
 
 
 def evaluate_module():
-    from neural_ik.blender import evaluate
+    from neural_ik.blender.workflows import evaluate
 
     return evaluate
 
@@ -182,7 +182,7 @@ def test_blender_ik_with_poles_lands_limbs_and_cleans_up(rig):
 def test_pole_angle_satisfies_blenders_pole_rule():
     """For the angle returned, x*cos(a) + z*sin(a) of the root bone, perpendicular to root->target, points at the
     pole, for random limbs and random root bone rolls; angles stay within +-180 degrees."""
-    from neural_ik.blender import blender_ik
+    from neural_ik.blender.workflows import blender_ik
     from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix
 
     rng = np.random.default_rng(3)
@@ -273,7 +273,7 @@ def test_network_rows_go_through_bake_and_refinement_lands_effectors(empty_scene
     import bpy
     from live_helpers import demo_armature, linear_model_for
 
-    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.neural_network.model.checkpoint import save_model
     from neural_ik.properties import get_bone_map
 
@@ -306,8 +306,8 @@ def _daz_style_walker():
     bones: lShldrBend > lShldrTwist > lForearmBend) with one action that bends every limb and twists the twist bones."""
     from mathutils import Euler
 
-    from neural_ik.blender import action_layouts
-    from neural_ik.blender.bone_maps import auto_map_object
+    from neural_ik.blender.rig import action_layouts
+    from neural_ik.blender.rig.bone_maps import auto_map_object
 
     obj = daz_style_rig()
     assert auto_map_object(obj).mapping["LeftArm"] == "lShldrBend"
@@ -352,10 +352,10 @@ def test_blender_ik_follows_target_empties_when_given_them(empty_scene):
     hand with it (within 1 mm) while the feet stay on theirs; the copy and its action are gone after remove()."""
     import bpy
 
-    from neural_ik.blender import action_layouts, pose_read
-    from neural_ik.blender.blender_ik import BaselineRig
-    from neural_ik.blender.live import targets_of
+    from neural_ik.blender.live.tick import targets_of
     from neural_ik.blender.models import model_of, rig_of
+    from neural_ik.blender.rig import action_layouts, pose_read
+    from neural_ik.blender.workflows.blender_ik import BaselineRig
     from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX, ROLES
 
     bpy.ops.neural_ik.create_demo_rig()

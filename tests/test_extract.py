@@ -89,7 +89,7 @@ def test_extract_operator_writes_a_dataset_that_loads_back_equal(demo_bvh, empty
 def test_task_override_property_wins_over_the_name(demo_bvh, empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.blender.extract import extract_dataset
+    from neural_ik.blender.workflows.extract import extract_dataset
     from neural_ik.neural_network.skeleton.roles import TASKS
 
     obj = _demo_armature(tmp_path, demo_bvh)
@@ -104,7 +104,7 @@ def test_task_override_property_wins_over_the_name(demo_bvh, empty_scene, tmp_pa
 def test_load_refuses_truncated_wrong_kind_and_wrong_version(demo_bvh, empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.blender.extract import extract_dataset
+    from neural_ik.blender.workflows.extract import extract_dataset
     from neural_ik.neural_network.data.dataset import Dataset
     from neural_ik.neural_network.data.files import FileRefused, save_npz
 
@@ -167,7 +167,7 @@ def test_extract_bad_input_gives_plain_messages_and_no_file(demo_bvh, empty_scen
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
     # an action that animates none of the mapped bones is skipped with a note; the rest is extracted
     other = bpy.data.objects.new("other", None)
-    from neural_ik.blender import action_layouts
+    from neural_ik.blender.rig import action_layouts
 
     stray, _slot, curves = action_layouts.new_action(other, "stray-walk")   # an OBJECT slot for "other" (4.2: the action)
     stray.use_fake_user = True
@@ -175,7 +175,7 @@ def test_extract_bad_input_gives_plain_messages_and_no_file(demo_bvh, empty_scen
     fc = curves.fcurves.new('pose.bones["Nope"].location', index=0)
     fc.keyframe_points.insert(1, 0.0)
     fc.keyframe_points.insert(9, 1.0)
-    from neural_ik.blender.extract import extract_dataset
+    from neural_ik.blender.workflows.extract import extract_dataset
 
     data, notes = extract_dataset(bpy.context, obj)
     assert list(data.action_names) == [os.path.splitext(demo_bvh.files[0])[0]]
@@ -225,7 +225,7 @@ def test_import_folder_bad_input(demo_bvh, empty_scene, tmp_path):
     assert all(a.use_fake_user for a in bpy.data.actions)
     assert bpy.context.scene.neural_ik.armature == arm[0]
 
-    from neural_ik.blender.bvh_import import import_bvh_files
+    from neural_ik.blender.workflows.bvh_import import import_bvh_files
 
     for o in list(bpy.data.objects):
         bpy.data.objects.remove(o)

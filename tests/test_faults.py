@@ -115,7 +115,7 @@ def _no_stray_work():
     import bpy
 
     from neural_ik import state
-    from neural_ik.blender import training as train_ops
+    from neural_ik.blender.workflows import training as train_ops
 
     threads = [t.name for t in threading.enumerate() if "neural_ik" in t.name]
     assert not threads, threads
@@ -129,7 +129,7 @@ def demo_model(addon):
     import bpy
     from live_helpers import demo_armature, linear_model_for
 
-    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
@@ -145,7 +145,8 @@ def live(empty_scene, demo_model):
     import bpy
     from live_helpers import demo_armature, drive_with
 
-    from neural_ik.blender import live_session, models
+    from neural_ik.blender import models
+    from neural_ik.blender.live import session as live_session
 
     obj = demo_armature()
     drive_with(obj, demo_model)
@@ -236,7 +237,7 @@ def test_unregistering_the_add_on_while_training(empty_scene, addon, tmp_path, c
     from synthetic import synthetic_dataset
 
     from neural_ik import state
-    from neural_ik.blender import training as train_ops
+    from neural_ik.blender.workflows import training as train_ops
     from neural_ik.neural_network.model import checkpoint, trainer
 
     path = tmp_path / "data.npz"

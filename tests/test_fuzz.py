@@ -194,8 +194,8 @@ def live_tick(addon):
     import bpy
     from live_helpers import demo_armature, linear_model_for
 
-    from neural_ik.blender import pose_read, rig_model
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.live.tick import LiveTick
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.neural_network.runtime.onnx_export import build_onnx
     from neural_ik.properties import get_bone_map
 
@@ -218,7 +218,7 @@ def test_tick_never_raises_and_never_writes_non_finite_rotations(live_tick, data
     import bpy
     from mathutils import Matrix
 
-    from neural_ik.blender.live import targets_of
+    from neural_ik.blender.live.tick import targets_of
 
     obj, tick = live_tick
     targets = targets_of(obj)

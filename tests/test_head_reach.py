@@ -29,7 +29,8 @@ def one_neck_bone(empty_scene):
     and a linear model fitted to its idle and walk clips."""
     import bpy
 
-    from neural_ik.blender import models, pose_read, rig_model
+    from neural_ik.blender import models
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.properties import get_bone_map, set_bone_map
 
     obj = demo_armature()
@@ -50,7 +51,7 @@ def evaluated(obj, rig, action, frames):
     pose, each frame set with scene.frame_set."""
     import bpy
 
-    from neural_ik.blender import pose_read
+    from neural_ik.blender.rig import pose_read
 
     assign_action(obj, action)
     heads, rotations = [], []
@@ -69,7 +70,7 @@ def turns(rotations, roles):
 def test_a_weak_model_lands_the_head_on_clips_it_never_saw(one_neck_bone):
     import bpy
 
-    from neural_ik.blender import pose_read
+    from neural_ik.blender.rig import pose_read
 
     obj, rig, model = one_neck_bone
     spine = [j for j in SPINE_NECK if rig.role_mask[j]]
@@ -102,7 +103,7 @@ def test_a_weak_model_lands_the_head_on_clips_it_never_saw(one_neck_bone):
 def test_a_head_target_out_of_reach_is_said_so(one_neck_bone):
     import bpy
 
-    from neural_ik.blender import pose_read
+    from neural_ik.blender.rig import pose_read
     from neural_ik.neural_network.runtime.solver import Solver
     from neural_ik.neural_network.runtime.status import MISSED
 

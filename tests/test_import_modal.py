@@ -84,7 +84,7 @@ def _actions():
 
     result = {}
     for action in bpy.data.actions:
-        from neural_ik.blender import action_layouts
+        from neural_ik.blender.rig import action_layouts
 
         curves = action_layouts.action_fcurves(action, action_layouts.action_slot_for_any(action))
         values = []
@@ -99,7 +99,7 @@ def _actions():
 def test_modal_import_gives_the_synchronous_result(demo_bvh, empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.blender.bvh_import import import_bvh_files, import_messages
+    from neural_ik.blender.workflows.bvh_import import import_bvh_files, import_messages
 
     folder = _folder(tmp_path, demo_bvh)
     FILES = demo_bvh.files[:3]
@@ -139,7 +139,7 @@ def test_modal_import_gives_the_synchronous_result(demo_bvh, empty_scene, tmp_pa
 def test_escape_keeps_the_first_file_and_leaves_nothing_stray(demo_bvh, empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.blender.bvh_import import _data_snapshot
+    from neural_ik.blender.workflows.bvh_import import _data_snapshot
 
     FILES = demo_bvh.files[:3]
     folder = gather(tmp_path, demo_bvh.folder, FILES)

@@ -116,7 +116,9 @@ def cmu_rig(empty_scene, libraries, request):
     import addon_utils
     import bpy
 
-    from neural_ik.blender import live_session, models, pose_read, rig_model
+    from neural_ik.blender import models
+    from neural_ik.blender.live import session as live_session
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
     path = libraries.cmu.path(CMU_FILE)
@@ -139,7 +141,7 @@ def _evaluated(obj, rig, frames):
     """Blender's evaluated pose per frame: mapped heads (character space) and the pelvis' pose matrix."""
     import bpy
 
-    from neural_ik.blender import pose_read
+    from neural_ik.blender.rig import pose_read
 
     heads, pelvis = [], []
     for f in frames:
@@ -183,9 +185,9 @@ def test_live_tick_on_a_cmu_rig_with_a_turned_pelvis(cmu_rig):
     import bpy
     from mathutils import Matrix
 
-    from neural_ik.blender import pose_read
-    from neural_ik.blender.live import LiveTick
-    from neural_ik.blender.live import targets_of as target_objects
+    from neural_ik.blender.live.tick import LiveTick
+    from neural_ik.blender.live.tick import targets_of as target_objects
+    from neural_ik.blender.rig import pose_read
 
     obj, rig, model, source, frames_of = cmu_rig
     scene = bpy.context.scene
@@ -234,7 +236,7 @@ def test_bake_from_empties_keeps_the_pelvis_as_it_stands(cmu_rig):
     it is, the baked action holds it there, and the evaluated feet land on their targets."""
     import bpy
 
-    from neural_ik.blender import pose_read
+    from neural_ik.blender.rig import pose_read
 
     obj, rig, model, source, frames_of = cmu_rig
     assign_action(obj, source)

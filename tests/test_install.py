@@ -141,8 +141,8 @@ def probe(work_dir):
         facts["model_source"] = "trained in the test"
 
     def one_tick():
-        live_session = sys.modules[MODULE + ".blender.live_session"]
-        live = sys.modules[MODULE + ".blender.live"]
+        live_session = sys.modules[MODULE + ".blender.live.session"]
+        live = sys.modules[MODULE + ".blender.live.tick"]
         obj = armature["obj"]
         bpy.context.view_layer.objects.active = obj
         # What Run IK does on its first timer event (timers never fire in the bpy module): build the tick from the

@@ -23,7 +23,7 @@ def demo_data():
     """Demo rig samples read once: (train samples, held-out samples)."""
     import bpy
 
-    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
@@ -41,7 +41,9 @@ def live_rig(empty_scene, demo_data):
     """A fresh demo rig with targets at influence 1, a model cached for it, and the first held-out action assigned."""
     import bpy
 
-    from neural_ik.blender import live_session, models, rig_model
+    from neural_ik.blender import models
+    from neural_ik.blender.live import session as live_session
+    from neural_ik.blender.rig import rig_model
     from neural_ik.properties import get_bone_map
 
     rig0, model, held = demo_data
@@ -62,8 +64,8 @@ def test_tick_lands_effectors_on_held_out_poses(live_rig):
     evaluated pose in >= 99% of frames, and refinement does not make MPJPE against the reference worse (> 0.5 cm)."""
     import bpy
 
-    from neural_ik.blender import pose_read
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.live.tick import LiveTick
+    from neural_ik.blender.rig import pose_read
 
     obj, rig, model, held = live_rig
     tick = LiveTick([(obj, model, None)])
@@ -98,7 +100,7 @@ def test_tick_lands_effectors_on_held_out_poses(live_rig):
 def test_stopped_session_restores_pose_and_action(live_rig):
     import bpy
 
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.live.tick import LiveTick
 
     obj, rig, model, held = live_rig
     action = obj.animation_data.action
@@ -206,7 +208,7 @@ def test_two_armatures_go_live_in_one_session(live_rig):
     import bpy
 
     from neural_ik import state
-    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
     obj, rig, model, held = live_rig
@@ -313,7 +315,7 @@ def test_target_reader_follows_objects_added_removed_and_renamed(live_rig):
     target deleted from the end of the list stops the session (a read that missed it would keep its last matrix)."""
     import bpy
 
-    from neural_ik.blender.live import LiveStopped, LiveTick, TargetReader
+    from neural_ik.blender.live.tick import LiveStopped, LiveTick, TargetReader
 
     obj, rig, model, held = live_rig
     tick = LiveTick([(obj, model, None)])
@@ -357,7 +359,7 @@ def test_tick_holds_off_the_cyclic_collector_and_restores_it(live_rig):
 
     import bpy
 
-    from neural_ik.blender.live import LiveStopped, LiveTick
+    from neural_ik.blender.live.tick import LiveStopped, LiveTick
 
     obj, rig, model, held = live_rig
     obj.neural_ik.refine_iterations = 2
@@ -404,7 +406,7 @@ def test_tick_holds_off_the_cyclic_collector_and_restores_it(live_rig):
 def test_non_finite_target_holds_the_last_pose(live_rig):
     import bpy
 
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.live.tick import LiveTick
 
     obj, rig, model, held = live_rig
     tick = LiveTick([(obj, model, None)])
@@ -470,7 +472,7 @@ def test_settings_edits_reach_the_next_tick_and_unnotified_changes_a_later_one(l
     armature without drivers within UNDRIVEN_ROUNDS ticks (the slices are real: neither is read at once)."""
     import bpy
 
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.live.tick import LiveTick
 
     obj, _rig, model, _held = live_rig
     scene = bpy.context.scene
@@ -524,7 +526,7 @@ def test_euler_and_axis_angle_bones_get_the_solved_rotations_without_jumping_a_t
     import bpy
     from mathutils import Euler
 
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.live.tick import LiveTick
     from neural_ik.neural_network.geometry.quaternion_math import quaternions_to_matrices
 
     obj, rig, model, held = live_rig

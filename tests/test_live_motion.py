@@ -29,7 +29,7 @@ def walk_model():
     """A linear model fitted to every demo clip but the walk the tests play."""
     import bpy
 
-    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
@@ -46,7 +46,9 @@ def walking(empty_scene, walk_model):
     """A fresh demo rig playing a copy of the walk (no empties), the model cached for it, refinement 4."""
     import bpy
 
-    from neural_ik.blender import live_session, models, pose_read, rig_model
+    from neural_ik.blender import models
+    from neural_ik.blender.live import session as live_session
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.properties import get_bone_map
 
     obj = demo_armature()
@@ -66,7 +68,7 @@ def _play(tick, obj, rig, frames, each=None):
     bones in character space from Blender's evaluated pose. each(frame): called after each tick."""
     import bpy
 
-    from neural_ik.blender import pose_read
+    from neural_ik.blender.rig import pose_read
 
     scene = bpy.context.scene
     heads, rotations = [], []
@@ -97,7 +99,7 @@ def test_live_ticks_follow_the_action_as_the_frame_moves_and_stop_restores_it(wa
     back the action, the pose and the depsgraph handler list."""
     import bpy
 
-    from neural_ik.blender.live import LiveTick, missing_targets
+    from neural_ik.blender.live.tick import LiveTick, missing_targets
 
     obj, rig, model, action, sample = walking
     assert len(missing_targets(obj)) == 6
@@ -148,8 +150,8 @@ def _key_hand_empty(obj, rig, sample, frames, lift=0.06, turn=0.6):
 
 def _play_pinned(obj, rig, model, frames, empty):
     """_play in a new session, with the empty's matrix in character space after each tick (N, 4, 4)."""
-    from neural_ik.blender import rig_model
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.live.tick import LiveTick
+    from neural_ik.blender.rig import rig_model
 
     tick = LiveTick([(obj, model, None)])
     tick.start()
@@ -231,7 +233,7 @@ def test_feet_stand_on_a_tilted_plane_that_moves_while_live(walking):
     raised 10 cm while live: the depsgraph handler marks the ground stale and the feet stand on it at once."""
     import bpy
 
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.live.tick import LiveTick
     from neural_ik.neural_network.ik.terrain import tilt_toward
 
     obj, rig, model, action, sample = walking
@@ -299,8 +301,8 @@ def test_lock_feet_live_stops_a_sliding_walk_and_drives_the_contacts(walking):
     reach its locked foot), and the planted flags are the network's contact inputs."""
     import bpy
 
-    from neural_ik.blender import pose_read
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.live.tick import LiveTick
+    from neural_ik.blender.rig import pose_read
 
     obj, rig, model, action, _sample = walking
     make_sliding(rig, action)
@@ -370,7 +372,7 @@ def test_no_ground_under_the_feet_is_said_and_a_deleted_ground_stops_the_session
     assert runner.invoke(context, Event("NONE")) == {"RUNNING_MODAL"}
     assert runner.modal(context, Event("TIMER")) == {"RUNNING_MODAL"}
     bpy.context.view_layer.update()
-    from neural_ik.blender import pose_read
+    from neural_ik.blender.rig import pose_read
 
     feet = pose_read.armature_pose_heads(obj, rig)[list(FOOT_ROLES)]
     clip = sample.positions[int(_index(sample, [2])[0]), list(FOOT_ROLES)]
@@ -395,8 +397,8 @@ def test_a_replayed_frame_takes_the_edits_it_had_until_the_ground_or_lock_feet_c
     again, the feet on it where it is now), Lock Feet switched."""
     import bpy
 
-    from neural_ik.blender.ground import Ground
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.live.ground import Ground
+    from neural_ik.blender.live.tick import LiveTick
 
     obj, rig, model, action, sample = walking
     bpy.ops.mesh.primitive_plane_add(size=40)

@@ -17,7 +17,7 @@ from test_refine import (
     refiner_for,
 )
 
-from neural_ik.blender.live_refine import MathutilsRefiner
+from neural_ik.blender.live.refine import MathutilsRefiner
 from neural_ik.neural_network.geometry import kinematics
 from neural_ik.neural_network.geometry.quaternion_math import (
     matrices_to_quaternions,

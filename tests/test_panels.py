@@ -134,7 +134,7 @@ def make_humanoid(name="Humanoid"):
     """A real armature with one bone per role (bone names = role names), built with Blender's edit bones."""
     import bpy
 
-    from neural_ik.blender.demo_rig import build_armature
+    from neural_ik.blender.workflows.demo_rig import build_armature
     from neural_ik.neural_network.skeleton.roles import ROLE_PARENTS, ROLES
 
     heads, bones = {}, []
@@ -351,7 +351,8 @@ def test_model_ready(empty_scene, training_state, capfd, tmp_path):
     import bpy
     from live_helpers import demo_armature, random_model
 
-    from neural_ik.blender import models, rig_model
+    from neural_ik.blender import models
+    from neural_ik.blender.rig import rig_model
     from neural_ik.neural_network.model.checkpoint import save_model
     from neural_ik.panels.common import metric_lines, read_meta
     from neural_ik.properties import get_bone_map
@@ -391,8 +392,10 @@ def test_live_running(empty_scene, training_state, capfd):
     from live_helpers import demo_armature, drive_with, random_model
 
     import neural_ik.state as state
-    from neural_ik.blender import live_session, models, rig_model
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender import models
+    from neural_ik.blender.live import session as live_session
+    from neural_ik.blender.live.tick import LiveTick
+    from neural_ik.blender.rig import rig_model
     from neural_ik.panels.common import format_number
     from neural_ik.panels.main import tick_times_ms
     from neural_ik.properties import get_bone_map
@@ -525,9 +528,11 @@ def test_live_box_shows_each_targets_source_its_influences_the_ground_and_lock_f
     from live_helpers import demo_armature, follow_empties, random_model
 
     import neural_ik.state as state
-    from neural_ik.blender import live_session, models, rig_model
-    from neural_ik.blender.live import LiveTick
-    from neural_ik.blender.motion import LAYER_SLOTS
+    from neural_ik.blender import models
+    from neural_ik.blender.live import session as live_session
+    from neural_ik.blender.live.motion import LAYER_SLOTS
+    from neural_ik.blender.live.tick import LiveTick
+    from neural_ik.blender.rig import rig_model
     from neural_ik.properties import get_bone_map
 
     obj = demo_armature()

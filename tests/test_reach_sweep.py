@@ -44,8 +44,8 @@ def sweep_live(obj, rig, model, side, step=0.0065):
     from live_helpers import place_targets
     from mathutils import Matrix
 
-    from neural_ik.blender import pose_read
-    from neural_ik.blender.live import LiveTick, targets_of
+    from neural_ik.blender.live.tick import LiveTick, targets_of
+    from neural_ik.blender.rig import pose_read
     from neural_ik.neural_network.geometry.rotations import angle_between
     from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
 
@@ -103,7 +103,8 @@ def test_a_hand_swept_round_the_shoulder_never_pops(empty_scene, side):
     import bpy
     from live_helpers import demo_armature, linear_model_for
 
-    from neural_ik.blender import models, pose_read, rig_model
+    from neural_ik.blender import models
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.neural_network.skeleton.roles import ROLES
     from neural_ik.properties import get_bone_map
 

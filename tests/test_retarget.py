@@ -151,7 +151,7 @@ def _rig_state(obj):
     """A hash of what must not change on the target: rest, bone map, preset, and every action's keys."""
     import bpy
 
-    from neural_ik.blender import action_layouts
+    from neural_ik.blender.rig import action_layouts
 
     h = hashlib.sha256()
     for b in obj.data.bones:
@@ -170,7 +170,7 @@ def _rig_state(obj):
 
 
 def _sample(obj, action, mapping=None):
-    from neural_ik.blender import bone_maps, pose_read, rig_model
+    from neural_ik.blender.rig import bone_maps, pose_read, rig_model
 
     rig = rig_model.read_rig(obj, mapping or bone_maps.bone_map_of(obj))
     return rig, pose_read.read_action(rig, obj, action)
@@ -194,7 +194,7 @@ def _direction_errors(pos_a, pos_b):
 def _import(folder, files, onto=None, retarget_all=False):
     import bpy
 
-    from neural_ik.blender.bvh_import import BvhFolderImport
+    from neural_ik.blender.workflows.bvh_import import BvhFolderImport
 
     importer = BvhFolderImport(bpy.context, str(folder), 0.01, files, "", onto)
     importer.retarget_all = retarget_all
@@ -205,7 +205,7 @@ def _demo_bvh(tmp_path, action_name="walk_0"):
     """The demo rig with one action, that action exported as BVH with Blender's exporter: (rig, action, folder)."""
     import bpy
 
-    from neural_ik.blender import action_layouts
+    from neural_ik.blender.rig import action_layouts
 
     bpy.ops.neural_ik.create_demo_rig(seed=0)
     rig = bpy.context.scene.neural_ik.armature
@@ -228,7 +228,7 @@ def _demo_bvh(tmp_path, action_name="walk_0"):
 def test_a_file_onto_its_own_skeleton_is_reproduced(empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.blender import bone_maps, rig_model
+    from neural_ik.blender.rig import bone_maps, rig_model
 
     rig, action, folder = _demo_bvh(tmp_path)
     _, reference = _sample(rig, action)
@@ -256,7 +256,7 @@ def bandai_and_cmu(empty_scene, libraries):
 
 def _round_trip(source, action, target):
     """source action -> target -> source; returns (action on target, action back on source)."""
-    from neural_ik.blender.retarget import Retargeter
+    from neural_ik.blender.workflows.retarget import Retargeter
 
     there = Retargeter(target).carry(source, action, "there")
     back = Retargeter(source).carry(target, there, "back")
@@ -357,7 +357,7 @@ def test_a_file_of_another_frame_rate_is_resampled_onto_the_rig(empty_scene, oth
 def _rest_lengths(obj):
     """(leg length: thigh to knee to ankle, mean of the sides; standing height: leg plus hips to head), metres, from
     the armature's rest as Blender holds it."""
-    from neural_ik.blender import bone_maps
+    from neural_ik.blender.rig import bone_maps
 
     mapping = bone_maps.bone_map_of(obj)
     scale = float(np.mean(np.linalg.norm(np.array(obj.matrix_world)[:3, :3], axis=0)))
@@ -377,7 +377,7 @@ def test_the_hips_path_scales_by_the_leg_lengths(bandai_and_cmu):
     """Bandai's walk carried onto the CMU rig, whose legs are longer and whose trunk is not in the same proportion:
     the hips travel the source's ground path scaled by the ratio of the two rigs' leg lengths (measured here on their
     rests), so the steps fit the legs; not by the ratio of their heights."""
-    from neural_ik.blender.retarget import Retargeter
+    from neural_ik.blender.workflows.retarget import Retargeter
 
     bandai, action, cmu, _ = bandai_and_cmu
     there = Retargeter(cmu).carry(bandai, action, "there")
@@ -407,7 +407,7 @@ def _renamed_demo_rig():
     for role, name in (("Thigh", "UpLeg"), ("Shin", "Leg"), ("Foot", "Foot"), ("ToeBase", "ToeBase")):
         for side in ("Left", "Right"):
             rig.data.bones[side + role].name = f"mixamorig:{side}{name}"
-    from neural_ik.blender.bone_maps import auto_map_object
+    from neural_ik.blender.rig.bone_maps import auto_map_object
 
     assert auto_map_object(rig).preset == "mixamo"
     return rig
@@ -509,7 +509,7 @@ def test_a_file_missing_an_essential_role_is_skipped_with_its_reason(empty_scene
 def test_onto_a_daz_style_rig_without_clips(empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.blender.bone_maps import auto_map_object
+    from neural_ik.blender.rig.bone_maps import auto_map_object
 
     demo, action, folder = _demo_bvh(tmp_path)
     _, reference = _sample(demo, action)

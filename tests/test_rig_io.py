@@ -50,7 +50,7 @@ def gather(tmp_path, source_folder, names, subfolder="bvh"):
 
 
 def import_folder(context, folder, scale=0.01):
-    from neural_ik.blender.bvh_import import import_bvh_files
+    from neural_ik.blender.workflows.bvh_import import import_bvh_files
 
     return import_bvh_files(context, str(folder), scale)
 
@@ -71,7 +71,7 @@ def use_map(obj, mapping):
 
 def assign(obj, action):
     """Assign an action (and its object slot) to obj: what a user does to see it (tests only)."""
-    from neural_ik.blender import action_layouts
+    from neural_ik.blender.rig import action_layouts
 
     if obj.animation_data is None:
         obj.animation_data_create()
@@ -86,7 +86,7 @@ def state_hash(obj):
     scene frame, the assigned action and slot, the current pose channels."""
     import bpy
 
-    from neural_ik.blender import action_layouts
+    from neural_ik.blender.rig import action_layouts
 
     h = hashlib.sha256()
     for action in sorted(bpy.data.actions, key=lambda a: a.name):
@@ -118,7 +118,7 @@ def check_against_blender(obj, dataset, frames_per_action, max_actions=4):
     worst orientation error in radians, worst FK error / height, checked frames)."""
     import bpy
 
-    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.neural_network.data.dataset import standing_height
     from neural_ik.neural_network.geometry import kinematics
     from neural_ik.neural_network.geometry.rotations import angle_between, axis_angle_to_matrix
@@ -162,7 +162,7 @@ def test_bandai_positions_and_fk_equal_blender(empty_scene, libraries, tmp_path)
     """Six channels on every joint, joint_Root above the hips, zero-length end sites."""
     import bpy
 
-    from neural_ik.blender.extract import extract_dataset
+    from neural_ik.blender.workflows.extract import extract_dataset
 
     folder = gather(tmp_path, libraries.bandai.folder, BANDAI_FILES)
     obj, imported, skipped = import_folder(bpy.context, folder)
@@ -186,7 +186,7 @@ def test_cmu_positions_fk_and_untouched_state(empty_scene, libraries, tmp_path):
     """A pelvis that moves between the hips and the thighs: per-frame links, FK through them equals Blender."""
     import bpy
 
-    from neural_ik.blender.extract import extract_dataset
+    from neural_ik.blender.workflows.extract import extract_dataset
 
     folder = gather(tmp_path, libraries.cmu.folder, CMU_FILES)
     obj, imported, skipped = import_folder(bpy.context, folder)
@@ -215,7 +215,7 @@ def test_cmu_positions_fk_and_untouched_state(empty_scene, libraries, tmp_path):
 def test_demo_rig_positions_and_fk_equal_blender(empty_scene):
     import bpy
 
-    from neural_ik.blender.extract import extract_dataset
+    from neural_ik.blender.workflows.extract import extract_dataset
 
     bpy.ops.neural_ik.create_demo_rig()
     obj = bpy.context.active_object
@@ -234,7 +234,7 @@ def test_retarget_keeps_world_rotations_of_every_file(empty_scene, libraries, tm
     the importer chose different rest orientations for its zero-length end bones (trap 2)."""
     import bpy
 
-    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.blender.rig import pose_read, rig_model
 
     folder = gather(tmp_path, libraries.bandai.folder, BANDAI_FILES[:2] + ("dataset-1_bow_active_001.bvh",))
     target, imported, _ = import_folder(bpy.context, folder)
@@ -264,7 +264,7 @@ def test_retarget_keeps_world_rotations_of_every_file(empty_scene, libraries, tm
 def test_write_pose_and_action_read_back(demo_bvh, empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.blender import pose_read, pose_write, rig_model
+    from neural_ik.blender.rig import pose_read, pose_write, rig_model
     from neural_ik.neural_network.geometry.rotations import angle_between, axis_angle_to_matrix
 
     folder = gather(tmp_path, demo_bvh.folder, demo_bvh.files[:1])
@@ -303,7 +303,7 @@ def test_write_pose_and_action_read_back(demo_bvh, empty_scene, tmp_path):
 def test_read_rig_refuses_bad_maps(demo_bvh, empty_scene, tmp_path):
     import bpy
 
-    from neural_ik.blender import rig_model
+    from neural_ik.blender.rig import rig_model
 
     folder = gather(tmp_path, demo_bvh.folder, demo_bvh.files[:1])
     obj, _, _ = import_folder(bpy.context, folder)
@@ -323,8 +323,8 @@ def test_sparse_keys_modifiers_and_muted_curves_read_as_blender_evaluates(empty_
     are skipped exactly as Blender evaluates them (the fast path only reads keys that sit on every frame)."""
     import bpy
 
-    from neural_ik.blender import action_layouts, pose_read, rig_model
-    from neural_ik.blender.bone_maps import bone_map_of
+    from neural_ik.blender.rig import action_layouts, pose_read, rig_model
+    from neural_ik.blender.rig.bone_maps import bone_map_of
 
     bpy.ops.neural_ik.create_demo_rig()
     obj = bpy.context.active_object

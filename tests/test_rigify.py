@@ -24,13 +24,13 @@ def _evaluated_heads(obj, frames, bones):
 def test_auto_map_maps_the_deform_bones(rigify_rig):
     import bpy
 
-    from neural_ik.blender.bone_maps import bone_map_of
+    from neural_ik.blender.rig.bone_maps import bone_map_of
 
     assert bpy.ops.neural_ik.auto_map() == {"FINISHED"}
     assert bone_map_of(rigify_rig) == RIGIFY_MAP
     # its deform bones hang from ORG-/MCH- bones, not from each other: no problem for a driven rig (the panel lists
     # none, the report says why)
-    from neural_ik.blender.bone_maps import auto_map, driven_map_problems
+    from neural_ik.blender.rig.bone_maps import auto_map, driven_map_problems
     from neural_ik.panels.main import bone_map_problems
 
     result = auto_map(rigify_rig)
@@ -43,9 +43,9 @@ def test_auto_map_maps_the_deform_bones(rigify_rig):
 def test_extract_reads_the_evaluated_deform_bones_and_leaves_the_scene(rigify_rig):
     import bpy
 
-    from neural_ik.blender import rig_model
-    from neural_ik.blender.evaluated_pose import number_properties
-    from neural_ik.blender.extract import extract_dataset
+    from neural_ik.blender.rig import rig_model
+    from neural_ik.blender.rig.evaluated_pose import number_properties
+    from neural_ik.blender.workflows.extract import extract_dataset
     from neural_ik.neural_network.geometry import kinematics
     from neural_ik.neural_network.skeleton.roles import ROLES
 
@@ -91,9 +91,10 @@ def test_bake_keys_both_chains_and_each_action_plays_right_in_any_order(rigify_r
     from live_helpers import assign_action, linear_model_for
     from rigify_helpers import rest_pose
 
-    from neural_ik.blender import models, pose_read, rig_model
-    from neural_ik.blender.action_layouts import all_action_fcurves
-    from neural_ik.blender.evaluated_pose import number_properties
+    from neural_ik.blender import models
+    from neural_ik.blender.rig import pose_read, rig_model
+    from neural_ik.blender.rig.action_layouts import all_action_fcurves
+    from neural_ik.blender.rig.evaluated_pose import number_properties
     from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLES
 
     obj = rigify_rig
@@ -174,7 +175,8 @@ def _live_model(obj):
     import bpy
     from live_helpers import linear_model_for
 
-    from neural_ik.blender import models, pose_read, rig_model
+    from neural_ik.blender import models
+    from neural_ik.blender.rig import pose_read, rig_model
 
     actions = [key_controls(obj, f"clip{k}", frames=12, seed=k) for k in range(3)]
     assert bpy.ops.neural_ik.auto_map() == {"FINISHED"}
@@ -191,9 +193,11 @@ def test_run_ik_drives_the_controls_and_restores_switches_and_pose(rigify_rig):
     import bpy
     from live_helpers import assign_action, follow_empties, place_targets
 
-    from neural_ik.blender import live_session, models, pose_read
-    from neural_ik.blender.evaluated_pose import number_properties
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender import models
+    from neural_ik.blender.live import session as live_session
+    from neural_ik.blender.live.tick import LiveTick
+    from neural_ik.blender.rig import pose_read
+    from neural_ik.blender.rig.evaluated_pose import number_properties
     from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES
 
     obj = rigify_rig
@@ -227,7 +231,7 @@ def test_run_ik_drives_the_controls_and_restores_switches_and_pose(rigify_rig):
 def _solved_pose_error(obj, rig, q, hips, roles):
     """(largest head distance over the rig height at `roles` (mask), largest hand/foot/head orientation difference in
     radians) between Blender's evaluated DEF- bones and the FK of local quaternions q (23, 4) from hips (4, 4)."""
-    from neural_ik.blender import pose_read
+    from neural_ik.blender.rig import pose_read
     from neural_ik.neural_network.geometry import kinematics
     from neural_ik.neural_network.geometry.rotations import quaternion_to_matrix
     from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES
@@ -251,8 +255,9 @@ def test_unrefined_live_tick_puts_the_deform_bones_on_the_solved_pose(rigify_rig
     import bpy
     from live_helpers import follow_empties, place_targets
 
-    from neural_ik.blender import live_session, models
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender import models
+    from neural_ik.blender.live import session as live_session
+    from neural_ik.blender.live.tick import LiveTick
     from neural_ik.neural_network.geometry.quaternion_math import multiply_quaternions
     from neural_ik.neural_network.skeleton.roles import ROLES
 
@@ -305,8 +310,8 @@ def test_panels_draw_the_control_map_and_the_evaluated_dataset(rigify_rig, capfd
     import bpy
     from test_panels import draw_everything
 
-    from neural_ik.blender.control_rig import control_map_summary
-    from neural_ik.blender.extract import write_dataset
+    from neural_ik.blender.rig.control_rig import control_map_summary
+    from neural_ik.blender.workflows.extract import write_dataset
 
     obj = rigify_rig
     key_controls(obj, "sway", frames=6, seed=2)
@@ -330,8 +335,8 @@ def test_evaluate_measures_the_deform_bones_and_leaves_the_rig(rigify_rig, tmp_p
     import bpy
     from live_helpers import assign_action, linear_model_for
 
-    from neural_ik.blender import pose_read, rig_model
-    from neural_ik.blender.evaluated_pose import number_properties
+    from neural_ik.blender.rig import pose_read, rig_model
+    from neural_ik.blender.rig.evaluated_pose import number_properties
     from neural_ik.neural_network.model.checkpoint import save_model
     from neural_ik.neural_network.skeleton.roles import ROLES
 
@@ -372,7 +377,7 @@ def test_evaluate_measures_the_deform_bones_and_leaves_the_rig(rigify_rig, tmp_p
     # the baked actions play under the switches as the user set them, and inside KeptScene: the next clip's reference
     # is read from the pose as it was, not with the controls the baked action keys and the clips do not (the IK
     # chain's first control, its twist without a pole)
-    from neural_ik.blender.evaluate import evaluate_clip
+    from neural_ik.blender.workflows.evaluate import evaluate_clip
 
     obj.neural_ik.model_path = str(model_path)
     for clip in actions[::-1]:

@@ -9,7 +9,8 @@ def test_bake_on_a_raised_floor_lifts_the_deform_bones_of_a_control_rig(rigify_r
     import bpy
     from live_helpers import assign_action, linear_model_for
 
-    from neural_ik.blender import models, pose_read, rig_model
+    from neural_ik.blender import models
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLES
 
     obj = rigify_rig
@@ -55,8 +56,8 @@ def test_run_ik_on_a_control_rig_playing_its_clip_stands_it_on_a_raised_floor(ri
     import bpy
     from live_helpers import assign_action, linear_model_for
 
-    from neural_ik.blender import pose_read, rig_model
-    from neural_ik.blender.live import LiveTick
+    from neural_ik.blender.live.tick import LiveTick
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLES
 
     obj = rigify_rig

@@ -32,8 +32,9 @@ def _add_moving_root(obj, action, frames):
 def test_hips_under_a_moving_root_extract_and_bake(empty_scene):
     import bpy
 
-    from neural_ik.blender import models, pose_read, rig_model
-    from neural_ik.blender.extract import extract_dataset
+    from neural_ik.blender import models
+    from neural_ik.blender.rig import pose_read, rig_model
+    from neural_ik.blender.workflows.extract import extract_dataset
     from neural_ik.properties import get_bone_map
 
     obj = demo_armature()

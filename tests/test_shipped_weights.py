@@ -19,7 +19,7 @@ def test_the_demo_rig_comes_with_the_shipped_model_and_it_solves(empty_scene):
     import bpy
     from live_helpers import evaluated_effectors
 
-    from neural_ik.blender import pose_read, rig_model
+    from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES
     from neural_ik.properties import get_bone_map
 

@@ -54,7 +54,7 @@ def test_cancel_stops_the_training_thread_and_keeps_the_best(empty_scene, datase
     path, data = dataset_file
     obj = matching_armature(data)
     bpy.ops.neural_ik.train(filepath=path, directory=str(tmp_path), epochs=100000, batch_size=32, mode="THREAD")
-    from neural_ik.blender import training as train_module
+    from neural_ik.blender.workflows import training as train_module
     thread = train_module._Run.thread
     assert thread is not None and thread.is_alive() and state.training.running
     wait_for(lambda: state.training.epoch >= 2, thread)
@@ -73,7 +73,7 @@ def test_the_thread_prepares_the_data_and_a_cancel_there_trains_nothing(empty_sc
     """Data preparation (mirror, limb mix, statistics: tens of seconds on a large dataset) runs on the training thread,
     so the operator returns at once; Cancel during it stops the run before any training and allows no second run
     until the thread has ended."""
-    from neural_ik.blender import training as train_module
+    from neural_ik.blender.workflows import training as train_module
     from neural_ik.neural_network.data import limb_mix
     path, data = dataset_file
     matching_armature(data)
@@ -106,7 +106,7 @@ def test_loading_another_file_stops_the_training_thread(empty_scene, dataset_fil
     path, data = dataset_file
     matching_armature(data)
     bpy.ops.neural_ik.train(filepath=path, directory=str(tmp_path), epochs=100000, mode="THREAD")
-    from neural_ik.blender import training as train_module
+    from neural_ik.blender.workflows import training as train_module
     thread = train_module._Run.thread
     wait_for(lambda: state.training.epoch >= 1, thread)
     bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)

@@ -24,19 +24,20 @@ import time
 import bpy
 import numpy as np
 
-from ..neural_network.geometry.rotations import chordal_mean
-from ..neural_network.report import eval_report, metrics, plot_svg
-from ..neural_network.skeleton.roles import ROLES
-from . import action_layouts, blender_ik, evaluated_pose, rig_model
-from .armatures import armature_to_use
+from ...neural_network.geometry.rotations import chordal_mean
+from ...neural_network.report import eval_report, metrics, plot_svg
+from ...neural_network.skeleton.roles import ROLES
+from ..errors import DataError, EvaluationError, LiveError
+from ..progress import ProgressLine, duration
+from ..rig import action_layouts, evaluated_pose, rig_model
+from ..rig.action_sources import action_task
+from ..rig.armatures import armature_to_use
+from ..rig.bone_maps import map_driven_reasons, stored_or_preset_map
+from ..rig.pose_read import role_locals
+from ..rig.rig_model import RigError, character_basis
+from . import blender_ik
 from .bake import bake
-from .bone_maps import map_driven_reasons, stored_or_preset_map
 from .bvh_import import BvhFolderImport, import_bvh, import_messages, list_bvh_files, remove_imported
-from .errors import DataError, EvaluationError, LiveError
-from .extract import action_task
-from .pose_read import role_locals
-from .progress import ProgressLine, duration
-from .rig_model import RigError, character_basis
 
 METHOD_LABELS = {
     "network": "network alone",
@@ -144,7 +145,7 @@ def action_frames(action):
 
 def mean_pose_from_model(path, bone_map):
     """{bone: 3x3}: the model's mean local pose per role (the training clips' mean)."""
-    from ..neural_network.runtime.model_files import load_model_file
+    from ...neural_network.runtime.model_files import load_model_file
 
     model, _data = load_model_file(path)       # checkpoint or ONNX, fully checked (FileRefused says why not)
     mean = np.asarray(model.mean_pose, np.float64)
@@ -173,7 +174,7 @@ def limits_from(mean_pose, bone_map, model_path=None, local_rotations=None, marg
     range of the given training rotations plus a margin."""
     mean = np.stack([mean_pose.get(bone_map.get(role, ""), np.eye(3)) for role in ROLES])
     if model_path:
-        from ..neural_network.runtime.model_files import load_model_file
+        from ...neural_network.runtime.model_files import load_model_file
 
         model, _data = load_model_file(model_path)
         return mean, np.asarray(model.limit_low, np.float64), np.asarray(model.limit_high, np.float64)
@@ -637,7 +638,7 @@ def _store_model(obj, bone_map, model_path):
     """Give the armature the bone map and model that Bake reads."""
     if not model_path:
         return
-    from ..properties import set_bone_map
+    from ...properties import set_bone_map
 
     if not any(item.bone for item in obj.neural_ik.bone_map):
         set_bone_map(obj, bone_map)

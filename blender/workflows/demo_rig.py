@@ -9,9 +9,9 @@ Actions are slotted actions in Blender 5 (one slot for the armature object) and 
 import bpy
 import numpy as np
 
-from ..neural_network.data import demo_motion
-from ..neural_network.skeleton import bone_map
-from ..properties import set_bone_map
+from ...neural_network.data import demo_motion
+from ...neural_network.skeleton import bone_map
+from ...properties import set_bone_map
 
 
 def build_armature(context, name, bones):

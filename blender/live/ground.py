@@ -14,7 +14,7 @@ import numpy as np
 from mathutils import Vector
 from mathutils.bvhtree import BVHTree
 
-from .errors import LiveError
+from ..errors import LiveError
 
 DOWN = Vector((0.0, 0.0, -1.0))
 

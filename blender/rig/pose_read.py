@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import bpy
 import numpy as np
 
-from ..neural_network.data.dataset import ActionBatch
-from ..neural_network.geometry.armature_fk import (
+from ...neural_network.data.dataset import ActionBatch
+from ...neural_network.geometry.armature_fk import (
     axis_angle_quaternions,
     compute_dtype,
     euler_quaternions,
@@ -21,9 +21,9 @@ from ..neural_network.geometry.armature_fk import (
     quaternion_axis_angles,
     quaternion_matrices,
 )
-from ..neural_network.geometry.rotations import matrix_to_quaternion
-from ..neural_network.skeleton.roles import EFFECTOR_ROLES, NUM_ROLES
-from ..neural_network.skeleton.skeleton import nearest_mapped_parents
+from ...neural_network.geometry.rotations import matrix_to_quaternion
+from ...neural_network.skeleton.roles import EFFECTOR_ROLES, NUM_ROLES
+from ...neural_network.skeleton.skeleton import nearest_mapped_parents
 from . import evaluated_pose
 from .action_layouts import CHANNEL_WIDTHS, _channels_of, action_frame_range, action_slot_for
 from .rig_model import RigError, _link_masks, bone_chain, rotation_property

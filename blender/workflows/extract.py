@@ -8,20 +8,14 @@ import os
 
 import bpy
 
-from ..neural_network.data.dataset import DatasetBuilder, task_index
-from ..neural_network.data.files import FileRefused
-from ..neural_network.skeleton.roles import ROLES
-from . import action_layouts, pose_read, rig_model
-from .action_sources import action_source
-from .armatures import armature_to_use, check_armature
-from .bone_maps import bone_map_of
-from .errors import DataError
-
-
-def action_task(action):
-    """The task index of an action: its Neural IK task setting, or (AUTO) the keywords of its name."""
-    return task_index(action.name, getattr(action, "neural_ik_task", "AUTO"))
-
+from ...neural_network.data.dataset import DatasetBuilder
+from ...neural_network.data.files import FileRefused
+from ...neural_network.skeleton.roles import ROLES
+from ..errors import DataError
+from ..rig import action_layouts, pose_read, rig_model
+from ..rig.action_sources import action_source, action_task
+from ..rig.armatures import armature_to_use, check_armature
+from ..rig.bone_maps import bone_map_of
 
 NO_ARMATURE = "select an armature first (no armature is active or chosen in the Neural IK panel)"
 

@@ -24,7 +24,7 @@ import math
 import bpy
 import numpy as np
 
-from . import action_layouts
+from ..rig import action_layouts
 
 TAG = "NIK Baseline"
 LIMBS = (   # (root role, IK bone role, target role)

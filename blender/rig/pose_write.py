@@ -5,8 +5,8 @@
 import bpy
 import numpy as np
 
-from ..neural_network.geometry.rotations import blender_axis_angle, matrix_to_axis_angle, matrix_to_quaternion
-from ..neural_network.skeleton.roles import NUM_ROLES
+from ...neural_network.geometry.rotations import blender_axis_angle, matrix_to_axis_angle, matrix_to_quaternion
+from ...neural_network.skeleton.roles import NUM_ROLES
 from .action_layouts import _key_curve, action_slot_for, new_action
 from .rig_model import _normalized_columns
 

@@ -9,8 +9,8 @@ Raises DataError with a message for the user.
 import bpy
 import numpy as np
 
-from ..neural_network.data import retarget as core
-from ..neural_network.geometry.rotations import (
+from ...neural_network.data import retarget as core
+from ...neural_network.geometry.rotations import (
     axis_angle_to_matrix,
     blender_axis_angle,
     chordal_mean,
@@ -20,11 +20,11 @@ from ..neural_network.geometry.rotations import (
     matrix_to_quaternion,
     quaternion_to_matrix,
 )
-from ..neural_network.skeleton.roles import ESSENTIAL_ROLES, ROLES
-from ..neural_network.skeleton.skeleton import nearest_mapped_parents
-from . import action_layouts, bone_maps, pose_read, pose_write, rig_model
-from .action_sources import action_source
-from .errors import DataError
+from ...neural_network.skeleton.roles import ESSENTIAL_ROLES, ROLES
+from ...neural_network.skeleton.skeleton import nearest_mapped_parents
+from ..errors import DataError
+from ..rig import action_layouts, bone_maps, pose_read, pose_write, rig_model
+from ..rig.action_sources import action_source
 from .extract import usable_actions
 
 CALIBRATION_FRAMES = 20000                  # frames of the target's own clips read to calibrate it

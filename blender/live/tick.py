@@ -21,23 +21,23 @@ from operator import attrgetter
 import bpy
 import numpy as np
 
-from .. import state
-from ..neural_network.geometry.quaternion_math import MATRIX_TO_SQUARES, SQUARES_BIAS, squares_to_quaternions
-from ..neural_network.geometry.rotations import (
+from ... import state
+from ...neural_network.geometry.quaternion_math import MATRIX_TO_SQUARES, SQUARES_BIAS, squares_to_quaternions
+from ...neural_network.geometry.rotations import (
     EULER_AXES,
     blender_axis_angle,
     quaternion_to_axis_angle,
     quaternions_to_compatible_euler,
 )
-from ..neural_network.runtime.runtime_graph import pose_columns
-from ..neural_network.runtime.solver import Solver
-from ..neural_network.runtime.status import OK, describe
-from ..neural_network.skeleton.roles import NUM_ROLES, TASKS
-from ..properties import get_bone_map
-from . import control_rig, pose_read, rig_model
-from .errors import LiveStopped
-from .live_refine import MathutilsRefiner
+from ...neural_network.runtime.runtime_graph import pose_columns
+from ...neural_network.runtime.solver import Solver
+from ...neural_network.runtime.status import OK, describe
+from ...neural_network.skeleton.roles import NUM_ROLES, TASKS
+from ...properties import get_bone_map
+from ..errors import LiveStopped
+from ..rig import control_rig, pose_read, rig_model
 from .motion import TARGET_LABELS, TARGET_SLOTS, LiveMotion
+from .refine import MathutilsRefiner
 
 HIPS_ROW = NUM_ROLES         # where LiveCharacter.write_other_bones puts the hips' quaternion after the roles'
 _RAW_SETTINGS = attrgetter("ground_left", "ground_right", "contact_left", "contact_right", "task", "phase",
@@ -625,7 +625,7 @@ class LiveTick:
 
     def __init__(self, entries, engine="auto", history=600):
         """entries: [(armature object, Model, onnx bytes or None)]; each armature must be mapped and have targets."""
-        from ..neural_network.model.model import check_rig
+        from ...neural_network.model.model import check_rig
 
         by_model = {}
         for obj, model, onnx_bytes in entries:

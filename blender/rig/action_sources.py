@@ -1,9 +1,12 @@
-"""Where an action's motion comes from: every BVH import notes it on the action (custom property
-`neural_ik_source`, a JSON string {"kind": "library", "file", "skeleton", "retargeted"}); an action without the note
-is the user's own clip. Extraction stores the parsed note per action, the trainer weights and validates on own clips.
+"""Where an action's motion comes from, and what it does: every BVH import notes its source on the action (custom
+property `neural_ik_source`, a JSON string {"kind": "library", "file", "skeleton", "retargeted"}); an action without
+the note is the user's own clip. Extraction stores the parsed note per action, the trainer weights and validates on
+own clips. The task (idle, locomotion, reach) is the action's Neural IK task setting or the keywords of its name.
 """
 
 import json
+
+from ...neural_network.data.dataset import task_index
 
 SOURCE_PROPERTY = "neural_ik_source"
 
@@ -30,3 +33,8 @@ def action_source(action):
         if isinstance(note, dict) and note.get("kind") == "library":
             return note
     return {"kind": "own"}
+
+
+def action_task(action):
+    """The task index of an action: its Neural IK task setting, or (AUTO) the keywords of its name."""
+    return task_index(action.name, getattr(action, "neural_ik_task", "AUTO"))

@@ -14,15 +14,15 @@ import threading
 import bpy
 from bpy.app.handlers import persistent
 
-from .. import state
-from ..neural_network.data.dataset import Dataset
-from ..neural_network.data.files import FileRefused
-from ..neural_network.model import library_choice, trainer
-from ..neural_network.model.losses import LossWeights
-from ..properties import get_bone_map
-from .armatures import chosen_armature
-from .errors import DataError
-from .progress import ProgressLine, duration
+from ... import state
+from ...neural_network.data.dataset import Dataset
+from ...neural_network.data.files import FileRefused
+from ...neural_network.model import library_choice, trainer
+from ...neural_network.model.losses import LossWeights
+from ...properties import get_bone_map
+from ..errors import DataError
+from ..progress import ProgressLine, duration
+from ..rig.armatures import chosen_armature
 
 POLL_SECONDS = 0.25
 JOIN_SECONDS = 5.0

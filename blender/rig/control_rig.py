@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 import bpy
 import numpy as np
 
-from ..neural_network.geometry.rotations import axis_angle_to_matrix, matrix_to_axis_angle, matrix_to_quaternion
-from ..neural_network.skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX, ROLE_PARENTS, ROLES
+from ...neural_network.geometry.rotations import axis_angle_to_matrix, matrix_to_axis_angle, matrix_to_quaternion
+from ...neural_network.skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX, ROLE_PARENTS, ROLES
 from .action_layouts import _key_curve
 from .control_live import LiveWriter, set_turned
 from .rig_model import rotation_property
@@ -728,7 +728,7 @@ class ControlRig:
             if e.mode == "QUATERNION":
                 values, prop = continuous_quaternions(matrix_to_quaternion(rot)), "rotation_quaternion"
             elif e.mode == "AXIS_ANGLE":
-                from ..neural_network.geometry.rotations import blender_axis_angle
+                from ...neural_network.geometry.rotations import blender_axis_angle
 
                 values, prop = blender_axis_angle(matrix_to_axis_angle(rot)), "rotation_axis_angle"
             else:

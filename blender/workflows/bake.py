@@ -8,19 +8,19 @@ for the user.
 import bpy
 import numpy as np
 
-from ..neural_network.data.files import FileRefused
-from ..neural_network.geometry import kinematics
-from ..neural_network.geometry.quaternion_math import matrices_to_quaternions
-from ..neural_network.ik import foot_lock, layering, terrain
-from ..neural_network.runtime.solver import Solver
-from ..neural_network.runtime.status import HELD, HELD_BAD_TARGETS, describe
-from ..neural_network.skeleton.roles import FOOT_ROLES, NUM_ROLES, ROLE_INDEX, TASKS
-from . import action_layouts, control_rig, evaluated_pose, pose_read, pose_write, rig_model
-from .errors import LiveError
-from .ground import Ground
-from .live import LiveCharacter, missing_targets, targets_of
-from .models import model_of, rig_of
-from .motion import LAYER_SLOTS, targets_from_action
+from ...neural_network.data.files import FileRefused
+from ...neural_network.geometry import kinematics
+from ...neural_network.geometry.quaternion_math import matrices_to_quaternions
+from ...neural_network.ik import foot_lock, layering, terrain
+from ...neural_network.runtime.solver import Solver
+from ...neural_network.runtime.status import HELD, HELD_BAD_TARGETS, describe
+from ...neural_network.skeleton.roles import FOOT_ROLES, NUM_ROLES, ROLE_INDEX, TASKS
+from ..errors import LiveError
+from ..live.ground import Ground
+from ..live.motion import LAYER_SLOTS, targets_from_action
+from ..live.tick import LiveCharacter, missing_targets, targets_of
+from ..models import model_of, rig_of
+from ..rig import action_layouts, control_rig, evaluated_pose, pose_read, pose_write, rig_model
 
 TOES = [ROLE_INDEX["LeftToeBase"], ROLE_INDEX["RightToeBase"]]   # the balls of the feet
 

@@ -24,14 +24,14 @@ import re
 import bpy
 import numpy as np
 
-from ..neural_network.data.features import detect_contacts
-from ..neural_network.geometry import kinematics
-from ..neural_network.ik import foot_lock, layering
-from ..neural_network.ik.online import OnlineEdits
-from ..neural_network.skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES, ROLE_INDEX
-from . import action_layouts, pose_read
-from .errors import LiveError, LiveStopped
-from .extract import action_task
+from ...neural_network.data.features import detect_contacts
+from ...neural_network.geometry import kinematics
+from ...neural_network.ik import foot_lock, layering
+from ...neural_network.ik.online import OnlineEdits
+from ...neural_network.skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, NUM_ROLES, ROLE_INDEX
+from ..errors import LiveError, LiveStopped
+from ..rig import action_layouts, pose_read
+from ..rig.action_sources import action_task
 from .ground import Ground, ground_objects
 
 TARGET_SLOTS = ("target_root", "target_left_hand", "target_right_hand", "target_left_foot", "target_right_foot",

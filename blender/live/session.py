@@ -1,20 +1,20 @@
 """Run IK sessions: which armatures go live together, the session that drives them (kept in state.live_sessions for
 the panel), stopping every session, and the six target empties a live armature follows.
 
-The modal operator owns the timer; everything it does per start, tick and stop is here or in blender/live.py.
+The modal operator owns the timer; everything it does per start, tick and stop is here or in blender/live/tick.py.
 """
 
 import bpy
 import numpy as np
 
-from .. import state
-from ..neural_network.skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX
-from . import pose_read
-from .armatures import armature_to_use
-from .errors import LiveError
-from .live import TARGET_LABELS, TARGET_SLOTS, LiveTick, missing_targets, playing_action
-from .models import model_group, model_of, rig_of
+from ... import state
+from ...neural_network.skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX
+from ..errors import LiveError
+from ..models import model_group, model_of, rig_of
+from ..rig import pose_read
+from ..rig.armatures import armature_to_use
 from .motion import LAYER_SLOTS
+from .tick import TARGET_LABELS, TARGET_SLOTS, LiveTick, missing_targets, playing_action
 
 
 class LiveSession:

@@ -11,7 +11,7 @@ import os
 import bpy
 import numpy as np
 
-from ..neural_network.geometry.rotations import (
+from ...neural_network.geometry.rotations import (
     axis_angle_to_matrix,
     blender_axis_angle,
     euler_to_matrix,
@@ -19,10 +19,10 @@ from ..neural_network.geometry.rotations import (
     matrix_to_quaternion,
     quaternion_to_matrix,
 )
-from . import action_layouts, pose_write, rig_model
-from .action_sources import mark_source
-from .bone_maps import auto_map_object
-from .errors import DataError
+from ..errors import DataError
+from ..rig import action_layouts, pose_write, rig_model
+from ..rig.action_sources import mark_source
+from ..rig.bone_maps import auto_map_object
 from .retarget import Retargeter
 
 CALIBRATION_FILES = 8       # files of a folder that calibrate a source skeleton before its first file is retargeted

@@ -19,9 +19,9 @@ live.LiveCharacter gives a control rig's graph that hips map), or a refined solv
 
 import numpy as np
 
-from ..neural_network.geometry.quaternion_math import left_matrices
-from ..neural_network.geometry.rotations import matrix_to_quaternion
-from ..neural_network.skeleton.roles import NUM_ROLES
+from ...neural_network.geometry.quaternion_math import left_matrices
+from ...neural_network.geometry.rotations import matrix_to_quaternion
+from ...neural_network.skeleton.roles import NUM_ROLES
 
 HIPS = slice(4 * NUM_ROLES, 4 * NUM_ROLES + 4)      # the hips' world quaternion in the extended vector
 EXTENDED = 4 * NUM_ROLES + 4

@@ -36,8 +36,8 @@ from typing import NamedTuple
 import numpy as np
 from mathutils import Matrix, Quaternion, Vector
 
-from ..neural_network.ik import reach_assist
-from ..neural_network.ik.refine import LEVELS
+from ...neural_network.ik import reach_assist
+from ...neural_network.ik.refine import LEVELS
 
 
 class _Chain(NamedTuple):

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 import bpy
 import numpy as np
 
-from ..neural_network.geometry.armature_fk import BoneChain
-from ..neural_network.skeleton.roles import ESSENTIAL_ROLES, NUM_ROLES, ROLES
-from ..neural_network.skeleton.skeleton import Skeleton, nearest_mapped_parents
+from ...neural_network.geometry.armature_fk import BoneChain
+from ...neural_network.skeleton.roles import ESSENTIAL_ROLES, NUM_ROLES, ROLES
+from ...neural_network.skeleton.skeleton import Skeleton, nearest_mapped_parents
 
 ROTATION_PROPERTY = {"QUATERNION": "rotation_quaternion", "AXIS_ANGLE": "rotation_axis_angle"}
 

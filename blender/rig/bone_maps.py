@@ -1,9 +1,9 @@
 """Bone maps of armature objects: auto-mapping or a named preset (the core's `bone_map` decides), stored on the
 object; the map a workflow uses when none is stored."""
 
-from ..neural_network.skeleton import bone_map
-from ..neural_network.skeleton.roles import ROLES
-from ..properties import get_bone_map, set_bone_map
+from ...neural_network.skeleton import bone_map
+from ...neural_network.skeleton.roles import ROLES
+from ...properties import get_bone_map, set_bone_map
 from .rig_model import driven_reasons
 
 # The real-mocap rigs whose bone names identify them when an evaluated armature carries no bone map of its own.

@@ -1,0 +1,2 @@
+"""What the operators call: BVH import and retargeting, extraction, training, bake, evaluation with Blender's IK
+baseline, the demo rig."""

@@ -81,6 +81,26 @@ def test_arrows_point_down():
     assert not wrong, wrong
 
 
+BLENDER_LEVELS = {"workflows": 2, "live": 1, "rig": 0}     # inside blender/: workflows -> live -> rig, never back
+
+
+def test_blender_side_groups_point_down():
+    """blender/'s groups: a workflow may use the live tick and the rig readers, the live tick the rig readers, the rig
+    readers neither (the shared errors, models and progress modules sit beside them)."""
+    wrong = []
+    for name in MODULES:
+        parts = name.split(".")
+        if parts[0] != "blender" or len(parts) < 3 or parts[1] not in BLENDER_LEVELS:
+            continue
+        for target in imports_of(name)[0]:
+            other = target.split(".")
+            if other[0] == "blender" and len(other) > 2 and other[1] in BLENDER_LEVELS and \
+                    BLENDER_LEVELS[other[1]] > BLENDER_LEVELS[parts[1]]:
+                wrong.append(f"{name} -> {target}")
+    assert {n.split(".")[1] for n in MODULES if n.startswith("blender.") and n.count(".") >= 2} >= set(BLENDER_LEVELS)
+    assert not wrong, wrong
+
+
 def test_no_import_cycles():
     graph = {name: imports_of(name)[0] for name in MODULES}
     state, cycles = {}, []

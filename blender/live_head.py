@@ -11,15 +11,18 @@ stopping rules, with the same constants (imported from head_reach.py). What diff
 - the forward pass covers only the joints' slots and the point (the spine, up to `point_slot`), each a mathutils 4x4
   product, and the Jacobian's 3x3 blocks are mathutils products (float32);
 - the deltas d, the limits and the clamps are Python floats (double precision), so a joint clamped onto its limit sits
-  exactly on it, as in NumPy, and the active set sees it; the normal matrix J W J^T is formed and its 3x3 system
-  solved in Python floats too (its damping can be a few millionths of its largest entry: formed in float32, its
-  rounding sent the joints ~4e-5 rad from NumPy's in one solve, and a memory carrying that tick to tick onto another
-  of the spines that reach); the memory's pull is added to the step in Python floats, so a spine pulled all the way
-  back lands exactly on the network's pose and the memory settles, as in NumPy.
+  exactly on it, as in NumPy, and the active set sees it;
+- so are the joints' quaternions read and written (q's own deltas, the mean pose turned by d): the reach assist runs
+  next on the pose the deltas say (the stage often leaves the spine nearly straight, the neck's base at the edge of
+  its reach, where a float32 rounding decides the assist's checks);
+- the normal matrix J W J^T is formed and its 3x3 system solved in Python floats (its damping can be a few millionths
+  of its largest entry: formed in float32, its rounding sent the joints ~4e-5 rad from NumPy's in one solve, and a
+  memory carried that tick to tick onto another of the spines that reach);
+- the memory's pull is added to the step in Python floats, so a spine pulled all the way back lands exactly on the
+  network's pose and the memory settles, as in NumPy.
 
 So the point lands where NumPy's does to about a micrometre, and the joints agree to ~1e-5 rad (float32 positions and
-Jacobian); tests/test_live_head.py holds the two together.
-Needs Blender (mathutils); no bpy.
+Jacobian); tests/test_live_head.py holds the two together. Needs Blender (mathutils); no bpy.
 """
 
 import math
@@ -27,6 +30,7 @@ import math
 import numpy as np
 from mathutils import Matrix, Quaternion, Vector
 
+from ..neural_network.geometry.quaternion_math import axis_angle_quaternion, quaternion_axis_angle, quaternion_product
 from ..neural_network.ik.head_reach import (
     ACTIVE_SET_PASSES,
     FOLLOW_ITERATIONS,
@@ -108,9 +112,8 @@ class LiveHeadReach:
         mapped = [s for s in chain[:-1] if slots[s][2] is not None]
         if mapped != joint_slots or slots[chain[-1]][2] is None:
             raise ValueError("the head stage's joints are not the mapped slots below its point")
-        self.mean = [Quaternion(q) for q in head.mean.tolist()]
-        self.mean_conjugate = [Quaternion(q) for q in head.mean_conjugate.tolist()]
-        self.constants = [slots[s][2] @ self.mean[joint_slots.index(s)].to_matrix().to_4x4() for s in joint_slots]
+        self.mean, self.mean_conjugate = head.mean.tolist(), head.mean_conjugate.tolist()      # (w, x, y, z) floats
+        self.constants = [slots[s][2] @ Quaternion(mean).to_matrix().to_4x4() for s, mean in zip(joint_slots, self.mean)]
         self.point_offset = slots[chain[-1]][2].translation.copy()
         self.root_weights = head.root_weights.reshape(m, 3).tolist()
         self.scalings = [Matrix.Diagonal(w) for w in self.root_weights]
@@ -167,13 +170,8 @@ class LiveHeadReach:
         rate the memory's. Returns (the point's miss, the deltas d now, q's own clipped to the limits; each (m, 3) as
         NumPy arrays), as HeadReach.solve does for one row."""
         m = len(self.roles)
-        own = []
-        for j, role in enumerate(self.roles):
-            delta = self.mean_conjugate[j] @ Quaternion(quaternions[role])
-            if delta.w < 0.0:                       # the shortest way, as quaternion_to_axis_angle
-                delta.negate()
-            own.append(delta.to_exponential_map().to_tuple())
-        own = self._clamped(own)
+        own = self._clamped([quaternion_axis_angle(quaternion_product(conjugate, quaternions[role]))
+                             for conjugate, role in zip(self.mean_conjugate, self.roles)])
         d = own if start is None else self._clamped(
             [tuple(o if math.isnan(x) else x for x, o in zip(row, o_row)) for row, o_row in zip(start.tolist(), own)])
         pull = None                                   # the first step's move back toward q's pose
@@ -240,6 +238,6 @@ class LiveHeadReach:
                 radius, damping = 0.25 * radius, 100.0 * damping
             if stalled:
                 radius = 0.0
-        for j, role in enumerate(self.roles):
-            quaternions[role] = list(self.mean[j] @ Quaternion(d[j]))
+        for mean, role, row in zip(self.mean, self.roles, d):
+            quaternions[role] = list(quaternion_product(mean, axis_angle_quaternion(row)))
         return final_off, np.array(d).reshape(m, 3), np.array(own).reshape(m, 3)

@@ -20,9 +20,11 @@ takes them:
 
 A character whose head the assist leaves off its target (or whose memory holds a spine of its own) goes through the
 head stage after step 2 (live_head.py: HeadReach.solve for one character in mathutils, with the refiner's memory as
-Refiner._land_heads), then every slot above the spine is placed again and the reach assist runs again (the clavicles
-hang off the spine); one the closed form leaves more than `tolerance` from a target goes on to the NumPy refiner's
-last stage (least squares, then the closed form again: a few percent of ticks on unseen motion);
+Refiner._land_heads), then the NumPy refiner's reach assist again (Refiner._assist_again: the clavicles hang off the
+spine; in double precision, because the stage often leaves the spine nearly straight with the neck's base at the edge
+of its reach, where float32 positions would decide the assist's law-of-cosines checks) and every slot again; one the
+closed form leaves more than `tolerance` from a target goes on to the NumPy refiner's last stage (least squares, then
+the closed form again: a few percent of ticks on unseen motion);
 last, with a memory, the NumPy refiner's limb memory decides which limbs restart from last tick's correction, and
 this module's closed form re-solves them. Several characters at once
 (K > 1: the NumPy refiner is batched) and rigs with a chain that is not a clean two-bone chain go to the NumPy
@@ -315,35 +317,6 @@ class MathutilsRefiner:
             return {}, False
         return {r0: q0, r1: q1, r2: q2}, True
 
-    def _reach_assist(self, quaternions, world, targets, target_vectors, rest_placed):
-        """The reach assist (ReachAssist.apply's groups for this character), in `quaternions` (lists, changed in place)
-        from the forward pass in `world` (the legs and the spine up to the neck's base placed; the rest of the upper
-        body too when rest_placed). Returns the roles turned; leaves every slot placed for the turned pose."""
-        assisted = []
-        # a chain the assist cannot help beyond reach (a leg): least squares moves the character anyway, the assist
-        # would be paid for nothing
-        helping = self.assist is not None and not any(self._beyond(world, target_vectors, c) for c in self.unassisted)
-        for group in (self.assist.groups if helping else ()):
-            if group.chains[0] != 4 and not rest_placed:
-                self.forward(quaternions, world, self.rest_steps)
-                rest_placed = True
-            if not any(self._beyond(world, target_vectors, c) for c in group.chains.tolist()):
-                continue
-            roles = self._assist_group(group, quaternions, world, targets, target_vectors)
-            if roles is None:
-                break
-            if not roles:
-                continue
-            assisted += roles
-            if group.chains[0] == 4:           # the spine turned: its slots now, the rest before it is next read
-                self.forward(quaternions, world, self.spine_steps)
-                rest_placed = False
-            else:
-                self.forward(quaternions, world, self.rest_steps)
-        if not rest_placed:
-            self.forward(quaternions, world, self.rest_steps)
-        return assisted
-
     def _land_head(self, quaternions, hips, target, memory):
         """Refiner._land_heads' head stage for this one character, in mathutils (live_head.py), on `quaternions` (lists,
         the spine's changed in place); hips: its world 4x4; target: the head's (Vector). With a memory, as there: it
@@ -415,25 +388,48 @@ class MathutilsRefiner:
         world = [Matrix(hips[0].tolist())] * 3 + [None] * (len(self.slots) - 3)
         targets = target_positions[0].tolist()
         target_vectors = [Vector(t) for t in targets]
+        assisted = []                                  # the roles the reach assist turned
         self.forward(quaternions, world, self.lower_steps)
         rest_placed = False
         if self.assist is not None and self.unassisted_above:
             self.forward(quaternions, world, self.rest_steps)
             rest_placed = True
-        assisted = self._reach_assist(quaternions, world, targets, target_vectors, rest_placed)
+        # a chain the assist cannot help beyond reach (a leg): least squares moves the character anyway, the assist
+        # would be paid for nothing
+        helping = self.assist is not None and not any(self._beyond(world, target_vectors, c) for c in self.unassisted)
+        for group in (self.assist.groups if helping else ()):
+            if group.chains[0] != 4 and not rest_placed:
+                self.forward(quaternions, world, self.rest_steps)
+                rest_placed = True
+            if not any(self._beyond(world, target_vectors, c) for c in group.chains.tolist()):
+                continue
+            roles = self._assist_group(group, quaternions, world, targets, target_vectors)
+            if roles is None:
+                break
+            if not roles:
+                continue
+            assisted += roles
+            if group.chains[0] == 4:           # the spine turned: its slots now, the rest before it is next read
+                self.forward(quaternions, world, self.spine_steps)
+                rest_placed = False
+            else:
+                self.forward(quaternions, world, self.rest_steps)
+        if not rest_placed:
+            self.forward(quaternions, world, self.rest_steps)
         if r.head_reach is not None:
             off = (target_vectors[4] - world[self.chains[4].slots[0]].translation).length
             beyond = off > self.chains[4].reach_max + tolerance                 # as Refiner._heads_off
             if beyond or (memory is not None and memory.head_active[0]):
-                # the head stage (Refiner._land_heads for this character): the spine turns, so every slot above it is
-                # placed again, and the reach assist runs again for the arms (the clavicles hang off the spine)
+                # the head stage (Refiner._land_heads for this character) in mathutils; then the reach assist again
+                # (the clavicles hang off the spine) by the NumPy refiner, as there, and every slot from what it wrote
                 self._land_head(quaternions, world[0], target_vectors[4], memory)
-                assisted += self.head_stage.roles
-                self.forward(quaternions, world, self.spine_steps)
+                np.put(q, [4 * role + i for role in range(len(quaternions)) for i in range(4)],
+                       [x for quaternion in quaternions for x in quaternion])
+                r._assist_again(q, hips, target_positions, [0])
+                quaternions, assisted = q[0].tolist(), []
+                self.forward(quaternions, world, self.spine_steps)        # (the legs hang off the hips: as they were)
                 self.forward(quaternions, world, self.rest_steps)
-                assisted += self._reach_assist(quaternions, world, targets, target_vectors, True)
         rotations = target_rotations[0].tolist()
-        assisted = list(dict.fromkeys(assisted))       # (a joint the assist and the head stage both turned: once)
         solved = [x for role in assisted for x in quaternions[role]]           # flat: one np.put writes them all
         errors = []
         for c, chain in enumerate(self.chains):

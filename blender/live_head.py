@@ -163,6 +163,39 @@ class LiveHeadReach:
         scaled = [block @ scaling for block, scaling in zip(blocks, self.scalings)]
         return blocks, scaled, _normal_matrix(scaled), self._on_limits(d)
 
+    def _step(self, linear, e, point, target, reach, back, damping):
+        """One Gauss-Newton step (m tuples of 3 floats) from the linearisation `linear` (see _linearised), toward e, the
+        point's move to aim at: W J^T (J W J^T + damping I)^-1 e, with the axes on a limit that it pushes outward taken
+        out (up to ACTIVE_SET_PASSES solves) and, with `back` (the memory's pull, m tuples), that pull added and the
+        point's target moved by the pull's own move (HeadReach.solve's inner loop)."""
+        blocks, scaled, normal, on_limits = linear
+        free, scalings, rest = ((True, True, True),) * len(blocks), self.scalings, e
+        for active_set_pass in range(ACTIVE_SET_PASSES):
+            if back is not None:
+                moves = Vector((0.0, 0.0, 0.0))       # the pull's own move of the point
+                for block, b_row, f_row in zip(blocks, back, free):
+                    moves += block @ Vector([b if f else 0.0 for b, f in zip(b_row, f_row)])
+                rest = e - moves
+                if self.neck_chain:
+                    # pulled toward the network's pose, the neck's base need only stay within the chain's reach
+                    rest = self._misses(point + moves, target, reach, 0.0)[0]
+            if active_set_pass:                       # Jf: J's columns times the roots of their weights, zero out of it
+                scaled = [block @ scaling for block, scaling in zip(blocks, scalings)]
+                normal = _normal_matrix(scaled)
+            y = _solve(normal, damping * self.damping_squared, rest)
+            step = [(scaling @ (block.transposed() @ y)).to_tuple() for block, scaling in zip(scaled, scalings)]
+            if back is not None:                      # in Python floats: a full pull lands exactly on q's pose
+                step = [tuple(b + x if f else 0.0 for b, x, f in zip(*rows)) for rows in zip(back, step, free)]
+            if on_limits is None:
+                return step
+            outward = [tuple(f and ((lo and x < 0.0) or (hi and x > 0.0)) for x, lo, hi, f in zip(*rows))
+                       for rows in zip(step, *on_limits, free)]
+            if not any(map(any, outward)):
+                return step
+            free = [tuple(f and not o for f, o in zip(*rows)) for rows in zip(free, outward)]
+            scalings = [Matrix.Diagonal([w if f else 0.0 for w, f in zip(*rows)]) for rows in zip(self.root_weights, free)]
+        return step
+
     def solve(self, quaternions, hips, target, reach, start=None, rate=0.0):
         """HeadReach.solve of one character: lands the point's target `target` (Vector; the head's) from the local
         quaternions `quaternions` (23 lists, the joints' replaced in place), hips its world 4x4 (mathutils), reach the
@@ -185,39 +218,13 @@ class LiveHeadReach:
         radius, damping = MAX_TURN, 1.0
         frames, point = self._forward(hips, d)
         e, off = self._misses(point, target, reach)
-        final_off = off
-        linear = self._linearised(frames, point, d)
+        final_off, linear = off, None
         for _ in range(HEAD_ITERATIONS if start is None else FOLLOW_ITERATIONS):
             if not ((off > HEAD_TOLERANCE and radius > SMALLEST_TURN) or pulling):
                 break
-            blocks, scaled, normal, on_limits = linear
-            back = pull if pulling else None
-            free, scalings, rest = ((True, True, True),) * m, self.scalings, e
-            for active_set_pass in range(ACTIVE_SET_PASSES):     # axes on a limit that the step pushes outward leave
-                if back is not None:
-                    moves = Vector((0.0, 0.0, 0.0))       # the pull's own move of the point
-                    for block, b_row, f_row in zip(blocks, back, free):
-                        moves += block @ Vector([b if f else 0.0 for b, f in zip(b_row, f_row)])
-                    rest = e - moves
-                    if self.neck_chain:
-                        # pulled toward the network's pose, the neck's base need only stay within the chain's reach
-                        rest = self._misses(point + moves, target, reach, 0.0)[0]
-                if active_set_pass:                   # Jf: J's columns times the roots of their weights, zero out of it
-                    scaled = [block @ scaling for block, scaling in zip(blocks, scalings)]
-                    normal = _normal_matrix(scaled)
-                y = _solve(normal, damping * self.damping_squared, rest)
-                step = [(scaling @ (block.transposed() @ y)).to_tuple() for block, scaling in zip(scaled, scalings)]
-                if back is not None:                  # in Python floats: a full pull lands exactly on q's pose
-                    step = [tuple(b + x if f else 0.0 for b, x, f in zip(*rows)) for rows in zip(back, step, free)]
-                if on_limits is None:
-                    break
-                outward = [tuple(f and ((lo and x < 0.0) or (hi and x > 0.0)) for x, lo, hi, f in zip(*rows))
-                           for rows in zip(step, *on_limits, free)]
-                if not any(map(any, outward)):
-                    break
-                free = [tuple(f and not o for f, o in zip(*rows)) for rows in zip(free, outward)]
-                scalings = [Matrix.Diagonal([w if f else 0.0 for w, f in zip(*rows)])
-                            for rows in zip(self.root_weights, free)]
+            if linear is None:                        # (once per step taken: a smaller step after a refused one reuses it)
+                linear = self._linearised(frames, point, d)
+            step = self._step(linear, e, point, target, reach, pull if pulling else None, damping)
             scale = min(1.0, radius / max(max(math.hypot(*row) for row in step), 1e-12))
             tried = self._clamped([(x + sx * scale, y + sy * scale, z + sz * scale)
                                    for (x, y, z), (sx, sy, sz) in zip(d, step)])
@@ -232,8 +239,7 @@ class LiveHeadReach:
             if better:
                 radius, damping = min(2.0 * radius, MAX_TURN), max(0.1 * damping, 1.0)
                 d, final_off = tried, off_tried
-                frames, point, e, off = frames_tried, point_tried, e_tried, off_tried
-                linear = self._linearised(frames, point, d)
+                frames, point, e, off, linear = frames_tried, point_tried, e_tried, off_tried, None
             else:
                 radius, damping = 0.25 * radius, 100.0 * damping
             if stalled:

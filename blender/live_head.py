@@ -12,9 +12,9 @@ stopping rules, with the same constants (imported from head_reach.py). What diff
   product, and the Jacobian's 3x3 blocks are mathutils products (float32);
 - the deltas d, the limits and the clamps are Python floats (double precision), so a joint clamped onto its limit sits
   exactly on it, as in NumPy, and the active set sees it;
-- so are the joints' quaternions read and written (q's own deltas, the mean pose turned by d): the reach assist runs
-  next on the pose the deltas say (the stage often leaves the spine nearly straight, the neck's base at the edge of
-  its reach, where a float32 rounding decides the assist's checks);
+- the joints' quaternions are read and written in Python floats too (q's own deltas, the mean pose turned by d): the
+  reach assist runs next (in NumPy, see live_refine.py) on the pose the deltas say, and the stage often leaves the
+  spine nearly straight with the neck's base at the edge of its reach, where a float32 rounding decides its checks;
 - the normal matrix J W J^T is formed and its 3x3 system solved in Python floats (its damping can be a few millionths
   of its largest entry: formed in float32, its rounding sent the joints ~4e-5 rad from NumPy's in one solve, and a
   memory carried that tick to tick onto another of the spines that reach);

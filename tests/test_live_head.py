@@ -1,8 +1,8 @@
 """The head stage for one character in Blender's math library (live_head.py) against the NumPy HeadReach.solve it
 mirrors: on rigs with a two-bone neck chain and with one neck bone, head targets within reach and beyond it, narrow
 limits the joints end on, with and without the memory's start and pull; then the live refiner's use of it tick by tick
-with a memory. Single precision: the point lands where NumPy's does to a few micrometres (a target out of reach ends
-where the steps stop coming closer, which float32 moves a little), the joints' deltas agree to ~1e-5 rad."""
+with a memory. Single precision: the point lands where NumPy's does to a micrometre (also where a target out of reach
+ends, where the steps stop coming closer), the joints' deltas agree to ~1e-5 rad."""
 
 import numpy as np
 import pytest
@@ -146,7 +146,7 @@ def test_head_stage_with_per_character_links_matches_the_numpy_head_stage():
 def test_live_refiner_runs_the_head_stage_with_its_memory_as_the_numpy_refiner():
     """Tick by tick with a memory of one character: the head's target moving from within reach to beyond it and back,
     the network's spine jittering (0.06 rad a tick) about a pose 0.3 rad off the target's. The mathutils refiner gives
-    the NumPy refiner's poses (every joint where NumPy's puts it to float32, the spine, neck and head turned alike), the
+    the NumPy refiner's poses (the effectors where NumPy's land, or miss by as much; the spine and head turned alike), the
     same memory (the same ticks holding one, its spine to a tenth of DELTA_TOLERANCE on nine ticks in ten; see below);
     last, the head's target where the network's own pose puts the head, and both memories settle on the same tick."""
     n = 60
@@ -154,9 +154,8 @@ def test_live_refiner_runs_the_head_stage_with_its_memory_as_the_numpy_refiner()
     q, hips, tp, tr = (np.repeat(a, n, axis=0) for a in (q, hips, tp, tr))
     away = np.concatenate([np.linspace(0.0, 1.0, n // 2), np.linspace(1.0, 0.0, n - n // 2)])
     tp[:, 4] += away[:, None] * np.array([0.5, 0.35, -0.4])
-    spine = SPINE_NECK[:3]                      # the head stage's joints (the neck is the chain's)
     q[:, SPINE_NECK] = matrices_to_quaternions(quaternions_to_matrices(q[:, SPINE_NECK])
-                                          @ turned(np.random.default_rng(96), (n, len(SPINE_NECK)), 0.06))
+                                               @ turned(np.random.default_rng(96), (n, len(SPINE_NECK)), 0.06))
     q[-20:] = q[-20]                 # last, a still network pose, and the head's target where it puts the head
     tp[-20:, 4] = positions(skel, q[-20:], hips[-20:])[:, HEAD]
     fast = MathutilsRefiner(ref)
@@ -177,8 +176,8 @@ def test_live_refiner_runs_the_head_stage_with_its_memory_as_the_numpy_refiner()
     np.testing.assert_array_equal(active["mathutils"], active["numpy"])
     assert sum(active["numpy"]) > n // 2 and not any(active["numpy"][-5:])     # the memory holds a spine, then settles
     # tick to tick the memory carries each tick's float32 differences on; where the head's target crosses the edge of
-    # what the spine reaches (ticks 13-16 here) the solve amplifies them ~50x in three ticks (NumPy's own answer to a
-    # 1e-7 rad nudge of its memory too), then they die away
+    # what the spine reaches (ticks 13-16 here) the solve amplifies them ~50x in three ticks (NumPy's own ticks, their
+    # network pose nudged by 1e-7, grow apart as fast), then they die away
     gap = np.abs(np.array(heads["mathutils"]) - np.array(heads["numpy"])).max(axis=(1, 2))
     print(f"memory's spine, mathutils against NumPy: largest {gap.max():.1e} rad, median {np.median(gap):.1e}")
     assert gap.max() < 5 * DELTA_TOLERANCE and (gap < 0.1 * DELTA_TOLERANCE).mean() > 0.9
@@ -191,7 +190,7 @@ def test_live_refiner_runs_the_head_stage_with_its_memory_as_the_numpy_refiner()
     print(f"effectors' misses: {int((~landed).sum())} of {landed.size} beyond 0.1 mm, differing by at most "
           f"{np.abs(np.array(errors['mathutils']) - np.array(errors['numpy'])).max():.1e} m")
     np.testing.assert_allclose(np.array(errors["mathutils"]), np.array(errors["numpy"]), atol=5e-4)
-    turned_roles = spine + [HEAD]
+    turned_roles = SPINE_NECK[:3] + [HEAD]              # the head stage's joints (the neck is the chain's) and the head
     np.testing.assert_allclose(aligned(out["numpy"][:, turned_roles], out["mathutils"][:, turned_roles]),
                                out["numpy"][:, turned_roles], atol=2e-3)
     missed = np.linalg.norm(positions(skel, out["numpy"], hips)[:, HEAD] - tp[:, 4], axis=-1) > 1e-4

@@ -19,15 +19,20 @@ takes them:
    orientation; the local quaternions follow from the turns (see _solve_chain).
 
 A character whose head the assist leaves off its target (or whose memory holds a spine of its own) goes through the
-NumPy refiner's head stage after step 2; one the closed form leaves more than `tolerance` from a target goes on to
-the NumPy refiner's last stage (least squares, then the closed form again: a few percent of ticks on unseen motion);
+head stage after step 2 (live/head.py: HeadReach.solve for one character in mathutils, with the refiner's memory as
+Refiner._land_heads), then the NumPy refiner's reach assist again (Refiner._assist_again: the clavicles hang off the
+spine; in double precision, because the stage often leaves the spine nearly straight with the neck's base at the edge
+of its reach, where float32 positions would decide the assist's law-of-cosines checks) and every slot again; one the
+closed form leaves more than `tolerance` from a target goes on to the NumPy refiner's last stage (least squares, then
+the closed form again: a few percent of ticks on unseen motion);
 last, with a memory, the NumPy refiner's limb memory decides which limbs restart from last tick's correction, and
 this module's closed form re-solves them. Several characters at once
 (K > 1: the NumPy refiner is batched) and rigs with a chain that is not a clean two-bone chain go to the NumPy
-refiner altogether. Single precision: the effectors land as exactly as the NumPy refiner's (to a micrometre), but
-an almost straight limb's bend, which float32 positions fix only to ~1e-3 rad, may differ by that much, and a joint
-turned exactly onto its limit may pass the limit check in one precision and not the other. Tests hold the two
-together (tests/test_live_refine.py). Needs Blender (mathutils); no bpy.
+refiner altogether. Single precision: the effectors land as exactly as the NumPy refiner's (to a micrometre; a few
+where the head stage ends short of a target out of reach), but an almost straight limb's bend, which float32
+positions fix only to ~1e-3 rad, may differ by that much, and a joint turned exactly onto its limit may pass the
+limit check in one precision and not the other. Tests hold the two together (tests/test_live_refine.py,
+tests/test_live_head.py). Needs Blender (mathutils); no bpy.
 """
 
 import math
@@ -38,6 +43,7 @@ from mathutils import Matrix, Quaternion, Vector
 
 from ...neural_network.ik import reach_assist
 from ...neural_network.ik.refine import LEVELS
+from .head import LiveHeadReach
 
 
 class _Chain(NamedTuple):
@@ -190,6 +196,8 @@ class MathutilsRefiner:
             # chains the assist cannot help whose reach the first part of the forward pass does not place (an arm
             # whose clavicle is not mapped): the rest of the upper body is placed before the reach checks
             self.unassisted_above = [c for c in self.unassisted if self.chains[c].slots[0] not in lower]
+        # the head stage for one character (None when the rig has none)
+        self.head_stage = None if r.head_reach is None else LiveHeadReach(r.head_reach, self.slots)
         self.head = None
         head = assist.groups[0] if assist is not None else None
         if head is not None and head.chains[0] == 4 and head.enabled[0] and assist.spine is not None:
@@ -309,6 +317,21 @@ class MathutilsRefiner:
             return {}, False
         return {r0: q0, r1: q1, r2: q2}, True
 
+    def _land_head(self, quaternions, hips, target, memory):
+        """Refiner._land_heads' head stage for this one character, in mathutils (live/head.py), on `quaternions` (lists,
+        the spine's changed in place); hips: its world 4x4; target: the head's (Vector). With a memory, as there: it
+        starts from the memory's spine (the network's pose when it holds none) and is remembered."""
+        stage, reach = self.head_stage, self.chains[4].reach_max
+        if memory is None:
+            stage.solve(quaternions, hips, target, reach)
+            return
+        if memory.head_active[0]:
+            start = memory.head[0]
+        else:       # q's pose: as _land_heads, a memory of frames in order passes no start, one of characters NaN
+            start = None if memory.sequence else np.full(memory.head[0].shape, np.nan)     # (then FOLLOW_ITERATIONS)
+        _, solved, own = stage.solve(quaternions, hips, target, reach, start, memory.rate)
+        memory.remember_head([0], solved[None], own[None])
+
     def _solve_chain(self, chain, world, quaternions, target, target_rotation):
         """The closed form of one chain: its three new local quaternions (upper, mid, end) and the error it leaves.
         The bend (about the limb plane's unit normal, by phi) and the upper bone's turn (about the unit axis, by
@@ -397,14 +420,15 @@ class MathutilsRefiner:
             off = (target_vectors[4] - world[self.chains[4].slots[0]].translation).length
             beyond = off > self.chains[4].reach_max + tolerance                 # as Refiner._heads_off
             if beyond or (memory is not None and memory.head_active[0]):
-                # the head stage (rare here: the reach assist usually lands the head) is the NumPy refiner's own,
-                # on the pose so far; then every slot again from what it wrote
+                # the head stage (Refiner._land_heads for this character) in mathutils; then the reach assist again
+                # (the clavicles hang off the spine) by the NumPy refiner, as there, and every slot from what it wrote
+                self._land_head(quaternions, world[0], target_vectors[4], memory)
                 np.put(q, [4 * role + i for role in range(len(quaternions)) for i in range(4)],
                        [x for quaternion in quaternions for x in quaternion])
-                if r._land_heads(q, hips, target_positions, [0] if beyond else None, memory):
-                    quaternions, assisted = q[0].tolist(), []
-                    self.forward(quaternions, world, self.lower_steps)
-                    self.forward(quaternions, world, self.rest_steps)
+                r._assist_again(q, hips, target_positions, [0])
+                quaternions, assisted = q[0].tolist(), []
+                self.forward(quaternions, world, self.spine_steps)        # (the legs hang off the hips: as they were)
+                self.forward(quaternions, world, self.rest_steps)
         rotations = target_rotations[0].tolist()
         solved = [x for role in assisted for x in quaternions[role]]           # flat: one np.put writes them all
         errors = []

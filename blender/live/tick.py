@@ -6,7 +6,7 @@ turns them into character space, solves, writes the mapped quaternion bones with
 holds every pose bone's current rotation (so unmapped bones keep theirs) and the mapped Euler bones (a BVH import's)
 with one more on the rotation_euler buffer, sets the hips location, and tags the object. It never calls
 `view_layer.update()`: Blender evaluates the depsgraph itself after the timer event. With refinement on, a group of
-one character refines in Blender's own math library (live_refine.py), larger groups in NumPy.
+one character refines in Blender's own math library (live/refine.py), larger groups in NumPy.
 
 `LiveCharacter.start()` saves what live mode changes (the action assignment and every pose bone's transform) and
 `stop()` puts it back, so a stopped session leaves the file as it was.

@@ -21,7 +21,9 @@ The stage runs only for characters whose head the cheaper stages leave more than
 whose memory (refine_memory.py) holds a spine of its own from last tick: it then starts from that spine and moves back
 toward the network's at most the memory's rate, in the null space of J (and, with a neck chain, as far as keeps the
 base within reach), so the spine follows the network without jumping between the many spines that reach. The head's
-orientation is the closed form's (the head takes its target's rotation). Pure NumPy; no bpy.
+orientation is the closed form's (the head takes its target's rotation). Pure NumPy; no bpy. The live tick's
+one-character refiner runs blender/live/head.py instead, which mirrors HeadReach.solve step by step in mathutils (a
+change here goes there too; tests/test_live_head.py holds the two together).
 """
 
 import numpy as np

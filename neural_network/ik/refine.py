@@ -643,17 +643,25 @@ class Refiner:
             memory.remember_head(rows, solved, own)
         if not len(rows):
             return False
-        assist = self.reach_assist
-        if assist is not None:
-            ws = self._workspace(k)
-            world = self.chain_forward(q, hips)
-            self._chain_targets(ws, world, target_positions)
-            again = assist.rows_beyond_reach(ws.t_square, ws.assist_distances)
-            if again is not None:
-                again = np.intersect1d(again, rows)
-                if len(again):
-                    assist.apply(q, hips, world, target_positions, again, self.chain_forward)
+        self._assist_again(q, hips, target_positions, rows)
         return True
+
+    def _assist_again(self, q, hips, target_positions, rows):
+        """After the head stage of characters `rows` (indices): the reach assist again, in place on q (K, 23, 4), for
+        those of them with a chain beyond reach now (the spine's turn moved the clavicles, which hang off it; the
+        head's target may be beyond the neck's reach still). The live tick's one-character refiner calls it too."""
+        assist = self.reach_assist
+        if assist is None:
+            return
+        ws = self._workspace(len(q))
+        world = self.chain_forward(q, hips)
+        self._chain_targets(ws, world, target_positions)
+        again = assist.rows_beyond_reach(ws.t_square, ws.assist_distances)
+        if again is not None:
+            if len(rows) < len(q):                    # (rows: distinct characters; all of them at K = 1)
+                again = np.intersect1d(again, rows)
+            if len(again):
+                assist.apply(q, hips, world, target_positions, again, self.chain_forward)
 
     def least_squares_after_closed_form(self, q, hips, target_positions, target_rotations, errors, iterations=2,
                                         tolerance=1e-4):

@@ -55,8 +55,6 @@ class TrainConfig:
     val_fraction: float = 0.1           # share of actions held out whole
     own_share: float = 0.25             # share of each epoch's rows drawn from the rig's own clips when the dataset
                                         # also holds retargeted library motion (own rows repeat; 0: rows as they come)
-    own_share_end: float = 0.75         # ... rising to this share over the end of training (fine-tuning on them) ...
-    own_focus_from: float = 0.7         # ... from this fraction of the schedule
     own_validation_min: int = 4         # validation comes from whole own clips when there are at least this many
                                         # (with fewer, from the last own_stretch of each: every own clip trains)
     own_stretch: float = 0.2            # share of each own clip held out for validation when they are few ...
@@ -474,36 +472,20 @@ class Trainer:
         checkpoint.save_model(self.paths["model"], model)
         return True
 
-    def _epoch_rows(self, share=None):
+    def _epoch_rows(self):
         """Row indices of one epoch: every row once, the own clips' rows repeated so they make `own_share` of the
-        epoch when library motion would drown them (a dozen own clips against thousands of library frames). A larger
-        `share` (the end of training, see _share_at) keeps the epoch's size: the own rows take that share of it and a
-        random part of the library the rest."""
+        epoch when library motion would drown them (a dozen own clips against thousands of library frames)."""
         rows = np.arange(len(self.train))
-        base = self.config.own_share
-        if self.own_rows is None or not 0.0 < base < 1.0:
+        share = self.config.own_share
+        if self.own_rows is None or not 0.0 < share < 1.0:
             return rows
         own, library = rows[self.own_rows], rows[~self.own_rows]
-        wanted = int(round(base / (1.0 - base) * len(library)))
+        wanted = int(round(share / (1.0 - share) * len(library)))
         if len(own) == 0 or wanted <= len(own):
             return rows
-        if share is not None and share > base:
-            size = wanted + len(library)
-            library = self.rng.choice(library, int(round((1.0 - share) * size)), replace=False)
-            wanted = size - len(library)
         repeats, extra = divmod(wanted, len(own))
         picked = np.random.default_rng(self.config.seed).choice(own, extra, replace=False)
         return np.concatenate([library, np.tile(own, repeats), picked])
-
-    def _share_at(self, fraction):
-        """The own clips' share of the epoch at this fraction of the schedule: own_share, then rising linearly to
-        own_share_end over the last part (from own_focus_from): the library widens what the network has learnt, and
-        the end of training comes back to the user's own way of moving."""
-        c = self.config
-        if fraction <= c.own_focus_from or c.own_share_end <= c.own_share:
-            return None
-        ramp = min((fraction - c.own_focus_from) / max(1.0 - c.own_focus_from, 1e-9), 1.0)
-        return c.own_share + ramp * (c.own_share_end - c.own_share)
 
     def _report(self, **values):
         for key, value in values.items():
@@ -521,8 +503,7 @@ class Trainer:
         epoch = self.start_epoch
         since_best = 0
         while epoch < c.epochs:
-            share = self._share_at(self._fraction(epoch)) if self.own_rows is not None else None
-            order = self.rng.permutation(candidates if share is None else self._epoch_rows(share))
+            order = self.rng.permutation(candidates)
             total, parts_sum, done = 0.0, {}, 0
             for step in range(steps):
                 if p.cancel.is_set():

@@ -115,3 +115,20 @@ def test_without_library_motion_nothing_changes(tmp_path):
     assert tr.validation_note == "all clips" and tr.own_rows is None
     assert np.array_equal(tr._epoch_rows(), np.arange(len(tr.train)))
     assert data.summary_text().startswith("180 frames from 6 actions of rig")
+
+
+def test_the_library_choice_says_when_the_kept_library_costs_the_inner_joints():
+    """Kept for its better score on the own clips (the effectors gained more), a library that is worse at the inner
+    joints is said to be, with the setting that leaves it out; one better at both is kept without that line."""
+    from neural_ik.neural_network.model import library_choice
+
+    def run(effector, inner):
+        return trainer.TrainResult(None, {"effector_cm_mean": effector, "inner_mpjpe_cm": inner}, [], "time limit",
+                                   60.0, {})
+
+    report = library_choice.library_report({"own": run(3.83, 2.52), "library": run(3.30, 2.95)}, "library")
+    assert report["library_loses_inner_joints"]
+    assert report["said"].endswith("The library costs 0.43 cm at the inner joints (your style) for its reach: "
+                                   "Library > Leave Out keeps your clips alone")
+    report = library_choice.library_report({"own": run(3.83, 2.52), "library": run(3.30, 2.40)}, "library")
+    assert not report["library_loses_inner_joints"] and "costs" not in report["said"]

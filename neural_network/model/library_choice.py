@@ -87,7 +87,16 @@ def library_report(results, kept):
     parts = [f"{name}: inner {run['inner_mpjpe_cm']:.2f} cm, effector {run['effector_cm_mean']:.2f} cm"
              for name, run in runs.items() if run["inner_mpjpe_cm"] is not None]
     said = f"kept {FOLDERS[kept]} (own clips' validation; {'; '.join(parts)})"
-    return {"choice": "auto", "kept": FOLDERS[kept], "runs": runs, "said": said}
+    other = next((kind for kind in results if kind != kept), None)
+    kept_inner = runs[FOLDERS[kept]]["inner_mpjpe_cm"]
+    other_inner = runs[FOLDERS[other]]["inner_mpjpe_cm"] if other else None
+    if kept == "library" and kept_inner is not None and other_inner is not None and kept_inner > other_inner:
+        # better at the effectors, worse at the inner joints (the style): not preferred in silence
+        said += (f". The library costs {kept_inner - other_inner:.2f} cm at the inner joints (your style) for its "
+                 "reach: Library > Leave Out keeps your clips alone")
+    return {"choice": "auto", "kept": FOLDERS[kept], "runs": runs, "said": said,
+            "library_loses_inner_joints": bool(kept == "library" and other_inner is not None and kept_inner is not None
+                                               and kept_inner > other_inner)}
 
 
 def _load_metrics(path):

@@ -133,20 +133,14 @@ def _daz_with_model(args):
     import bpy
 
     sys.path.insert(0, os.path.join(REPO, "tests"))
-    from daz_rig import daz_style_rig
+    from daz_rig import daz_style_rig_with_clips
 
     from neural_ik.blender import models
-    from neural_ik.blender.rig import bone_maps
-    from neural_ik.blender.workflows.bvh_import import import_bvh_files
     from neural_ik.blender.workflows.extract import extract_dataset
     from neural_ik.neural_network.model.trainer import TrainConfig, train
 
-    bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
-    bpy.context.scene.render.fps = 30
-    daz = daz_style_rig()
-    bone_maps.auto_map_object(daz)
-    for name in args.files.split(","):
-        _, imported, _ = import_bvh_files(bpy.context, args.folder, 0.01, files=name, onto=daz)
+    daz, clips = daz_style_rig_with_clips(args.folder, args.files.split(","))
+    for name, imported in clips:
         bpy.data.actions[imported[0]].name = f"{name}.onto"
     dataset, _notes = extract_dataset(bpy.context, daz)
     out = tempfile.mkdtemp(prefix="nik_daz_")

@@ -28,18 +28,12 @@ def main():
     isolate_user_resources()
     load_addon()
     import bpy
-    from daz_rig import daz_style_rig
+    from daz_rig import daz_style_rig_with_clips
 
-    from neural_ik.blender.rig import bone_maps
     from neural_ik.blender.rig.action_sources import SOURCE_PROPERTY
-    from neural_ik.blender.workflows.bvh_import import import_bvh_files
 
-    bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
-    bpy.context.scene.render.fps = 30
-    daz = daz_style_rig()
-    bone_maps.auto_map_object(daz)
-    for name in args.own.split(","):
-        _, imported, _ = import_bvh_files(bpy.context, args.folder, 0.01, files=name, onto=daz)
+    daz, clips = daz_style_rig_with_clips(args.folder, args.own.split(","))
+    for _name, imported in clips:
         for action_name in imported:
             del bpy.data.actions[action_name][SOURCE_PROPERTY]      # the rig's own clip from here on
     bpy.context.view_layer.objects.active = daz

@@ -48,3 +48,22 @@ def daz_style_rig():
             tail = np.array(heads[name]) + 0.1 * step / max(np.linalg.norm(step), 1e-6)
         edit_bones.append((name, parent, heads[name], tuple(tail), 0.0, False))
     return build_armature(bpy.context, "daz", edit_bones)
+
+
+def daz_style_rig_with_clips(folder, names):
+    """A new empty scene at 30 fps (as DAZ exports) with the DAZ-style rig, auto-mapped, and each BVH file named in
+    `names` (patterns within `folder`) retargeted onto it; returns (the rig, [(name, its imported action names)])."""
+    import bpy
+
+    from neural_ik.blender.rig import bone_maps
+    from neural_ik.blender.workflows.bvh_import import import_bvh_files
+
+    bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
+    bpy.context.scene.render.fps = 30
+    daz = daz_style_rig()
+    bone_maps.auto_map_object(daz)
+    clips = []
+    for name in names:
+        _, imported, _ = import_bvh_files(bpy.context, folder, 0.01, files=name, onto=daz)
+        clips.append((name, imported))
+    return daz, clips

@@ -132,3 +132,30 @@ def test_the_library_choice_says_when_the_kept_library_costs_the_inner_joints():
                                    "Library > Leave Out keeps your clips alone")
     report = library_choice.library_report({"own": run(3.83, 2.52), "library": run(3.30, 2.40)}, "library")
     assert not report["library_loses_inner_joints"] and "costs" not in report["said"]
+
+
+def test_library_compare_cancelled_keeps_what_it_has_and_trains_no_further(tmp_path):
+    """Cancel at the end of Compare's first run (the own clips alone): the library run never starts, and the output
+    folder gets that run's model and a metrics.json that says so. Cancelled before anything trained, Compare stops
+    as a single run does."""
+    import pytest
+
+    from neural_ik.neural_network.model import library_choice
+
+    data = _mixed(own=2, library=4, frames=40)
+    config = trainer.TrainConfig(seed=0, epochs=2, mirror=False, limb_mix=0.0)
+    progress = trainer.Progress()
+    epochs = []
+
+    def cancel_after_the_first_run(entry):
+        epochs.append(entry)
+        if len(epochs) == 2:
+            progress.cancel.set()
+    result = library_choice.train(data, config, str(tmp_path), progress, on_epoch=cancel_after_the_first_run)
+    report = json.loads((tmp_path / "metrics.json").read_text())["library"]
+    assert set(report["runs"]) == {"own clips only"} and result.stopped == "epochs"
+    assert not (tmp_path / "with the library" / "model.npz").exists()
+    assert (tmp_path / "model.npz").read_bytes() == (tmp_path / "own clips only" / "model.npz").read_bytes()
+    progress.cancel.set()
+    with pytest.raises(trainer.Cancelled):
+        library_choice.train(data, config, str(tmp_path / "again"), progress)

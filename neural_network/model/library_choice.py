@@ -20,7 +20,7 @@ import os
 import shutil
 
 from ..data.files import save_json
-from .trainer import METRICS_FILE, MODEL_FILE, PLOT_FILE, Trainer, TrainResult, score
+from .trainer import METRICS_FILE, MODEL_FILE, PLOT_FILE, Cancelled, Trainer, TrainResult, score
 
 OWN_TIME_SHARE = 0.25              # of a time-limited run: the own clips alone (the library run takes the rest)
 FOLDERS = {"own": "own clips only", "library": "with the library"}
@@ -45,7 +45,12 @@ def train(dataset, config, out_dir, progress=None, resume=False, on_epoch=None):
         spent = sum(r.seconds for r in results.values())
         time_limit = (OWN_TIME_SHARE * limit if kind == "own" else max(limit - spent, 1.0)) if limit else 0.0
         run_config = dataclasses.replace(config, library="never" if kind == "own" else "always", time_limit=time_limit)
-        trainer = Trainer(dataset, run_config, folder, progress, resume=resume, on_epoch=on_epoch)
+        try:
+            trainer = Trainer(dataset, run_config, folder, progress, resume=resume, on_epoch=on_epoch)
+        except Cancelled:
+            if not results:                 # nothing trained yet: as a single run's cancel
+                raise
+            break                           # cancelled between the runs: the first one's result stands
         trainer.phase = FOLDERS[kind]
         results[kind] = trainer.run()
         if results[kind].stopped == "cancelled":

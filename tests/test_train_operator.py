@@ -125,3 +125,32 @@ def test_bad_inputs_are_refused_in_plain_words(empty_scene, dataset_file, tmp_pa
     with pytest.raises(RuntimeError, match="expected 'neural_ik.dataset'"):
         bpy.ops.neural_ik.train(filepath=str(not_a_dataset), directory=str(tmp_path))
     assert not state.training.running
+
+
+def test_library_compare_through_the_operator_keeps_the_better_run_and_says_which(empty_scene, tmp_path):
+    """A dataset with two own clips and library motion, trained from the operator with Library on Compare (the
+    default): two runs in their folders, the armature points at the output folder's model (the better's copy), and
+    what was kept is in the panel's state and metrics.json; on Use, one run."""
+    import json
+
+    data = synthetic_dataset(frames_per_action=40, actions=6, seed=3)
+    for k, entry in enumerate(data.meta["actions"]):
+        if k >= 2:
+            entry["source"] = {"kind": "library", "file": f"{entry['name']}.bvh", "skeleton": "other", "retargeted": True}
+    path = str(tmp_path / "mixed.npz")
+    data.save(path)
+    obj = matching_armature(data)
+    out = tmp_path / "compare"
+    out.mkdir()
+    assert bpy.context.scene.neural_ik.library == "AUTO"
+    assert bpy.ops.neural_ik.train(filepath=path, directory=str(out), epochs=2) == {"FINISHED"}
+    kept = json.loads((out / trainer.METRICS_FILE).read_text())["library"]["kept"]
+    assert obj.neural_ik.model_path == str(out / trainer.MODEL_FILE)
+    assert (out / trainer.MODEL_FILE).read_bytes() == (out / kept / trainer.MODEL_FILE).read_bytes()
+    assert state.training.library.startswith(f"kept {kept}")
+    bpy.context.scene.neural_ik.library = "ALWAYS"
+    once = tmp_path / "use"
+    once.mkdir()
+    assert bpy.ops.neural_ik.train(filepath=path, directory=str(once), epochs=2) == {"FINISHED"}
+    assert "library" not in json.loads((once / trainer.METRICS_FILE).read_text())
+    assert sorted(p.name for p in once.iterdir() if p.is_dir()) == [] and not state.training.library

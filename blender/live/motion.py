@@ -16,6 +16,10 @@ tick takes the frame the scene is on (clamped to the action's range); then, as B
 Unlike Bake, the edits of the feet and the body's rise with the ground come before the empties are blended in, and
 the hips drop takes each body target's share (1 - its position influence): a hand pinned to an empty at influence 1
 stays on it while the body rises and sinks.
+
+Each frame's edits are kept (`memo`) until the ground or the armature moves or Lock Feet changes, and the first tick
+works out the whole clip in order (`_fill`), so playing a clip casts no ray: a tick takes its frame's edits and
+blends the empties in, if any.
 """
 
 import math

@@ -129,6 +129,7 @@ class LossContext:
         self.rotation_mask = mask.copy()
         self.rotation_mask[0] = False
         self.effectors = np.array([e for e in EFFECTOR_ROLES if mask[e]], dtype=np.int64)
+        self.inner = np.isin(np.arange(NUM_ROLES), list(INNER_ROLES))     # the joints no target fixes: the style
         self.scale = np.float32(1.0 / self.position_unit)
         self.fk_skeleton = replace(self.skeleton, bridges=self.skeleton.bridges @ self.mean_pose.astype(np.float64))
 
@@ -148,6 +149,9 @@ def fk_position(ctx, pose, batch, g_pos, weight=1.0):
     n = pose.positions.shape[0]
     diff = (pose.positions - batch["positions"]) * ctx.scale
     w = ctx.position_weights[None, :, None]
+    style = batch.get("style")
+    if style is not None:          # per row: how much its inner joints count (library rows teach reach, not style)
+        w = w * np.where(ctx.inner[None, :, None], style[:, None, None], 1.0)
     value = float(np.sum(w * diff * diff)) / n
     g_pos += (2.0 * weight * ctx.scale / n) * w * diff
     return value
@@ -172,8 +176,10 @@ def pose_rotation(ctx, local, batch, g_local, weight=1.0):
     n = local.shape[0]
     norm = 1.0 / (n * max(int(mask.sum()), 1))
     diff = (local - batch["pose_targets"]) * mask[None, :, None, None]
-    g_local += (2.0 * weight * norm) * diff
-    return float(np.sum(diff * diff)) * norm
+    style = batch.get("style")     # per row: how much its rotations count (see fk_position)
+    weighted = diff if style is None else diff * style[:, None, None, None]
+    g_local += (2.0 * weight * norm) * weighted
+    return float(np.sum(weighted * diff)) * norm
 
 
 def contact_height(ctx, pose, batch, g_pos, weight=1.0):

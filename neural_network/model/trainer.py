@@ -55,6 +55,8 @@ class TrainConfig:
     val_fraction: float = 0.1           # share of actions held out whole
     own_share: float = 0.25             # share of each epoch's rows drawn from the rig's own clips when the dataset
                                         # also holds retargeted library motion (own rows repeat; 0: rows as they come)
+    library_style: float = 0.25         # library rows: how much their inner joints' positions and the rotations count
+                                        # in the FK and pose losses (they teach reach; the own clips teach the style)
     own_validation_min: int = 4         # validation comes from whole own clips when there are at least this many
                                         # (with fewer, from the last own_stretch of each: every own clip trains)
     own_stretch: float = 0.2            # share of each own clip held out for validation when they are few ...
@@ -434,6 +436,8 @@ class Trainer:
         both = np.concatenate([cur, prev])
         batch = self.train.batch(both)
         batch["pair_valid"] = self.train.has_prev[cur].astype(np.float32)
+        if self.own_rows is not None and self.config.library_style < 1.0:
+            batch["style"] = np.where(self.own_rows[both], 1.0, self.config.library_style).astype(np.float32)
         x = self.train_inputs[both]
         if self.config.input_noise:
             x = x + self.rng.normal(0.0, self.config.input_noise, x.shape).astype(np.float32)

@@ -59,6 +59,41 @@ def test_each_loss_gradient_matches_central_differences(setup, term):
     assert np.allclose(result.grad, numeric, atol=1e-6 * scale + 1e-9, rtol=1e-4)
 
 
+@pytest.mark.parametrize("term", ("fk", "pose"))
+def test_style_weighted_rows_match_central_differences_and_weigh_what_they_say(setup, term):
+    """Per-row style weights (library rows: their inner joints' positions and the rotations count less): the gradient
+    against central differences; weights of 1 change nothing; a row of weight 0 keeps only its non-inner positions
+    (fk) or nothing (pose) in the loss."""
+    ctx, batch, deltas = setup
+    deltas = deltas.copy()
+    weights = only(term)
+    styled = dict(batch, style=np.linspace(0.0, 1.0, len(deltas)))
+    result = losses.evaluate(ctx, weights, deltas, styled)
+    numeric = np.zeros_like(deltas)
+    eps = 1e-6
+    for i in range(deltas.shape[0]):
+        for k in range(deltas.shape[1]):
+            old = deltas[i, k]
+            deltas[i, k] = old + eps
+            up = losses.evaluate(ctx, weights, deltas, styled, need_grad=False).total
+            deltas[i, k] = old - eps
+            down = losses.evaluate(ctx, weights, deltas, styled, need_grad=False).total
+            deltas[i, k] = old
+            numeric[i, k] = (up - down) / (2 * eps)
+    assert np.allclose(result.grad, numeric, atol=1e-6 * np.abs(numeric).max() + 1e-9, rtol=1e-4)
+    plain = losses.evaluate(ctx, weights, deltas, batch)
+    ones = losses.evaluate(ctx, weights, deltas, dict(batch, style=np.ones(len(deltas))))
+    assert np.isclose(ones.total, plain.total) and np.allclose(ones.grad, plain.grad)
+    zero_first = np.ones(len(deltas))
+    zero_first[0] = 0.0
+    grad = losses.evaluate(ctx, weights, deltas, dict(batch, style=zero_first)).grad.reshape(len(deltas), NUM_ROLES, 3)
+    if term == "pose":
+        assert np.abs(grad[0]).max() == 0.0 and np.abs(grad[1:]).max() > 0
+    else:                 # only the non-inner positions of row 0 remain: its gradient differs from the plain one
+        assert np.abs(grad[0]).max() > 0 and not np.allclose(grad[0], plain.grad.reshape(grad.shape)[0])
+        np.testing.assert_allclose(grad[1:], plain.grad.reshape(grad.shape)[1:])
+
+
 def test_weighted_sum_of_terms_is_the_total_and_its_gradient(setup):
     ctx, batch, deltas = setup
     weights = losses.LossWeights(fk=1.0, orientation=0.5, pose=0.3, contact=0.5, limit=0.1, slip=0.2, smooth=0.05)

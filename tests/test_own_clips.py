@@ -159,3 +159,27 @@ def test_library_compare_cancelled_keeps_what_it_has_and_trains_no_further(tmp_p
     progress.cancel.set()
     with pytest.raises(trainer.Cancelled):
         library_choice.train(data, config, str(tmp_path / "again"), progress)
+
+
+def test_library_rows_count_less_at_the_inner_joints_only_with_enough_own_clips(tmp_path):
+    """With four or more own clips the library's rows teach reach (their inner joints and rotations count
+    library_style in the losses); with fewer the library teaches the style too (all rows count fully)."""
+    many = trainer.Trainer(_mixed(own=5, library=10), trainer.TrainConfig(mirror=False, limb_mix=0.0), tmp_path)
+    few = trainer.Trainer(_mixed(own=2, library=10), trainer.TrainConfig(mirror=False, limb_mix=0.0), tmp_path)
+    alone = trainer.Trainer(_mixed(own=5, library=10), trainer.TrainConfig(mirror=False, limb_mix=0.0,
+                                                                           library="never"), tmp_path)
+    assert many.library_style == 0.25 and few.library_style == 1.0 and alone.library_style == 1.0
+    seen = []
+    evaluate = trainer.losses.evaluate
+
+    def spy(ctx, weights, deltas, batch, need_grad=True):
+        seen.append(batch.get("style"))
+        return evaluate(ctx, weights, deltas, batch, need_grad)
+    trainer.losses.evaluate = spy
+    try:
+        rows = np.concatenate([np.nonzero(many.own_rows)[0][:4], np.nonzero(~many.own_rows)[0][:4]])
+        many.train_step(rows, 1e-3)
+        few.train_step(np.arange(8), 1e-3)
+    finally:
+        trainer.losses.evaluate = evaluate
+    assert seen[0][:4].tolist() == [1.0] * 4 and seen[0][4:8].tolist() == [0.25] * 4 and seen[1] is None

@@ -32,6 +32,22 @@ def setup(tmp_path_factory):
     return ctx, batch, deltas
 
 
+def central_differences(ctx, weights, deltas, batch, eps=1e-6):
+    """d total / d deltas by central differences, one delta at a time."""
+    deltas = deltas.copy()
+    numeric = np.zeros_like(deltas)
+    for i in range(deltas.shape[0]):
+        for k in range(deltas.shape[1]):
+            old = deltas[i, k]
+            deltas[i, k] = old + eps
+            up = losses.evaluate(ctx, weights, deltas, batch, need_grad=False).total
+            deltas[i, k] = old - eps
+            down = losses.evaluate(ctx, weights, deltas, batch, need_grad=False).total
+            deltas[i, k] = old
+            numeric[i, k] = (up - down) / (2 * eps)
+    return numeric
+
+
 def only(term):
     return losses.LossWeights(**{t: (1.0 if t == term else 0.0) for t in TERMS})
 
@@ -43,17 +59,7 @@ def test_each_loss_gradient_matches_central_differences(setup, term):
     weights = only(term)
     result = losses.evaluate(ctx, weights, deltas, batch)
     assert result.total > 0, f"{term} is inactive in this check"
-    numeric = np.zeros_like(deltas)
-    eps = 1e-6
-    for i in range(deltas.shape[0]):
-        for k in range(deltas.shape[1]):
-            old = deltas[i, k]
-            deltas[i, k] = old + eps
-            up = losses.evaluate(ctx, weights, deltas, batch, need_grad=False).total
-            deltas[i, k] = old - eps
-            down = losses.evaluate(ctx, weights, deltas, batch, need_grad=False).total
-            deltas[i, k] = old
-            numeric[i, k] = (up - down) / (2 * eps)
+    numeric = central_differences(ctx, weights, deltas, batch)
     scale = np.abs(numeric).max()
     assert scale > 0
     assert np.allclose(result.grad, numeric, atol=1e-6 * scale + 1e-9, rtol=1e-4)
@@ -69,17 +75,7 @@ def test_style_weighted_rows_match_central_differences_and_weigh_what_they_say(s
     weights = only(term)
     styled = dict(batch, style=np.linspace(0.0, 1.0, len(deltas)))
     result = losses.evaluate(ctx, weights, deltas, styled)
-    numeric = np.zeros_like(deltas)
-    eps = 1e-6
-    for i in range(deltas.shape[0]):
-        for k in range(deltas.shape[1]):
-            old = deltas[i, k]
-            deltas[i, k] = old + eps
-            up = losses.evaluate(ctx, weights, deltas, styled, need_grad=False).total
-            deltas[i, k] = old - eps
-            down = losses.evaluate(ctx, weights, deltas, styled, need_grad=False).total
-            deltas[i, k] = old
-            numeric[i, k] = (up - down) / (2 * eps)
+    numeric = central_differences(ctx, weights, deltas, styled)
     assert np.allclose(result.grad, numeric, atol=1e-6 * np.abs(numeric).max() + 1e-9, rtol=1e-4)
     plain = losses.evaluate(ctx, weights, deltas, batch)
     ones = losses.evaluate(ctx, weights, deltas, dict(batch, style=np.ones(len(deltas))))

@@ -433,7 +433,6 @@ class LiveGroup:
         self.panel_desired = np.ones((k, 2))
         self.motion_grounds = [None] * k             # per character: the feet's ground play() passed on (None: none)
         self.motion_contacts = [None] * k            # ... and the contact flags (Lock Feet)
-        self.changed_ground = [False] * k            # per character: its feet's ground changed this tick
         self.settings_reset = True                   # refresh_settings put the panel's values back
         self.contact = None                          # (K, 2) contact flags for the solver (NaN: detect), or None
         self.driven = [i for i, c in enumerate(characters) if c.settings_driven]
@@ -519,23 +518,19 @@ class LiveGroup:
     def play(self, reader, frame, which):
         """The characters with an action: their targets at scene frame `frame` replace what the reader read, their
         feet's ground and (Lock Feet) contacts go to the solver. `which`: characters whose settings to re-read."""
-        grounds, contacts, changed_ground = self.motion_grounds, self.motion_contacts, self.changed_ground
-        new_ground = new_contacts = self.settings_reset       # refresh_settings put the panel's values back
+        grounds, contacts = self.motion_grounds, self.motion_contacts
+        reset = new_contacts = self.settings_reset            # refresh_settings put the panel's values back
         for i, motion in self.motions:
             if i in which:
                 motion.refresh()
             targets, ground, contact = motion.tick(frame, lambda i=i: reader.empty_targets(i), reader.character_to_world[i],
                                                    reader.armature_to_character[i, 0], i in reader.moved)
             reader.put_targets(i, targets)
-            changed_ground[i] = ground != grounds[i]
-            if changed_ground[i]:
-                grounds[i], new_ground = ground, True
+            if reset or ground != grounds[i]:    # one character's ground (it moves every frame on uneven ground)
+                grounds[i] = ground
+                self.solver.set_ground_of(i, *(ground if ground is not None else self.panel_ground[i]))
             if contact != contacts[i]:
                 contacts[i], new_contacts = contact, True
-        if new_ground:                  # only what changed, one character at a time (its ground moves every frame)
-            for i, _motion in self.motions:
-                if self.settings_reset or changed_ground[i]:
-                    self.solver.set_ground_of(i, *(grounds[i] if grounds[i] is not None else self.panel_ground[i]))
         self.settings_reset = False
         if new_contacts:
             desired, flags = self.panel_desired.copy(), None

@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 
-from ..data.files import save_json
+from ..data.files import atomic_write_bytes, save_json
 from .trainer import METRICS_FILE, MODEL_FILE, PLOT_FILE, Cancelled, Trainer, TrainResult, score
 
 OWN_TIME_SHARE = 0.25              # of a time-limited run: the own clips alone (the library run takes the rest)
@@ -67,9 +67,8 @@ def _keep_better(results, out_dir, progress):
              "plot": os.path.join(out_dir, PLOT_FILE)}
     for key in ("model", "plot"):
         if os.path.exists(result.paths[key]):
-            temporary = paths[key] + ".tmp"
-            shutil.copyfile(result.paths[key], temporary)
-            os.replace(temporary, paths[key])
+            with open(result.paths[key], "rb") as source:
+                atomic_write_bytes(paths[key], lambda target, source=source: shutil.copyfileobj(source, target))
     report = library_report(results, kept)
     summary = dict(_load_metrics(result.paths["metrics"]))
     summary["library"] = report
@@ -92,16 +91,14 @@ def library_report(results, kept):
     parts = [f"{name}: inner {run['inner_mpjpe_cm']:.2f} cm, effector {run['effector_cm_mean']:.2f} cm"
              for name, run in runs.items() if run["inner_mpjpe_cm"] is not None]
     said = f"kept {FOLDERS[kept]} (own clips' validation; {'; '.join(parts)})"
-    other = next((kind for kind in results if kind != kept), None)
     kept_inner = runs[FOLDERS[kept]]["inner_mpjpe_cm"]
-    other_inner = runs[FOLDERS[other]]["inner_mpjpe_cm"] if other else None
-    if kept == "library" and kept_inner is not None and other_inner is not None and kept_inner > other_inner:
-        # better at the effectors, worse at the inner joints (the style): not preferred in silence
-        said += (f". The library costs {kept_inner - other_inner:.2f} cm at the inner joints (your style) for its "
+    own_inner = runs.get(FOLDERS["own"], {}).get("inner_mpjpe_cm")
+    # kept for its better score, worse at the inner joints (the style): not preferred in silence
+    loses = kept == "library" and kept_inner is not None and own_inner is not None and kept_inner > own_inner
+    if loses:
+        said += (f". The library costs {kept_inner - own_inner:.2f} cm at the inner joints (your style) for its "
                  "reach: Library > Leave Out keeps your clips alone")
-    return {"choice": "auto", "kept": FOLDERS[kept], "runs": runs, "said": said,
-            "library_loses_inner_joints": bool(kept == "library" and other_inner is not None and kept_inner is not None
-                                               and kept_inner > other_inner)}
+    return {"choice": "auto", "kept": FOLDERS[kept], "runs": runs, "said": said, "library_loses_inner_joints": loses}
 
 
 def _load_metrics(path):

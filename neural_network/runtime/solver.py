@@ -157,6 +157,7 @@ class Solver:
         rest = model.skeleton.rest_positions
         feet = rest[list(FOOT_ROLES), 2]
         self.ankle_height = float(np.min(feet) - np.min(rest[mask, 2])) if mask.any() else 0.0
+        self.contact_lift = self.ankle_height + 0.08 * self.height     # a foot below its ground + this: in contact
         # buffers
         self.input_buffers = self.build_inputs.buffers(k)
         x = self.input_buffers[0]
@@ -224,7 +225,7 @@ class Solver:
         if ground is not None:
             ground = np.broadcast_to(np.asarray(ground, np.float64), (k, 2))
             self.settings[:, 0:2] = -ground
-            self.contact_threshold[:] = ground + (self.ankle_height + 0.08 * self.height)
+            self.contact_threshold[:] = ground + self.contact_lift
             if rt is not None:
                 rt.settings[:, 0:2] = -ground
                 rt.z_limits[:] = self.contact_threshold
@@ -241,7 +242,7 @@ class Solver:
     def set_ground_of(self, i, left, right):
         """set_settings(ground=...) for character i alone, from two floats (a live tick's feet on a ground that
         changes every frame: a few item writes instead of a few array operations)."""
-        lift = self.ankle_height + 0.08 * self.height
+        lift = self.contact_lift
         settings, threshold = self.settings[i], self.contact_threshold[i]
         settings[0], settings[1] = -left, -right
         threshold[0], threshold[1] = left + lift, right + lift

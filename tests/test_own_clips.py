@@ -19,6 +19,15 @@ def _mixed(own=5, library=20, frames=30):
     return data
 
 
+def _contradicting(data, own):
+    """The dataset with every library frame's inputs replaced by an own frame's (so paired with another pose)."""
+    action = np.asarray(data.action)
+    own_rows, library_rows = np.nonzero(action < own)[0], np.nonzero(action >= own)[0]
+    data.arrays["inputs"] = data.arrays["inputs"].copy()
+    data.arrays["inputs"][library_rows] = data.arrays["inputs"][np.resize(own_rows, len(library_rows))]
+    return data
+
+
 def test_own_clips_are_weighted_and_validate(tmp_path):
     data = _mixed()
     own = data.own_action_mask()
@@ -75,7 +84,7 @@ def test_library_auto_trains_both_ways_and_keeps_the_better_on_the_own_clips(tmp
     both figures."""
     from neural_ik.neural_network.model import library_choice
 
-    data = _mixed(own=2, library=6, frames=40)
+    data = _mixed(own=5, library=6, frames=40)
     config = trainer.TrainConfig(seed=0, epochs=3, batch_size=32, mirror=False, limb_mix=0.0)
     result = library_choice.train(data, config, str(tmp_path))
     report = json.loads((tmp_path / "metrics.json").read_text())["library"]
@@ -88,8 +97,53 @@ def test_library_auto_trains_both_ways_and_keeps_the_better_on_the_own_clips(tmp
     assert result.paths["model"] == str(tmp_path / "model.npz")
     for name in runs:                                 # each run judged on the own clips, and only one trained on them
         sources = json.loads((tmp_path / name / "metrics.json").read_text())["sources"]
-        assert sources["validation"] == "own clips (the last 20 % of each)"
+        assert sources["validation"] == "own clips"
         assert sources["library"] == ("left out" if name == "own clips only" else "trained on")
+
+
+def test_library_auto_with_too_few_own_clips_to_judge_trains_once_with_the_library(tmp_path):
+    """Two own clips: only their last stretches validate, too close to what trains to judge reach, so Compare runs
+    no own-only training; the library run has the whole time and the report says why and how to leave it out."""
+    from neural_ik.neural_network.model import library_choice
+
+    data = _mixed(own=2, library=6, frames=40)
+    config = trainer.TrainConfig(seed=0, epochs=2, batch_size=32, mirror=False, limb_mix=0.0)
+    library_choice.train(data, config, str(tmp_path))
+    report = json.loads((tmp_path / "metrics.json").read_text())["library"]
+    assert set(report["runs"]) == {"with the library"} and report["kept"] == "with the library"
+    assert report["said"].endswith("2 own clips are too few to judge the library without it (only their last "
+                                   "stretches validate): Library > Leave Out trains them alone")
+    assert not (tmp_path / "own clips only").exists()
+
+
+def test_library_auto_with_a_time_limit_lets_the_better_run_train_on(tmp_path):
+    """With a time limit, Compare gives the own clips alone OWN_TIME_SHARE of it and the library run
+    LIBRARY_TIME_SHARE; the better of the two (here the own clips: the library contradicts them) then carries on
+    from where it stopped (its epochs and history go on, its learning rate rises again and decays) for the rest of
+    the limit, and the other run's folder stays as it was."""
+    from neural_ik.neural_network.model import library_choice
+
+    data = _contradicting(_mixed(own=5, library=6, frames=60), own=5)
+    limit = 6.0
+    config = trainer.TrainConfig(seed=0, epochs=100000, batch_size=32, mirror=False, limb_mix=0.0, time_limit=limit,
+                                 patience=0)
+    result = library_choice.train(data, config, str(tmp_path))
+    report = json.loads((tmp_path / "metrics.json").read_text())["library"]
+    kept = report["kept"]
+    assert kept == "own clips only", report["said"]
+    other = next(name for name in report["runs"] if name != kept)
+    share = {"own clips only": library_choice.OWN_TIME_SHARE, "with the library": library_choice.LIBRARY_TIME_SHARE}
+    history = json.loads((tmp_path / kept / "metrics.json").read_text())["history"]
+    rises = [i for i in range(1, len(history)) if history[i]["lr"] > 1.01 * history[i - 1]["lr"]]
+    assert len(rises) == 1, "the kept run did not carry on (or restarted more than once)"
+    i = rises[0]                                                         # its first epoch after the other run
+    assert history[i - 1]["seconds"] <= share[kept] * limit + 0.5 < history[-1]["seconds"]
+    assert history[i]["epoch"] >= history[i - 1]["epoch"]                # epochs go on, not from 0
+    assert history[-1]["lr"] < history[i]["lr"]                           # warm again, then decays
+    assert report["runs"][kept]["seconds"] > share[kept] * limit + 0.5
+    assert report["runs"][other]["seconds"] <= share[other] * limit + 0.5
+    assert result.seconds <= limit + 1.0
+    assert (tmp_path / "model.npz").read_bytes() == (tmp_path / kept / "model.npz").read_bytes()
 
 
 def test_library_auto_with_a_library_that_contradicts_the_own_clips_keeps_them_alone(tmp_path):
@@ -97,11 +151,7 @@ def test_library_auto_with_a_library_that_contradicts_the_own_clips_keeps_them_a
     training with it can only do worse on the own clips, and "auto" keeps the own-only run."""
     from neural_ik.neural_network.model import library_choice
 
-    data = _mixed(own=2, library=6, frames=60)
-    action = np.asarray(data.action)
-    own_rows, library_rows = np.nonzero(action < 2)[0], np.nonzero(action >= 2)[0]
-    data.arrays["inputs"] = data.arrays["inputs"].copy()
-    data.arrays["inputs"][library_rows] = data.arrays["inputs"][np.resize(own_rows, len(library_rows))]
+    data = _contradicting(_mixed(own=5, library=6, frames=60), own=5)
     config = trainer.TrainConfig(seed=0, epochs=30, batch_size=32, mirror=False, limb_mix=0.0, own_share=0.0)
     library_choice.train(data, config, str(tmp_path))
     report = json.loads((tmp_path / "metrics.json").read_text())["library"]
@@ -142,7 +192,7 @@ def test_library_compare_cancelled_keeps_what_it_has_and_trains_no_further(tmp_p
 
     from neural_ik.neural_network.model import library_choice
 
-    data = _mixed(own=2, library=4, frames=40)
+    data = _mixed(own=5, library=4, frames=40)
     config = trainer.TrainConfig(seed=0, epochs=2, mirror=False, limb_mix=0.0)
     progress = trainer.Progress()
     epochs = []

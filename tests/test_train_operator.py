@@ -128,14 +128,14 @@ def test_bad_inputs_are_refused_in_plain_words(empty_scene, dataset_file, tmp_pa
 
 
 def test_library_compare_through_the_operator_keeps_the_better_run_and_says_which(empty_scene, tmp_path):
-    """A dataset with two own clips and library motion, trained from the operator with Library on Compare (the
+    """A dataset with four own clips and library motion, trained from the operator with Library on Compare (the
     default): two runs in their folders, the armature points at the output folder's model (the better's copy), and
     what was kept is in the panel's state and metrics.json; on Use, one run."""
     import json
 
-    data = synthetic_dataset(frames_per_action=40, actions=6, seed=3)
+    data = synthetic_dataset(frames_per_action=40, actions=8, seed=3)
     for k, entry in enumerate(data.meta["actions"]):
-        if k >= 2:
+        if k >= 4:
             entry["source"] = {"kind": "library", "file": f"{entry['name']}.bvh", "skeleton": "other", "retargeted": True}
     path = str(tmp_path / "mixed.npz")
     data.save(path)
@@ -148,6 +148,7 @@ def test_library_compare_through_the_operator_keeps_the_better_run_and_says_whic
     assert obj.neural_ik.model_path == str(out / trainer.MODEL_FILE)
     assert (out / trainer.MODEL_FILE).read_bytes() == (out / kept / trainer.MODEL_FILE).read_bytes()
     assert state.training.library.startswith(f"kept {kept}")
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["own clips only", "with the library"]
     bpy.context.scene.neural_ik.library = "ALWAYS"
     once = tmp_path / "use"
     once.mkdir()

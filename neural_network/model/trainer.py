@@ -13,6 +13,7 @@ with the same attributes) that the trainer writes numbers into and whose `cancel
 Cancel takes effect within milliseconds and the best model stays on disk.
 """
 
+import dataclasses
 import math
 import os
 import threading
@@ -563,6 +564,8 @@ class Trainer:
                 stopped = "early stop"
                 break
         seconds = self._elapsed()
+        self.start_epoch, self.elapsed_before = epoch, seconds     # where train_on carries on from
+        del self._t0
         if not os.path.exists(self.paths["model"]):      # nothing validated yet (cancelled at once): keep what we have
             self._keep_if_best(*self._validate())
         best = checkpoint.load_model(self.paths["model"])
@@ -578,6 +581,13 @@ class Trainer:
                                             f"{self.best_metrics.get('inner_mpjpe_cm', float('nan')):.2f} cm",
                      best_metrics=dict(self.best_metrics), checkpoint_path=self.paths["model"])
         return TrainResult(best, dict(self.best_metrics), list(self.history), stopped, seconds, dict(self.paths))
+
+    def train_on(self, time_limit):
+        """Carry on after run() until `time_limit` seconds in all (its own and this call's): the learning rate
+        rises again to where that share of the new schedule puts it and decays to its end; the best checkpoint so
+        far stays unless beaten. Returns run()'s TrainResult."""
+        self.config = dataclasses.replace(self.config, time_limit=time_limit)
+        return self.run()
 
     def _write_plot(self):
         if not self.history:

@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Train on real motion capture and evaluate on held-out clips, side by side with Blender's IK constraint.
 #
-#   bash scripts/evaluate_mocap.sh bandai|cmu|cmu+bandai|daz [out-folder]
+#   bash scripts/evaluate_mocap.sh bandai|cmu|cmu+bandai|daz|daz+bandai [out-folder]
 #
 # Held out of training entirely (unseen styles and motions); the evaluation uses 10 (Bandai) / 3 (CMU) of them.
 # cmu+bandai: the CMU rig's 8 training clips plus all 280 Bandai files retargeted onto it, trained for 10 minutes
 # (TIME_LIMIT seconds), evaluated on the same 3 held-out CMU clips as `cmu`.
-# daz: the DAZ-style test rig (scripts/make_daz_proxy.py) with 2 CMU clips as its own (005_01, 006_02), the other 6
-# CMU files and the 280 Bandai files retargeted onto it as the library, 10 minutes; the same 3 held-out CMU clips.
+# daz: the DAZ-style test rig (scripts/make_daz_proxy.py) with 2 CMU clips as its own (005_01, 006_02) and a CMU
+# library retargeted onto it: the other 6 files of cmu/ and the 26 of cmu-more/ (other takes of the same people),
+# 10 minutes; the same 3 held-out CMU clips. daz+bandai: the same library plus the 280 Bandai files.
 # LIBRARY=auto|always|never: the trainer's --library (default: its own, auto); with TIME_LIMIT set, training runs
 # until that limit (epochs unbounded), so runs with and without a library get the same time.
 # Reads ../shared/mocap (never copied); writes only into the out folder (default out/<set>).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-set_name=${1:?usage: evaluate_mocap.sh bandai|cmu|cmu+bandai [out-folder]}
+set_name=${1:?usage: evaluate_mocap.sh bandai|cmu|cmu+bandai|daz|daz+bandai [out-folder]}
 out=${2:-out/$set_name}
 py=${PYTHON:-.venv/bin/python}
 case "$set_name" in
@@ -24,25 +25,30 @@ case "$set_name" in
 dataset-1_punch_normal_001,dataset-1_dance-short_normal_001,dataset-1_respond_normal_001,\
 dataset-2_wave-both-hands_youthful_001,dataset-2_raise-up-left-hand_youthful_001,dataset-2_run_youthful_001"
     ;;
-  cmu|cmu+bandai|daz)
+  cmu|cmu+bandai|daz|daz+bandai)
     folder=../shared/mocap/cmu
     held_out="005_10,006_01,006_14"
     evaluate="$held_out"
     ;;
-  *) echo "evaluate_mocap.sh: unknown set $set_name (bandai, cmu, cmu+bandai or daz)" >&2; exit 2 ;;
+  *) echo "evaluate_mocap.sh: unknown set $set_name (bandai, cmu, cmu+bandai, daz or daz+bandai)" >&2; exit 2 ;;
 esac
 mkdir -p "$out"
 start=$(date +%s)
 train_args=()
-if [ "$set_name" = daz ]; then
+if [ "${set_name%+bandai}" = daz ]; then
   own=005_01,006_02
   "$py" scripts/make_daz_proxy.py --folder "$folder" --own "$own" --save "$out/train.blend"
   "$py" scripts/nik.py import-bvh "$folder" --scale 0.01 --exclude "$held_out,$own" --blend "$out/train.blend" \
     --save "$out/train.blend"
+  if [ -d ../shared/mocap/cmu-more ]; then
+    "$py" scripts/nik.py import-bvh ../shared/mocap/cmu-more --scale 0.01 --exclude "$held_out" \
+      --blend "$out/train.blend" --save "$out/train.blend"
+  fi
+  train_args=(--time-limit "${TIME_LIMIT:-600}")
 else
   "$py" scripts/nik.py import-bvh "$folder" --scale 0.01 --exclude "$held_out" --save "$out/train.blend"
 fi
-if [ "$set_name" = cmu+bandai ] || [ "$set_name" = daz ]; then
+if [ "$set_name" = cmu+bandai ] || [ "$set_name" = daz+bandai ]; then
   "$py" scripts/nik.py import-bvh ../shared/mocap/bandai --scale 0.01 --blend "$out/train.blend" --save "$out/train.blend"
   train_args=(--time-limit "${TIME_LIMIT:-600}")
 fi

@@ -124,7 +124,8 @@ class NIK_SceneSettings(bpy.types.PropertyGroup):
     library: EnumProperty(
         name="Library", default="AUTO",
         items=[("AUTO", "Compare", "With library motion in the dataset: train on your own clips alone and with the "
-                "library, and keep the one better on your own clips (both figures are reported)"),
+                "library, keep the one better on your own clips and train it on (both figures are reported); with "
+                "fewer than 4 own clips, train with the library"),
                ("ALWAYS", "Use", "Train on your own clips and the library motion"),
                ("NEVER", "Leave Out", "Train on your own clips alone (the library motion in the dataset is skipped)")],
         description="Whether training uses the retargeted library motion in the dataset; Compare measures which is "

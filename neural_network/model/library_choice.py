@@ -51,7 +51,7 @@ def train(dataset, config, out_dir, progress=None, resume=False, on_epoch=None):
     kinds, note = ("own", "library"), ""
     if own_clips < config.own_validation_min:       # their last stretches cannot judge reach: no own-only run
         kinds = ("library",)
-        note = (f"{own_clips} own clip{'s' if own_clips != 1 else ''} are too few to judge the library without it "
+        note = (f"{own_clips} own clip{'s are' if own_clips != 1 else ' is'} too few to judge the library without it "
                 "(only their last stretches validate): Library > Leave Out trains them alone")
     shares = {"own": OWN_TIME_SHARE, "library": LIBRARY_TIME_SHARE if len(kinds) == 2 else 1.0}
     results, trainers = {}, {}

@@ -44,12 +44,13 @@ if [ "${set_name%+bandai}" = daz ]; then
     "$py" scripts/nik.py import-bvh ../shared/mocap/cmu-more --scale 0.01 --exclude "$held_out" \
       --blend "$out/train.blend" --save "$out/train.blend"
   fi
-  train_args=(--time-limit "${TIME_LIMIT:-600}")
 else
   "$py" scripts/nik.py import-bvh "$folder" --scale 0.01 --exclude "$held_out" --save "$out/train.blend"
 fi
 if [ "$set_name" = cmu+bandai ] || [ "$set_name" = daz+bandai ]; then
   "$py" scripts/nik.py import-bvh ../shared/mocap/bandai --scale 0.01 --blend "$out/train.blend" --save "$out/train.blend"
+fi
+if [ "$set_name" != bandai ] && [ "$set_name" != cmu ]; then      # the library sets: 10 minutes
   train_args=(--time-limit "${TIME_LIMIT:-600}")
 fi
 if [ -n "${TIME_LIMIT:-}" ]; then

@@ -28,7 +28,7 @@ import os
 import shutil
 
 from ..data.files import atomic_write_bytes, save_json
-from .trainer import METRICS_FILE, MODEL_FILE, PLOT_FILE, Cancelled, Trainer, TrainResult, score
+from .trainer import METRICS_FILE, MODEL_FILE, PLOT_FILE, Cancelled, Trainer, TrainResult, score, validates_whole_own_clips
 
 OWN_TIME_SHARE = 0.35              # of a time-limited run: the own clips alone first ...
 LIBRARY_TIME_SHARE = 0.35          # ... then with the library; the better one trains on for the rest of the limit
@@ -49,7 +49,7 @@ def train(dataset, config, out_dir, progress=None, resume=False, on_epoch=None):
     limit = config.time_limit
     own_clips = int(dataset.own_action_mask().sum())
     kinds, note = ("own", "library"), ""
-    if own_clips < config.own_validation_min:       # their last stretches cannot judge reach: no own-only run
+    if not validates_whole_own_clips(own_clips, config):    # their last stretches cannot judge reach: no own-only run
         kinds = ("library",)
         note = (f"{own_clips} own clip{'s are' if own_clips != 1 else ' is'} too few to judge the library without it "
                 "(only their last stretches validate): Library > Leave Out trains them alone")

@@ -295,6 +295,12 @@ def check_dataset(dataset):
         raise ValueError("the dataset's inputs hold NaN or infinite numbers")
 
 
+def validates_whole_own_clips(own_clips, config):
+    """True when the own clips are enough (own_validation_min) to hold whole ones out for validation; with fewer,
+    the last stretch of each validates, which cannot judge reach (nor let the library teach reach alone)."""
+    return own_clips >= config.own_validation_min
+
+
 class Trainer:
     """One training run. Building it prepares the data (split, mirror, limb mix, statistics: tens of seconds on a
     100k-frame dataset, so Blender builds it on the training thread); run() then trains. A cancel set on the progress
@@ -318,7 +324,7 @@ class Trainer:
         # validation judges the user's own style: whole own clips when there are enough to spare some; with fewer (a
         # user's two clips among a library) the last stretch of each, so every own clip still trains; without a
         # library, from all clips
-        if mixed and own.sum() < config.own_validation_min:
+        if mixed and not validates_whole_own_clips(own.sum(), config):
             self.validation_note = f"own clips (the last {100 * config.own_stretch:.0f} % of each)"
             train_set, val_set = dataset.split_stretches(np.where(own)[0], config.own_stretch, config.stretch_gap)
         else:
@@ -346,7 +352,7 @@ class Trainer:
         # measured, 10 minutes each: CMU rig (8 own clips) + Bandai, library rows at 0.25: network alone 2.32 -> 2.06
         # cm, refined inner 1.71 -> 1.67 (own clips alone 1.65); the DAZ-style rig (2 own clips) at 0.25: 2.45 ->
         # 2.68 and 1.75 -> 2.03, so there it stays 1
-        self.library_style = (config.library_style if mixed and own.sum() >= config.own_validation_min
+        self.library_style = (config.library_style if mixed and validates_whole_own_clips(own.sum(), config)
                               and config.library != "never" else 1.0)
         self.sources = {"own_frames": int(own[np.asarray(dataset.action)].sum()),
                         "retargeted_frames": int((~own)[np.asarray(dataset.action)].sum()),

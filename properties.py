@@ -124,8 +124,9 @@ class NIK_SceneSettings(bpy.types.PropertyGroup):
     library: EnumProperty(
         name="Library", default="AUTO",
         items=[("AUTO", "Compare", "With library motion in the dataset: train on your own clips alone and with the "
-                "library, keep the one better on your own clips and train it on (both figures are reported); with "
-                "fewer than 4 own clips, train with the library"),
+                "library, keep the library only if it is better on your own clips both refined (inner joints) and "
+                "alone, and train the one kept on (both figures are reported); with fewer than 4 own clips, train "
+                "with the library"),
                ("ALWAYS", "Use", "Train on your own clips and the library motion"),
                ("NEVER", "Leave Out", "Train on your own clips alone (the library motion in the dataset is skipped)")],
         description="Whether training uses the retargeted library motion in the dataset; Compare measures which is "

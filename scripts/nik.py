@@ -374,8 +374,9 @@ def _train_command(parser):
                              "retargeted library motion (default: the scene's setting, 0.25; 0: rows as they come)")
     parser.add_argument("--library", choices=("auto", "always", "never"), default=None,
                         help="with library motion in the dataset: auto (default) trains on the own clips alone and "
-                             "with the library, keeps the one better on the own clips and trains it on (with fewer "
-                             "than 4 own clips: the library); always; never")
+                             "with the library, keeps the library only if it is better on the own clips both refined "
+                             "and alone, and trains the one kept on (with fewer than 4 own clips: the library); "
+                             "always; never")
     parser.add_argument("--limb-mix", type=number(float, 0.0, 4.0), default=None,
                         help="add this share of training frames as poses mixing the limbs of random frames "
                              "(default: the scene's setting, 1.0; 0: none)")

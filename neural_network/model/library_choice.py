@@ -44,7 +44,7 @@ from ..skeleton.roles import EFFECTOR_ROLES, INNER_ROLES
 from .trainer import METRICS_FILE, MODEL_FILE, PLOT_FILE, Cancelled, Trainer, TrainResult, score, validates_whole_own_clips
 
 OWN_TIME_SHARE = 0.35              # of a time-limited run: the own clips alone first ...
-LIBRARY_TIME_SHARE = 0.35          # ... then with the library; the better one trains on for the rest of the limit
+LIBRARY_TIME_SHARE = 0.35          # ... then with the library; the one kept trains on for the rest of the limit
 FOLDERS = {"own": "own clips only", "library": "with the library"}
 REFINE_ITERATIONS = 4              # the refinement the verdict applies (as scripts/evaluate_mocap.sh evaluates)
 
@@ -129,7 +129,7 @@ def better(results, refined):
 
 
 def _keep_better(results, refined, out_dir, progress, note=""):
-    """Copy the better run's files into out_dir and say so."""
+    """Copy the kept run's files (see better) into out_dir and say so."""
     kept = better(results, refined)
     result = results[kept]
     paths = {"model": os.path.join(out_dir, MODEL_FILE), "metrics": os.path.join(out_dir, METRICS_FILE),
@@ -152,8 +152,9 @@ def _keep_better(results, refined, out_dir, progress, note=""):
 
 
 def library_report(results, refined, kept, note=""):
-    """What metrics.json and the panel say: each run's figures on the own clips' validation (refined inner joints,
-    what chose; the network alone's best), which was kept (and `note`: why only one run trained)."""
+    """What metrics.json and the panel say: each run's figures on the own clips' validation (the two measures that
+    choose: refined inner joints and the network alone's best score), which was kept (and `note`: why only one run
+    trained)."""
     runs = {FOLDERS[kind]: {"refined_inner_mpjpe_cm": refined[kind],
                             "inner_mpjpe_cm": r.metrics.get("inner_mpjpe_cm"),
                             "effector_cm_mean": r.metrics.get("effector_cm_mean"),
@@ -166,9 +167,9 @@ def library_report(results, refined, kept, note=""):
         said += ". The library is kept only when it is better by both"
     if note:
         said += f". {note}"
-    return {"choice": "auto", "kept": FOLDERS[kept], "runs": runs, "said": said,
-            "judged_by": f"the library only when better on the own clips both refined ({REFINE_ITERATIONS} iterations, "
-                         "inner-joint MPJPE) and alone (score)"}
+    rule = (f"the library only when better on the own clips both refined ({REFINE_ITERATIONS} iterations, inner-joint "
+            "MPJPE) and alone (score)") if len(runs) == 2 else note
+    return {"choice": "auto", "kept": FOLDERS[kept], "runs": runs, "said": said, "judged_by": rule}
 
 
 def _load_metrics(path):

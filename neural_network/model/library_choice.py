@@ -84,12 +84,14 @@ def train(dataset, config, out_dir, progress=None, resume=False, on_epoch=None):
         trainers[kind], results[kind] = trainer, trainer.run()
         if results[kind].stopped == "cancelled":
             break
+    refined = {kind: refined_inner_cm(r.model, trainers[kind].val) for kind, r in results.items()}
     left = limit - sum(r.seconds for r in results.values())
     if limit and len(results) == 2 and left > 1.0 and not any(r.stopped == "cancelled" for r in results.values()):
-        kind = better(results, _refined(results, trainers))
+        kind = better(results, refined)
         trainers[kind].phase = f"{FOLDERS[kind]}, trained on"
         results[kind] = trainers[kind].train_on(results[kind].seconds + left)
-    return _keep_better(results, _refined(results, trainers), out_dir, progress, note)
+        refined[kind] = refined_inner_cm(results[kind].model, trainers[kind].val)      # the other run is as it was
+    return _keep_better(results, refined, out_dir, progress, note)
 
 
 def refined_inner_cm(model, data, iterations=REFINE_ITERATIONS, chunk=4096, units_to_cm=100.0):
@@ -110,11 +112,6 @@ def refined_inner_cm(model, data, iterations=REFINE_ITERATIONS, chunk=4096, unit
         error = np.linalg.norm(pose.positions[:, inner] - data.positions[part][:, inner], axis=-1)
         total += float(error.sum())
     return total / (len(data) * len(inner)) * units_to_cm
-
-
-def _refined(results, trainers):
-    """{kind: refined inner-joint error (cm) of its best model on the own clips' validation}."""
-    return {kind: refined_inner_cm(r.model, trainers[kind].val) for kind, r in results.items()}
 
 
 def better(results, refined):

@@ -4,8 +4,8 @@ import bpy
 from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
 
 from ..blender.errors import DataError
-from ..blender.workflows import training
-from .common import poll_no_training
+from ..blender.workflows import starter, training
+from .common import poll_armature, poll_no_training
 
 
 class NEURAL_IK_OT_train(bpy.types.Operator):
@@ -51,6 +51,41 @@ class NEURAL_IK_OT_train(bpy.types.Operator):
         return {"FINISHED"}
 
 
+class NEURAL_IK_OT_train_starter(bpy.types.Operator):
+    bl_idname = "neural_ik.train_starter"
+    bl_label = "Train Starter Model"
+    bl_description = ("Train a model for the active armature from the starter motion that ships with Neural IK "
+                      "(CMU motion capture, retargeted onto the rig) and its own clips if it has any; the "
+                      "armature's model becomes the result. Nothing in the file changes")
+    bl_options = {"REGISTER"}
+
+    directory: StringProperty(name="Output", subtype="DIR_PATH",
+                              description="Folder for model.npz, metrics.json and loss.svg; empty: a folder of its "
+                                          "own in the extension's user folder")
+    time_limit: FloatProperty(name="Time Limit", min=1.0, default=starter.DEFAULT_TIME_LIMIT,
+                              description="Seconds of training")
+    seed: IntProperty(name="Seed", min=0, default=0, description="Seed of the split, initialisation and batches")
+    mode: EnumProperty(name="Mode", items=[("AUTO", "Auto", "Thread in the UI, synchronous in background mode"),
+                                           ("THREAD", "Thread", "Always a background thread"),
+                                           ("SYNC", "Synchronous", "Train before returning")],
+                       default="AUTO", options={"HIDDEN", "SKIP_SAVE"})
+
+    @classmethod
+    def poll(cls, context):
+        return poll_no_training(cls, context) and poll_armature(cls, context)
+
+    def execute(self, context):
+        try:
+            message, warning = starter.train_starter(context, self.directory, self.time_limit, self.seed, self.mode)
+        except DataError as exc:
+            self.report({"ERROR"}, str(exc))
+            return {"CANCELLED"}
+        if warning:
+            self.report({"WARNING"}, warning)
+        self.report({"INFO"}, message)
+        return {"FINISHED"}
+
+
 class NEURAL_IK_OT_cancel_training(bpy.types.Operator):
     bl_idname = "neural_ik.cancel_training"
     bl_label = "Cancel Training"
@@ -69,7 +104,7 @@ class NEURAL_IK_OT_cancel_training(bpy.types.Operator):
         return {"FINISHED"}
 
 
-classes = (NEURAL_IK_OT_train, NEURAL_IK_OT_cancel_training)
+classes = (NEURAL_IK_OT_train, NEURAL_IK_OT_train_starter, NEURAL_IK_OT_cancel_training)
 
 
 def register_extra():

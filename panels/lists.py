@@ -53,7 +53,7 @@ class NEURAL_IK_MT_bone_map_presets(bpy.types.Menu):
 
 # Every operator, in the order of the work, for F3 search and the Object menu.
 MENU_OPERATORS = (
-    "create_demo_rig", "auto_map", "import_bvh_folder", "extract", "train", "cancel_training", "evaluate",
+    "create_demo_rig", "auto_map", "import_bvh_folder", "extract", "train", "train_starter", "cancel_training", "evaluate",
     "load_model", "create_targets", "run", "stop", "bake", "export_onnx",
 )
 

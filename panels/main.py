@@ -14,6 +14,7 @@ from ..blender.live.motion import LAYER_SLOTS, TARGET_LABELS, TARGET_SLOTS, targ
 from ..blender.live.tick import playing_action
 from ..blender.rig.bone_maps import driven_map_problems
 from ..blender.rig.control_rig import control_map_summary
+from ..neural_network.model.trainer import epoch_text
 from ..neural_network.model.trainer import score as trainer_score
 from ..neural_network.skeleton import bone_map
 from ..neural_network.skeleton.roles import ROLES
@@ -102,7 +103,7 @@ class NEURAL_IK_PT_main(NeuralIKPanel, bpy.types.Panel):
         training = state.training
         session = state.live_sessions.get(armature.name)
         if training.running:
-            layout.label(text=f"Training: epoch {training.epoch}/{training.epochs}", icon="SORTTIME")
+            layout.label(text=f"Training: {epoch_text(training.epoch, training.epochs)}", icon="SORTTIME")
         elif session is not None:
             layout.label(text=f"Live IK running on {armature.name}", icon="PLAY")
         else:
@@ -201,6 +202,12 @@ class NEURAL_IK_PT_training(NeuralIKPanel, bpy.types.Panel):
             operator(row, "train", text="Train", icon="PLAY", filepath=settings.dataset_path or None,
                      directory=settings.output_directory or None, epochs=settings.epochs,
                      time_limit=settings.time_limit)
+            row = layout.row(align=True)
+            row.enabled = armature is not None
+            operator(row, "train_starter", text="Train Starter Model", icon="OUTLINER_OB_ARMATURE")
+            if armature is not None and not armature.neural_ik.model_path:
+                wrapped_label(layout, "No clips yet? Train Starter Model learns from motion that ships with Neural "
+                                      "IK (5 minutes); your own clips join it when you have some", icon="INFO")
         draw_progress(layout, training)
         draw_loss_curve(layout, training.history, training.plot_path)
         draw_best(layout, context, training)
@@ -221,7 +228,7 @@ class NEURAL_IK_PT_live(NeuralIKPanel, bpy.types.Panel):
         row.prop(settings, "model_path", text="")
         operator(row, "load_model", text="", icon="FILE_FOLDER", filepath=settings.model_path or None)
         if not settings.model_path:
-            layout.label(text="No model yet: train one or use Load Model", icon="INFO")
+            wrapped_label(layout, "No model yet: Train Starter Model (Training) or Load Model", icon="INFO")
         operator(layout, "create_targets", text="Create Targets", icon="EMPTY_AXIS")
         session = state.live_sessions.get(armature.name)
         row = layout.row(align=True)

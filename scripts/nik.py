@@ -421,6 +421,63 @@ def _train_command(parser):
     return run
 
 
+@command("train-starter", "Train a model for an armature from the shipped starter motion (and its own clips)")
+def _train_starter_command(parser):
+    parser.add_argument("--blend", required=True, help="the .blend holding the armature")
+    parser.add_argument("--armature", help="armature name in the .blend (default: the active or only one)")
+    parser.add_argument("--out", required=True, help="output folder (created when missing)")
+    parser.add_argument("--time-limit", type=number(float, 1.0), default=300.0,
+                        help="seconds of training (default 300)")
+    parser.add_argument("--seed", type=number(int, 0), default=0,
+                        help="seed of the split, initialisation and batches")
+    parser.add_argument("--starter-motion", default="",
+                        help="a starter motion file (scripts/make_starter_motion.py; default: the shipped one)")
+    parser.add_argument("--starter-network", default="",
+                        help="the network to start from (scripts/make_starter_network.py; default: the shipped one; "
+                             "'none': from scratch); a rig with a model of its own starts from that")
+    parser.add_argument("--save", default="", help="save the .blend here afterwards (its armature's model set)")
+
+    def run(args):
+        save = output_file(args.save, ".blend file")
+        input_blend(args.blend)
+        motion = input_file(args.starter_motion, "starter motion (.npz)", (NPZ_MAGIC,)) if args.starter_motion else ""
+        network = args.starter_network
+        if network.lower() == "none":
+            network = None
+        elif network:
+            network = input_file(network, "starter network (.npz)", (NPZ_MAGIC,))
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            raise CommandError(f"{args.out} is a file, not a folder")
+        bpy = blender()
+        open_blend(args.blend)
+        active_armature(args.armature)
+        from neural_ik.blender.errors import DataError
+        from neural_ik.blender.workflows import starter
+
+        try:
+            obj, _ = starter.usable_rig(bpy.context)          # refused before the output folder is made
+            starter.load_starter_motion(motion)
+            if network is not None:
+                starter.load_starter_network(network)
+        except DataError as exc:
+            raise CommandError(str(exc)) from None
+        out = make_folder(args.out)
+        try:
+            message, warning = starter.train_starter(bpy.context, out, args.time_limit, args.seed, "SYNC", motion,
+                                                     network)
+        except DataError as exc:
+            raise CommandError(str(exc)) from None
+        from neural_ik import state
+
+        if warning:
+            say(f"warning: {warning}")
+        say(message)
+        say(state.training.message)
+        say(f"model: {obj.neural_ik.model_path}")
+        save_blend(save)
+    return run
+
+
 @command("import-bvh", "Import every .bvh file of a folder as actions on one armature (and auto-map it)")
 def _import_bvh_command(parser):
     parser.add_argument("folder", help="folder holding .bvh files")

@@ -248,8 +248,11 @@ def test_mapped_rig_without_dataset(empty_scene, training_state, capfd, tmp_path
     assert f"{len(ROLES)} of {len(ROLES)} roles mapped" in rig.labels and "The bone map is complete" in rig.labels
     assert "Dataset: not_extracted_yet.npz does not exist yet" in drawn["NEURAL_IK_PT_data"].labels
     live = drawn["NEURAL_IK_PT_live"]
-    assert "No model yet: train one or use Load Model" in live.labels
+    assert "No model yet: Train Starter Model (Training) or Load Model" in live.text
     assert live.has_operator("neural_ik.run", "Run IK") and not live.has_operator("neural_ik.stop")
+    shown = drawn["NEURAL_IK_PT_training"]                     # the first hour: a model with no clips of its own
+    assert shown.has_operator("neural_ik.train_starter", "Train Starter Model")
+    assert "No clips yet? Train Starter Model learns from motion that ships with Neural IK" in shown.text
     assert all(CHOOSE_FIRST not in shown.labels for shown in drawn.values())
 
 
@@ -379,7 +382,8 @@ def test_model_ready(empty_scene, training_state, capfd, tmp_path):
         assert best == ["Effector error", "1.25 cm", "Effector error p95", "3.50 cm", "Inner joints", "2.00 cm"]
         assert "finished: best epoch 17" in shown.labels
         live = drawn["NEURAL_IK_PT_live"]
-        assert "No model yet: train one or use Load Model" not in live.labels and live.has_operator("neural_ik.run")
+        assert "No model yet" not in live.text and live.has_operator("neural_ik.run")
+        assert "No clips yet?" not in shown.text
     finally:
         models.loaded_models.pop(obj.name, None)
 

@@ -58,11 +58,24 @@ def extract_dataset(context, obj, mapping=None, actions=None):
         chosen = [(a, c) for a, c in chosen if a.name in wanted]
     if not chosen:
         raise DataError(f"no action animates the mapped bones of {obj.name!r}" + (f" ({notes[0]})" if notes else ""))
-    scene = context.scene
-    fps = scene.render.fps / (scene.render.fps_base or 1.0)
     ranges = [action_layouts.action_frame_range(a) for a, _ in chosen]
-    total = sum(last - first + 1 for first, last in ranges)
-    builder = DatasetBuilder(rig.skeleton, fps, source=os.path.basename(bpy.data.filepath) or obj.name, capacity=total)
+    builder = DatasetBuilder(rig.skeleton, scene_fps(context.scene),
+                             source=os.path.basename(bpy.data.filepath) or obj.name,
+                             capacity=sum(last - first + 1 for first, last in ranges))
+    add_actions(builder, rig, obj, chosen, notes)
+    if not builder.actions:
+        raise DataError(f"no action of {obj.name!r} could be extracted: {'; '.join(notes[-3:])}")
+    return finish_dataset(builder, obj, rig, mapping, chosen, notes), notes
+
+
+def scene_fps(scene):
+    return scene.render.fps / (scene.render.fps_base or 1.0)
+
+
+def add_actions(builder, rig, obj, chosen, notes):
+    """Every frame of the actions `chosen` ([(action, channels)], usable_actions) into a DatasetBuilder; actions
+    whose keys are not finite are left out and said in `notes`."""
+    ranges = [action_layouts.action_frame_range(a) for a, _ in chosen]
     tasks = [action_task(a) for a, _ in chosen]
     for batch in pose_read.read_dataset_batches(rig, obj, [a for a, _ in chosen], tasks, channels=[c for _, c in chosen],
                                              ranges=ranges):
@@ -74,17 +87,22 @@ def extract_dataset(context, obj, mapping=None, actions=None):
                 continue
             batch = batch.subset(finite)
         builder.add_batch(batch)
-    if not builder.actions:
-        raise DataError(f"no action of {obj.name!r} could be extracted: {'; '.join(notes[-3:])}")
+
+
+def finish_dataset(builder, obj, rig, mapping, chosen, notes, sources=None, spec=None):
+    """The Dataset of a builder filled from `obj`: the armature, its bone map and where each action's motion comes
+    from (its source note, or `sources` {name: note} for rows that are no action of the file) in the metadata;
+    spec: the input references to use (DatasetBuilder.finish)."""
     extra = {"armature": obj.name, "bone_map": {r: mapping.get(r, "") for r in ROLES}}
-    if rig.driven:
+    if rig.driven and chosen:
         extra["pose_source"] = f"evaluated ({'; '.join(rig.driven)})"
         notes.append(f"read Blender's evaluated pose frame by frame: the mapped bones are driven ({'; '.join(rig.driven)})")
-    dataset = builder.finish(extra)
-    sources = {a.name: action_source(a) for a, _ in chosen}      # library motion (BVH imports) or the user's own
+    dataset = builder.finish(extra, spec)
+    known = {a.name: action_source(a) for a, _ in chosen}      # library motion (BVH imports) or the user's own
+    known.update(sources or {})
     for entry in dataset.meta["actions"]:
-        entry["source"] = sources.get(entry["name"], {"kind": "own"})
-    return dataset, notes
+        entry["source"] = known.get(entry["name"], {"kind": "own"})
+    return dataset
 
 
 def write_dataset(context, filepath):

@@ -183,15 +183,7 @@ class Retargeter:
         return self._source_maps[key]
 
     def _read_source(self, source, action):
-        """(rig, sample, turned rest rotations (23, 3, 3), turned world rotations, turned heads, turned hips)."""
-        src_rig = _read(source, self.source_map(source), "its skeleton")
-        sample = pose_read.read_action(src_rig, source, action)
-        if not (np.all(np.isfinite(sample.rotations)) and np.all(np.isfinite(sample.hips_position))):
-            raise DataError("its keys hold NaN or infinite values")
-        turn = core.upright_turn(sample.positions)             # a file written with another up axis
-        rest = turn @ src_rig.skeleton.rest_rotations
-        return (src_rig, sample, rest, turn @ sample.rotations, sample.positions @ turn.T,
-                sample.hips_position @ turn.T)
+        return read_source_motion(source, self.source_map(source), action)
 
     def calibrated(self, source):
         """True when files of `source`'s skeleton have their calibration (later files of that skeleton share it)."""
@@ -243,6 +235,25 @@ class Retargeter:
         local, _world, hips = core.retarget(calibration, self.calibration, rotations, hips,
                                             lift_by=self._lifts[_skeleton_key(source)])
         return write_retargeted(target, self.rig, name, sample.frames, local, hips, self.pose, self.hips_frame)
+
+
+def read_source_motion(source, mapping, action):
+    """An imported armature's action in the retarget's terms: (rig, sample, turned rest rotations (23, 3, 3), turned
+    world rotations (F, 23, 3, 3), turned heads (F, 23, 3), turned hips (F, 3)); a file written with another up axis
+    is stood up. Raises DataError for a skeleton without the essential roles or keys that are not finite."""
+    src_rig = _read(source, mapping, "its skeleton")
+    sample = pose_read.read_action(src_rig, source, action)
+    if not (np.all(np.isfinite(sample.rotations)) and np.all(np.isfinite(sample.hips_position))):
+        raise DataError("its keys hold NaN or infinite values")
+    turn = core.upright_turn(sample.positions)
+    rest = turn @ src_rig.skeleton.rest_rotations
+    return (src_rig, sample, rest, turn @ sample.rotations, sample.positions @ turn.T,
+            sample.hips_position @ turn.T)
+
+
+def source_map(obj):
+    """The bone map of an imported armature of another skeleton (auto-detected, not stored)."""
+    return _map_of(obj, stored=False)
 
 
 def _skeleton_key(obj):

@@ -131,23 +131,27 @@ def is_running():
 
 
 def start_training(context, dataset_path, directory, epochs, time_limit=0.0, seed=0, batch_size=0, learning_rate=0.0,
-                   resume=False, mode="AUTO"):
-    """Train on the dataset at `dataset_path` into `directory` (empty: a default folder). mode AUTO: a thread in the
-    UI, synchronous in background mode; THREAD or SYNC force one. Returns (message, warning or None); raises
-    DataError with a plain reason on bad input or a failed synchronous run."""
+                   resume=False, mode="AUTO", dataset=None, armature=None, start_from=None, started=0.0):
+    """Train on the dataset at `dataset_path` (or the Dataset `dataset`) into `directory` (empty: a default folder).
+    mode AUTO: a thread in the UI, synchronous in background mode; THREAD or SYNC force one. armature: the object
+    whose model becomes the result (default: the active or chosen one); start_from: a Model to start from
+    (trainer.Trainer); started: the time.time() the time limit counts from (default: when training starts).
+    Returns (message, warning or None); raises DataError with a plain reason on bad input or a failed synchronous
+    run."""
     if is_running():
         raise DataError("a training run is already going on: cancel it first")
-    if not dataset_path:
+    if not dataset_path and dataset is None:
         raise DataError("choose a dataset (.npz) to train on: extract one first")
     settings = context.scene.neural_ik
     try:
-        dataset = Dataset.load(dataset_path)
+        dataset = dataset if dataset is not None else Dataset.load(dataset_path)
         directory = directory or default_output_directory(dataset_path)
         if not os.path.isdir(directory):
             raise FileRefused(f"output folder {directory} does not exist")
         if not os.access(directory, os.W_OK):
             raise FileRefused(f"output folder {directory} is not writable")
         config = config_from_scene(settings, epochs, time_limit, seed, batch_size, learning_rate)
+        config.started = started
         trainer.check_dataset(dataset)
         progress = state.training
         progress.reset(epochs)
@@ -155,16 +159,18 @@ def start_training(context, dataset_path, directory, epochs, time_limit=0.0, see
         printer = EpochLine() if background else None
 
         def run():
-            return library_choice.train(dataset, config, directory, progress, resume=resume, on_epoch=printer)
+            return library_choice.train(dataset, config, directory, progress, resume=resume, on_epoch=printer,
+                                        start_from=start_from)
 
         if background and not library_choice.needs_choice(dataset, config):
             # the synchronous run prepares here, so a refused file is this call's error
-            prepared = trainer.Trainer(dataset, config, directory, progress, resume=resume, on_epoch=printer)
+            prepared = trainer.Trainer(dataset, config, directory, progress, resume=resume, on_epoch=printer,
+                                       start_from=start_from)
             run = prepared.run
     except (FileRefused, ValueError, OSError) as exc:
         state.training.running = False
         raise DataError(str(exc)) from None
-    obj = chosen_armature(context)
+    obj = armature if armature is not None else chosen_armature(context)
     _Run.armature_name = obj.name if armature_matches(obj, dataset.skeleton) else ""
     warning = None
     if obj is not None and not _Run.armature_name:
@@ -205,10 +211,10 @@ class EpochLine:
     def __call__(self, entry):
         p = state.training
         self.line.update(
-            f"training: epoch {p.epoch}/{p.epochs}, loss {entry['train_loss']:.4f}, validation effector "
+            f"training: {trainer.epoch_text(p.epoch, p.epochs)}, loss {entry['train_loss']:.4f}, validation effector "
             f"{entry['val_effector_cm_mean']:.2f} cm, inner {entry['val_inner_mpjpe_cm']:.2f} cm, "
             f"{duration(p.seconds_left)} left",
-            detail=f"epoch {p.epoch}/{p.epochs}  loss {entry['train_loss']:.4f}  effector "
+            detail=f"{trainer.epoch_text(p.epoch, p.epochs)}  loss {entry['train_loss']:.4f}  effector "
                    f"{entry['val_effector_cm_mean']:.2f} cm (p95 {entry['val_effector_cm_p95']:.1f})  inner "
                    f"{entry['val_inner_mpjpe_cm']:.2f} cm  rot {entry['val_effector_rotation_deg']:.1f} deg  "
                    f"{entry['seconds']:.0f} s")

@@ -542,11 +542,12 @@ class DatasetBuilder:
         mean = self._ref_sums / self._count
         return FeatureSpec(orthonormalize(mean[:5]), orthonormalize(mean[5]))
 
-    def finish(self, extra_meta=None):
-        """The Dataset; the inputs are built once the references are known."""
+    def finish(self, extra_meta=None, spec=None):
+        """The Dataset; the inputs are built once the references are known (`spec`: given ones, e.g. those of a
+        model the training starts from, instead of the rows' mean orientations)."""
         if not self.actions:
             raise ValueError("no actions were added")
-        spec = self.feature_spec()
+        spec = spec or self.feature_spec()
         n = self._count
         arrays = {name: buf[:n] for name, buf in self._buffers.items()}
         effector_rotations = arrays.pop("_effector_rotations")

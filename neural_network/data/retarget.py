@@ -104,6 +104,29 @@ class Calibration:
     def parents(self):
         return nearest_mapped_parents(self.mask)
 
+    def to_json(self):
+        return {"mask": [bool(m) for m in self.mask], "frames": self.frames.tolist(),
+                "rest_rotations": self.rest_rotations.tolist(), "rest_positions": self.rest_positions.tolist(),
+                "leg_length": float(self.leg_length),
+                "planted_height": None if self.planted_height is None else float(self.planted_height),
+                "bridges": self.bridges.tolist(), "offsets": self.offsets.tolist()}
+
+    @classmethod
+    def from_json(cls, data):
+        """Raises ValueError (KeyError, TypeError) for data that is not a calibration."""
+        arrays = {name: np.asarray(data[name], np.float64) for name in
+                  ("frames", "rest_rotations", "rest_positions", "bridges", "offsets")}
+        shapes = {"frames": (NUM_ROLES, 3, 3), "rest_rotations": (NUM_ROLES, 3, 3), "rest_positions": (NUM_ROLES, 3),
+                  "bridges": (NUM_ROLES, 3, 3), "offsets": (NUM_ROLES, 3)}
+        mask = np.asarray(data["mask"], bool)
+        if mask.shape != (NUM_ROLES,) or any(arrays[k].shape != v for k, v in shapes.items()) or \
+                not all(np.all(np.isfinite(a)) for a in arrays.values()):
+            raise ValueError("not a calibration of the 23 roles")
+        height = data.get("planted_height")
+        return cls(mask, arrays["frames"], arrays["rest_rotations"], arrays["rest_positions"],
+                   float(data["leg_length"]), None if height is None else float(height), arrays["bridges"],
+                   arrays["offsets"])
+
 
 def rest_bridges(mask, rest_rotations):
     """(23, 3, 3) rest_p^T rest_j per mapped role j with mapped parent p (the hips: its rest; identity unmapped)."""

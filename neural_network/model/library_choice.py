@@ -55,11 +55,12 @@ def needs_choice(dataset, config):
     return config.library == "auto" and bool(own.any() and not own.all())
 
 
-def train(dataset, config, out_dir, progress=None, resume=False, on_epoch=None):
+def train(dataset, config, out_dir, progress=None, resume=False, on_epoch=None, start_from=None):
     """Train on `dataset` into `out_dir` as config.library says (see the module's docstring); returns the kept run's
-    TrainResult. Its paths are the output folder's (model.npz, metrics.json, loss.svg)."""
+    TrainResult. Its paths are the output folder's (model.npz, metrics.json, loss.svg). start_from: a Model every run
+    starts from (Trainer)."""
     if not needs_choice(dataset, config):
-        return Trainer(dataset, config, out_dir, progress, resume=resume, on_epoch=on_epoch).run()
+        return Trainer(dataset, config, out_dir, progress, resume=resume, on_epoch=on_epoch, start_from=start_from).run()
     limit = config.time_limit
     own_clips = int(dataset.own_action_mask().sum())
     kinds, note = ("own", "library"), ""
@@ -73,9 +74,11 @@ def train(dataset, config, out_dir, progress=None, resume=False, on_epoch=None):
         folder = os.path.join(out_dir, FOLDERS[kind])
         os.makedirs(folder, exist_ok=True)
         run_config = dataclasses.replace(config, library="never" if kind == "own" else "always",
-                                         time_limit=shares[kind] * limit, patience=0 if limit else config.patience)
+                                         time_limit=shares[kind] * limit, patience=0 if limit else config.patience,
+                                         started=0.0 if results else config.started)
         try:
-            trainer = Trainer(dataset, run_config, folder, progress, resume=resume, on_epoch=on_epoch)
+            trainer = Trainer(dataset, run_config, folder, progress, resume=resume, on_epoch=on_epoch,
+                              start_from=start_from)
         except Cancelled:
             if not results:                 # nothing trained yet: as a single run's cancel
                 raise

@@ -75,6 +75,8 @@ class TrainConfig:
                                         # 0.5 a 10-minute CMU + Bandai run stopped at 5 minutes with the rate still at
                                         # half, network alone 4.39 cm against 3.90 for the full 10 minutes)
     time_limit: float = 0.0             # seconds, 0 for none
+    started: float = 0.0                # time.time() when the time limit began (0: when training starts), so a
+                                        # caller can count the data's preparation in it (Train Starter Model)
     limit_margin: float = 0.15          # radians added to the data's delta range for the joint limits
     std_floor: float = 0.05             # floor of the input standard deviation
     position_unit: float = 0.0          # loss unit of length; 0: a thirtieth of the rig's standing height
@@ -94,6 +96,14 @@ class TrainConfig:
         data["hidden"] = tuple(data.get("hidden", network.DEFAULT_HIDDEN))
         data["loss_weights"] = losses.LossWeights.from_json(data.get("loss_weights", {}))
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+UNBOUNDED_EPOCHS = 1_000_000           # an epoch count that only says "until the time limit" (Train Starter Model)
+
+
+def epoch_text(epoch, epochs):
+    """'epoch 5/300', or 'epoch 5' when the run is bounded by its time limit alone."""
+    return f"epoch {epoch}" if epochs >= UNBOUNDED_EPOCHS else f"epoch {epoch}/{epochs}"
 
 
 class Progress:
@@ -226,6 +236,24 @@ def data_statistics(train, config, pose_rows=None):
                 limit_high=limit_high.astype(np.float32), contact_height=contact_height.astype(np.float32))
 
 
+def starting_statistics(model, stats, dataset, config):
+    """The statistics a run that starts from `model` keeps: the model's input normalisation and mean pose (its
+    weights read them), its joint limits widened to the data's. Raises ValueError when the model is for another rig,
+    other inputs or other layer sizes."""
+    if model.skeleton.fingerprint() != dataset.skeleton.fingerprint():
+        raise ValueError("the model to start from belongs to another rig")
+    if model.feature_spec.to_json() != dataset.feature_spec.to_json():
+        raise ValueError("the model to start from reads its inputs in other reference frames than the dataset")
+    sizes = [NUM_INPUTS, *config.hidden, NUM_ROLES * 3]
+    if [w.shape[1] for w in model.weights[::2]] != sizes[1:]:
+        raise ValueError(f"the model to start from has layers {[w.shape[1] for w in model.weights[::2]][:-1]}, "
+                         f"the settings ask for {list(config.hidden)}")
+    return dict(input_mean=np.asarray(model.input_mean, np.float32), input_std=np.asarray(model.input_std, np.float32),
+                mean_pose=np.asarray(model.mean_pose, np.float32),
+                limit_low=np.minimum(stats["limit_low"], model.limit_low).astype(np.float32),
+                limit_high=np.maximum(stats["limit_high"], model.limit_high).astype(np.float32))
+
+
 # ---- metrics ---------------------------------------------------------------------------------------------------
 
 
@@ -306,9 +334,10 @@ class Trainer:
     100k-frame dataset, so Blender builds it on the training thread); run() then trains. A cancel set on the progress
     object during preparation raises Cancelled between its stages."""
 
-    def __init__(self, dataset, config, out_dir, progress=None, resume=False, on_epoch=None):
+    def __init__(self, dataset, config, out_dir, progress=None, resume=False, on_epoch=None, start_from=None):
         """on_epoch(entry): called on the training thread after each validation with the history entry (e.g. to
-        print a progress line in background mode)."""
+        print a progress line in background mode). start_from: a Model of this rig to start from (its weights,
+        input normalisation and mean pose; its joint limits widened to the data's), so a later run improves it."""
         self.config = config
         self.on_epoch = on_epoch
         self.phase = ""              # said before the progress messages (library_choice: which of its two runs)
@@ -360,6 +389,8 @@ class Trainer:
         self.val = TrainingArrays(val_set)
         self._stop_if_cancelled()
         self.stats = data_statistics(self.train, config, recorded_rows)
+        if start_from is not None:
+            self.stats.update(starting_statistics(start_from, self.stats, dataset, config))
         self.train.attach_mean_pose(self.stats["mean_pose"])
         unit = config.position_unit or standing_height(skeleton) / 30.0
         self.loss_context = losses.LossContext(
@@ -370,6 +401,8 @@ class Trainer:
         self.rng = np.random.default_rng(config.seed)
         sizes = [NUM_INPUTS, *config.hidden, NUM_ROLES * 3]
         self.weights = network.xavier_init(sizes, self.rng)
+        if start_from is not None:
+            self.weights = [np.array(w, np.float32) for w in start_from.weights]
         self.optimizer = network.Adam(self.weights, lr=config.learning_rate)
         self.history = []
         self.start_epoch = 0
@@ -378,6 +411,8 @@ class Trainer:
         self.elapsed_before = 0.0
         self.paths = {"model": os.path.join(self.out_dir, MODEL_FILE), "state": os.path.join(self.out_dir, STATE_FILE),
                       "metrics": os.path.join(self.out_dir, METRICS_FILE), "plot": os.path.join(self.out_dir, PLOT_FILE)}
+        if config.started:
+            self.elapsed_before = max(0.0, time.time() - config.started)
         if resume and os.path.exists(self.paths["state"]):
             self._load_state()
 
@@ -559,7 +594,7 @@ class Trainer:
                          val_inner_cm=metrics["inner_mpjpe_cm"], seconds_left=left, elapsed=elapsed,
                          history=list(self.history), best_metrics=dict(self.best_metrics),
                          checkpoint_path=self.paths["model"], plot_path=self.paths["plot"],
-                         message=f"{self.phase + ': ' if self.phase else ''}epoch {epoch}/{c.epochs}: effector "
+                         message=f"{self.phase + ': ' if self.phase else ''}{epoch_text(epoch, c.epochs)}: effector "
                                  f"{metrics['effector_cm_mean']:.2f} cm, inner {metrics['inner_mpjpe_cm']:.2f} cm")
             if self.on_epoch is not None:
                 self.on_epoch(entry)

@@ -22,7 +22,7 @@ from addon_loader import isolate_user_resources, load_addon  # noqa: E402
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", required=True, help="BVH folder of the own clips")
-    parser.add_argument("--own", required=True, help="comma-separated names of the own clips' files")
+    parser.add_argument("--own", required=True, help="comma-separated names of the own clips' files ('': none)")
     parser.add_argument("--save", required=True, help="the .blend to write")
     args = parser.parse_args()
     isolate_user_resources()
@@ -32,7 +32,7 @@ def main():
 
     from neural_ik.blender.rig.action_sources import SOURCE_PROPERTY
 
-    daz, clips = daz_style_rig_with_clips(args.folder, args.own.split(","))
+    daz, clips = daz_style_rig_with_clips(args.folder, [name for name in args.own.split(",") if name])
     for _name, imported in clips:
         for action_name in imported:
             del bpy.data.actions[action_name][SOURCE_PROPERTY]      # the rig's own clip from here on

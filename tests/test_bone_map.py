@@ -263,7 +263,8 @@ def hierarchies(draw):
 def test_auto_map_and_validate_never_raise(case, mapping):
     bones, positions = case
     result = bone_map.auto_map(bones, positions)
-    names = {b[0] for b in bones if isinstance(b, tuple) and len(b) == 2 and isinstance(b[0], str)}
+    names = ({b[0] for b in bones if isinstance(b, tuple) and len(b) == 2 and isinstance(b[0], str)}
+             | {b for b in bones if isinstance(b, str)})            # a bare name is a bone without a parent
     assert set(result.mapping) == set(ROLES)
     assert all(isinstance(b, str) and (b == "" or b in names) for b in result.mapping.values())
     assert result.preset in bone_map.PRESET_NAMES

@@ -106,6 +106,15 @@ CASES = [
      "cut.npz is not a readable .npz file (truncated or corrupt)"),
     ("evaluate", ["--blend", "{inputs}/demo.blend", "--actions", "nope", "--json", "out.json"], "nope"),
     ("evaluate", ["--blend", "{inputs}/demo.blend", "--max-files", "x"], "--max-files"),
+    # train-starter: no such .blend or armature, a bad time, broken starter files, an output that is a file
+    ("train-starter", ["--blend", "missing.blend", "--out", "run"], "missing.blend does not exist"),
+    ("train-starter", ["--blend", "{inputs}/demo.blend", "--armature", "Nobody", "--out", "run"], "no armature called"),
+    ("train-starter", ["--blend", "{inputs}/demo.blend", "--out", "run", "--time-limit", "0"], "--time-limit"),
+    ("train-starter", ["--blend", "{inputs}/demo.blend", "--out", "run", "--starter-motion", "{inputs}/cut.npz"],
+     "the starter motion cannot be read: cut.npz is not a readable .npz file"),
+    ("train-starter", ["--blend", "{inputs}/demo.blend", "--out", "run", "--starter-network", "{inputs}/text.npz"],
+     "is not a starter network"),
+    ("train-starter", ["--blend", "{inputs}/demo.blend", "--out", "{inputs}/a_file"], "is a file"),
     # create-demo-rig and demo: bad numbers, outputs that cannot be written
     ("create-demo-rig", ["--seed", "-1"], "--seed"),
     ("create-demo-rig", ["--reach-clips", "501"], "--reach-clips"),

@@ -252,3 +252,38 @@ def test_first_hour_on_a_mixamo_named_rig_with_no_actions(empty_scene, tmp_path)
     obj = _mixamo_rig_without_actions()
     miss = _first_hour(obj, tmp_path)
     assert miss < 1e-3, miss
+
+
+def test_a_later_run_with_own_clips_starts_from_the_starter_model_and_cancel_keeps_the_best(
+        empty_scene, made_starter, other_skeletons, tmp_path):
+    """Train Starter Model twice: first with no clips (from scratch here), then, after the user has clips of their
+    own, in the background: the second run says it starts from the rig's model, trains on the own clips as own
+    motion beside the starter motion, and Cancel keeps its best checkpoint as the rig's model."""
+    import bpy
+    from test_train_operator import wait_for
+
+    from neural_ik import state
+    from neural_ik.blender.rig.action_sources import SOURCE_PROPERTY
+    from neural_ik.blender.workflows import starter
+    from neural_ik.blender.workflows import training as train_module
+    from neural_ik.blender.workflows.bvh_import import import_bvh_files
+    from neural_ik.neural_network.model import checkpoint
+
+    obj = _daz(empty_scene)
+    starter.train_starter(bpy.context, str(tmp_path / "first"), 3.0, mode="SYNC", motion_path=str(made_starter),
+                          network_path=None)
+    assert obj.neural_ik.model_path == str(tmp_path / "first" / "model.npz")
+    _, imported, _ = import_bvh_files(bpy.context, other_skeletons.cmu.folder, 0.01, onto=obj)
+    for name in imported:                             # the user's own clips from here on
+        del bpy.data.actions[name][SOURCE_PROPERTY]
+    message, _ = starter.train_starter(bpy.context, str(tmp_path / "second"), 120.0, mode="THREAD",
+                                       motion_path=str(made_starter), network_path=None)
+    assert f"with {len(imported)} clips of its own" in message and "starting from its current model" in message
+    thread = train_module._Run.thread
+    wait_for(lambda: state.training.epoch >= 1, thread)
+    assert thread.is_alive()
+    bpy.ops.neural_ik.cancel_training()
+    assert not thread.is_alive() and not state.training.running
+    assert obj.neural_ik.model_path == str(tmp_path / "second" / "model.npz")
+    sources = checkpoint.load_model(obj.neural_ik.model_path).meta["sources"]
+    assert sources["own_frames"] > 0 and sources["retargeted_frames"] > 0 and sources["validation"].startswith("own")

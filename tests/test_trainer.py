@@ -283,3 +283,24 @@ def test_early_stopping_waits_for_both_epochs_and_steps(data, tmp_path):
     assert stopped_after(0) == ("early stop", 3)
     assert stopped_after(5 * steps) == ("early stop", 6)
     assert stopped_after(0, early_stop_from=0.5) == ("early stop", 25)     # not before half of the schedule
+
+
+def test_a_run_started_from_a_model_begins_where_it_left_off_and_counts_time_from_started(data, tmp_path):
+    """start_from: the model's weights, normalisation and mean pose (limits widened to the data's), so before any step
+    the run predicts what the model predicts; a model of another rig is refused. config.started: the time limit counts
+    from then (the data's preparation included), so a limit already spent trains no step."""
+    import time
+
+    first = trainer.Trainer(data, trainer.TrainConfig(epochs=2, batch_size=64, patience=0), tmp_path).run().model
+    again = trainer.Trainer(data, trainer.TrainConfig(epochs=2, batch_size=64, patience=0), tmp_path, start_from=first)
+    x = np.asarray(data.inputs[:50])
+    np.testing.assert_allclose(again.model().predict(x), first.predict(x), atol=1e-5)
+    assert np.all(again.model().limit_low <= first.limit_low) and np.all(again.model().limit_high >= first.limit_high)
+    other = synthetic_dataset(frames_per_action=40, actions=4, seed=2, skeleton=humanoid_skeleton(missing=("Spine2",)))
+    with pytest.raises(ValueError, match="another rig"):
+        trainer.Trainer(other, trainer.TrainConfig(epochs=1), tmp_path, start_from=first)
+    (tmp_path / "late").mkdir()
+    late = trainer.Trainer(data, trainer.TrainConfig(epochs=50, batch_size=64, time_limit=5.0, started=time.time() - 6),
+                           tmp_path / "late")
+    result = late.run()
+    assert result.stopped == "time limit" and result.seconds >= 6.0 and result.history == []

@@ -163,14 +163,18 @@ def starting_model(obj, skeleton):
 
 
 def output_directory(directory, obj):
-    """The folder the run writes into: `directory`, else `starter_<armature>` in the extension's user folder (or
-    beside the .blend, or the temporary folder)."""
+    """The folder the run writes into, made when missing: `directory`, else `starter_<armature>` in the extension's
+    user folder (or beside the .blend, or in the temporary folder)."""
     if directory:
-        return bpy.path.abspath(directory)
-    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in obj.name)
-    base = training.default_output_directory(bpy.data.filepath or os.path.join(tempfile.gettempdir(), "x"))
-    folder = os.path.join(base, f"starter_{safe}")
-    os.makedirs(folder, exist_ok=True)
+        folder = bpy.path.abspath(directory)
+    else:
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in obj.name)
+        base = training.default_output_directory(bpy.data.filepath or os.path.join(tempfile.gettempdir(), "x"))
+        folder = os.path.join(base, f"starter_{safe}")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"cannot make the output folder {folder}: {exc.strerror or exc}") from None
     return folder
 
 

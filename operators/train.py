@@ -1,4 +1,5 @@
-"""Train and Cancel: shells over blender/workflows/training.py (a background NumPy thread in the UI, synchronous headless)."""
+"""Train, Train Starter Model and Cancel: shells over blender/workflows/training.py and starter.py (a background
+NumPy thread in the UI, synchronous headless)."""
 
 import bpy
 from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
@@ -6,6 +7,24 @@ from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, St
 from ..blender.errors import DataError
 from ..blender.workflows import starter, training
 from .common import poll_armature, poll_no_training
+
+MODE = EnumProperty(name="Mode", items=[("AUTO", "Auto", "Thread in the UI, synchronous in background mode"),
+                                        ("THREAD", "Thread", "Always a background thread"),
+                                        ("SYNC", "Synchronous", "Train before returning")],
+                    default="AUTO", options={"HIDDEN", "SKIP_SAVE"})
+
+
+def started(operator, start):
+    """Call start() -> (message, warning or None) and report it: ERROR and CANCELLED on a DataError."""
+    try:
+        message, warning = start()
+    except DataError as exc:
+        operator.report({"ERROR"}, str(exc))
+        return {"CANCELLED"}
+    if warning:
+        operator.report({"WARNING"}, warning)
+    operator.report({"INFO"}, message)
+    return {"FINISHED"}
 
 
 class NEURAL_IK_OT_train(bpy.types.Operator):
@@ -26,10 +45,7 @@ class NEURAL_IK_OT_train(bpy.types.Operator):
                                  description="0: the scene's setting")
     resume: BoolProperty(name="Resume", default=False,
                          description="Continue the run saved in the output folder instead of starting over")
-    mode: EnumProperty(name="Mode", items=[("AUTO", "Auto", "Thread in the UI, synchronous in background mode"),
-                                           ("THREAD", "Thread", "Always a background thread"),
-                                           ("SYNC", "Synchronous", "Train before returning")],
-                       default="AUTO", options={"HIDDEN", "SKIP_SAVE"})
+    mode: MODE
 
     @classmethod
     def poll(cls, context):
@@ -37,18 +53,10 @@ class NEURAL_IK_OT_train(bpy.types.Operator):
 
     def execute(self, context):
         settings = context.scene.neural_ik
-        try:
-            message, warning = training.start_training(
-                context, bpy.path.abspath(self.filepath or settings.dataset_path),
-                bpy.path.abspath(self.directory or settings.output_directory), self.epochs, self.time_limit, self.seed,
-                self.batch_size, self.learning_rate, self.resume, self.mode)
-        except DataError as exc:
-            self.report({"ERROR"}, str(exc))
-            return {"CANCELLED"}
-        if warning:
-            self.report({"WARNING"}, warning)
-        self.report({"INFO"}, message)
-        return {"FINISHED"}
+        return started(self, lambda: training.start_training(
+            context, bpy.path.abspath(self.filepath or settings.dataset_path),
+            bpy.path.abspath(self.directory or settings.output_directory), self.epochs, self.time_limit, self.seed,
+            self.batch_size, self.learning_rate, self.resume, self.mode))
 
 
 class NEURAL_IK_OT_train_starter(bpy.types.Operator):
@@ -65,25 +73,15 @@ class NEURAL_IK_OT_train_starter(bpy.types.Operator):
     time_limit: FloatProperty(name="Time Limit", min=1.0, default=starter.DEFAULT_TIME_LIMIT,
                               description="Seconds of training")
     seed: IntProperty(name="Seed", min=0, default=0, description="Seed of the split, initialisation and batches")
-    mode: EnumProperty(name="Mode", items=[("AUTO", "Auto", "Thread in the UI, synchronous in background mode"),
-                                           ("THREAD", "Thread", "Always a background thread"),
-                                           ("SYNC", "Synchronous", "Train before returning")],
-                       default="AUTO", options={"HIDDEN", "SKIP_SAVE"})
+    mode: MODE
 
     @classmethod
     def poll(cls, context):
         return poll_no_training(cls, context) and poll_armature(cls, context)
 
     def execute(self, context):
-        try:
-            message, warning = starter.train_starter(context, self.directory, self.time_limit, self.seed, self.mode)
-        except DataError as exc:
-            self.report({"ERROR"}, str(exc))
-            return {"CANCELLED"}
-        if warning:
-            self.report({"WARNING"}, warning)
-        self.report({"INFO"}, message)
-        return {"FINISHED"}
+        return started(self, lambda: starter.train_starter(context, self.directory, self.time_limit, self.seed,
+                                                           self.mode))
 
 
 class NEURAL_IK_OT_cancel_training(bpy.types.Operator):

@@ -49,6 +49,8 @@ def main():
                                          mode="SYNC", dataset=dataset, armature=obj)
     print(message)
     network = checkpoint.load_model(os.path.join(args.work, "model.npz"))
+    keep = ("training", "metrics", "sources", "train_frames", "validation_frames", "losses")
+    network.meta = {key: network.meta[key] for key in keep if key in network.meta}      # not the epochs' history
     network.meta[transfer.STARTER_CALIBRATION] = retargeter.calibration.to_json()
     network.skeleton.name = "the demo rig (starter network)"
     checkpoint.save_model(args.out, network)

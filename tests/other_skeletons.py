@@ -337,3 +337,21 @@ def _zero_end_sites(path):
             lines[offset] = lines[offset][:len(lines[offset]) - len(lines[offset].lstrip())] + "OFFSET 0.000000 0.000000 0.000000"
     with open(path, "w", encoding="utf-8", newline="\n") as handle:
         handle.write("\n".join(lines))
+
+
+def mixamo_named_demo_rig(seed=1):
+    """A second demo rig whose mapped bones carry Mixamo names: another skeleton (other hierarchy) for the importer."""
+    import bpy
+
+    bpy.ops.neural_ik.create_demo_rig(seed=seed)
+    rig = bpy.context.scene.neural_ik.armature
+    for role in ("Hips", "Spine", "Spine1", "Spine2", "Head", "LeftShoulder", "LeftArm", "LeftForeArm", "LeftHand",
+                 "RightShoulder", "RightArm", "RightForeArm", "RightHand"):
+        rig.data.bones[role].name = "mixamorig:" + role
+    for role, name in (("Thigh", "UpLeg"), ("Shin", "Leg"), ("Foot", "Foot"), ("ToeBase", "ToeBase")):
+        for side in ("Left", "Right"):
+            rig.data.bones[side + role].name = f"mixamorig:{side}{name}"
+    from neural_ik.blender.rig.bone_maps import auto_map_object
+
+    assert auto_map_object(rig).preset == "mixamo"
+    return rig

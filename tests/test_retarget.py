@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from conftest import MADE_AND_REAL
 from daz_rig import daz_style_rig
+from other_skeletons import mixamo_named_demo_rig
 from synthetic import humanoid_skeleton
 
 from neural_ik.neural_network.data import retarget
@@ -395,24 +396,6 @@ def test_the_hips_path_scales_by_the_leg_lengths(bandai_and_cmu):
     np.testing.assert_allclose(rise, ratio * (source.hips_position[:, 2] - source.hips_position[0, 2]), atol=1e-4)
 
 
-def _renamed_demo_rig():
-    """A second demo rig whose mapped bones carry Mixamo names: another skeleton (other hierarchy) for the importer."""
-    import bpy
-
-    bpy.ops.neural_ik.create_demo_rig(seed=1)
-    rig = bpy.context.scene.neural_ik.armature
-    for role in ("Hips", "Spine", "Spine1", "Spine2", "Head", "LeftShoulder", "LeftArm", "LeftForeArm", "LeftHand",
-                 "RightShoulder", "RightArm", "RightForeArm", "RightHand"):
-        rig.data.bones[role].name = "mixamorig:" + role
-    for role, name in (("Thigh", "UpLeg"), ("Shin", "Leg"), ("Foot", "Foot"), ("ToeBase", "ToeBase")):
-        for side in ("Left", "Right"):
-            rig.data.bones[side + role].name = f"mixamorig:{side}{name}"
-    from neural_ik.blender.rig.bone_maps import auto_map_object
-
-    assert auto_map_object(rig).preset == "mixamo"
-    return rig
-
-
 def test_escape_during_a_retargeted_import_keeps_the_files_done(empty_scene, tmp_path):
     import bpy
     from test_import_modal import ESC, TIMER, StandInContext
@@ -424,7 +407,7 @@ def test_escape_during_a_retargeted_import_keeps_the_files_done(empty_scene, tmp
     (folder / "b_clip.bvh").write_bytes((folder / "a_clip.bvh").read_bytes())
     for obj in list(bpy.data.objects):
         bpy.data.objects.remove(obj)
-    rig = _renamed_demo_rig()
+    rig = mixamo_named_demo_rig()
     bpy.context.view_layer.objects.active = rig
     before = {a.name for a in bpy.data.actions}
 

@@ -184,24 +184,17 @@ def test_train_starter_refuses_in_words_before_any_work(empty_scene, tmp_path):
 
 
 def _mixamo_rig_without_actions():
-    """A rig as a Mixamo download without animations: the demo rig's bones under Mixamo names, no actions, no model."""
+    """A rig as a Mixamo download without animations: the demo rig's bones under Mixamo names, no actions, no model,
+    no bone map yet."""
     import bpy
+    from other_skeletons import mixamo_named_demo_rig
 
-    bpy.ops.neural_ik.create_demo_rig(seed=0)
-    obj = bpy.context.scene.neural_ik.armature
+    from neural_ik.properties import set_bone_map
+
+    obj = mixamo_named_demo_rig(seed=0)
     for action in list(bpy.data.actions):
         bpy.data.actions.remove(action)
     obj.neural_ik.model_path = ""
-    for role in ("Hips", "Spine", "Spine1", "Spine2", "Head", "LeftShoulder", "LeftArm", "LeftForeArm", "LeftHand",
-                 "RightShoulder", "RightArm", "RightForeArm", "RightHand"):
-        obj.data.bones[role].name = "mixamorig:" + role
-    for role, name in (("Thigh", "UpLeg"), ("Shin", "Leg"), ("Foot", "Foot"), ("ToeBase", "ToeBase")):
-        for side in ("Left", "Right"):
-            obj.data.bones[side + role].name = f"mixamorig:{side}{name}"
-    obj.data.bones["NeckLower"].name = "mixamorig:Neck"
-    obj.data.bones["NeckUpper"].name = "neck_helper"
-    from neural_ik.properties import set_bone_map
-
     set_bone_map(obj, {})
     bpy.context.view_layer.objects.active = obj
     return obj

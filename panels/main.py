@@ -206,8 +206,9 @@ class NEURAL_IK_PT_training(NeuralIKPanel, bpy.types.Panel):
             row.enabled = armature is not None
             operator(row, "train_starter", text="Train Starter Model", icon="OUTLINER_OB_ARMATURE")
             if armature is not None and not armature.neural_ik.model_path:
-                wrapped_label(layout, "No clips yet? Train Starter Model learns from motion that ships with Neural "
-                                      "IK (5 minutes); your own clips join it when you have some", icon="INFO")
+                wrapped_label(layout, "First hour on your rig: Auto Map, Train Starter Model (5 minutes, motion "
+                                      "that ships with Neural IK), Create Targets, Run IK; your own clips join it "
+                                      "when you have some", icon="INFO")
         draw_progress(layout, training)
         draw_loss_curve(layout, training.history, training.plot_path)
         draw_best(layout, context, training)

@@ -252,7 +252,8 @@ def test_mapped_rig_without_dataset(empty_scene, training_state, capfd, tmp_path
     assert live.has_operator("neural_ik.run", "Run IK") and not live.has_operator("neural_ik.stop")
     shown = drawn["NEURAL_IK_PT_training"]                     # the first hour: a model with no clips of its own
     assert shown.has_operator("neural_ik.train_starter", "Train Starter Model")
-    assert "No clips yet? Train Starter Model learns from motion that ships with Neural IK" in shown.text
+    assert ("First hour on your rig: Auto Map, Train Starter Model (5 minutes, motion that ships with Neural IK), "
+            "Create Targets, Run IK" in shown.text)
     assert all(CHOOSE_FIRST not in shown.labels for shown in drawn.values())
 
 
@@ -383,7 +384,7 @@ def test_model_ready(empty_scene, training_state, capfd, tmp_path):
         assert "finished: best epoch 17" in shown.labels
         live = drawn["NEURAL_IK_PT_live"]
         assert "No model yet" not in live.text and live.has_operator("neural_ik.run")
-        assert "No clips yet?" not in shown.text
+        assert "First hour on your rig" not in shown.text
     finally:
         models.loaded_models.pop(obj.name, None)
 

@@ -616,6 +616,31 @@ def _bake_command(parser):
     return run
 
 
+@command("create-targets", "Add the six target empties (root, hands, feet, head) on the armature's current pose")
+def _create_targets_command(parser):
+    parser.add_argument("--blend", required=True, help="the .blend holding the armature")
+    parser.add_argument("--armature", help="armature name in the .blend (default: the active or only one)")
+    parser.add_argument("--frame", type=number(int, 0), default=0, help="the frame whose pose they start on (0: the "
+                                                                        "file's current frame)")
+    parser.add_argument("--save", required=True, help="save the .blend here (with the targets)")
+
+    def run(args):
+        check_output_folders(args.save)
+        input_blend(args.blend)
+        bpy = blender()
+        open_blend(args.blend)
+        obj = active_armature(args.armature)
+        if args.frame:
+            bpy.context.scene.frame_set(args.frame)
+        run_operator(bpy.ops.neural_ik.create_targets)
+        made = [getattr(obj.neural_ik, f"target_{name}") for name in LAYER_NAMES]
+        say(f"created {len([t for t in made if t is not None])} targets on {obj.name!r}: "
+            + ", ".join(t.name for t in made if t is not None))
+        say("each drives the rig fully (influences 1); bake --influence TARGET=0 gives a target back to the clip")
+        save_blend(args.save)
+    return run
+
+
 @command("demo", "The main job on the embedded default: demo rig -> extract -> train -> export -> evaluate")
 def _demo_command(parser):
     parser.add_argument("--out", default=os.path.join("out", "demo"), help="folder for every file the demo writes")

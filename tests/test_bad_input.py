@@ -358,6 +358,32 @@ def _only_action(files, name, damage):
         fc.update()
 
 
+def scene_no_bone_keys(files):
+    """The demo rig with an action that keys only the armature object's location (no bone)."""
+    import bpy
+
+    obj = scene_demo(files)
+    obj.animation_data.action = None
+    obj.keyframe_insert("location", frame=1)
+    obj.location.x += 0.5
+    obj.keyframe_insert("location", frame=20)
+    obj.animation_data.action.name = "object_only"
+
+
+def scene_pin_without_target(files):
+    """The demo rig whose right-hand target empty was deleted while its influences still pin the hand."""
+    import bpy
+
+    obj = scene_demo(files)
+    bpy.data.objects.remove(obj.neural_ik.target_right_hand)
+    obj.neural_ik.layer_right_hand.position = 1.0
+
+
+def scene_nan_influence(files):
+    obj = scene_demo(files)
+    obj.neural_ik.layer_left_hand.rotation = float("nan")
+
+
 def scene_one_frame(files):
     def one_key(curves):
         for fc in curves:
@@ -514,6 +540,11 @@ def _rows():
         "held the previous pose", report="INFO",
         changes=("action idle_not_finite.nik", "assigned NeuralIK_Demo", "pose NeuralIK_Demo"))
     add("NaN/inf keys", "evaluate", scene_not_finite, evaluate, "idle_not_finite.*NaN or infinite")
+    add("action keying no bone", "bake", scene_no_bone_keys, op("bake", source_action="object_only"),
+        "'object_only' animates no bone of NeuralIK_Demo")
+    add("influence without its target", "bake", scene_pin_without_target, bake,
+        "the right hand's influences pin it to its target, but NeuralIK_Demo has no right hand target")
+    add("NaN influence", "bake", scene_nan_influence, bake, "the left hand's rotation influence is not a number")
 
     # -- BVH folders (a folder of good and broken files mixed: test_extract.py, see COVERED_ELSEWHERE)
     add("only broken BVH files", "import_bvh_folder", scene_empty, op("import_bvh_folder", directory=infile("bvh_broken")),
@@ -640,6 +671,9 @@ def test_matrix_has_every_case_for_every_operator_it_applies_to():
         "one-frame action": ("extract", "train", "bake", "evaluate"),
         "constant pose": ("extract", "train", "bake", "evaluate"),
         "NaN/inf keys": ("extract", "bake", "evaluate"),
+        "action keying no bone": ("bake",),
+        "influence without its target": ("bake",),
+        "NaN influence": ("bake",),
         "BVH folder with broken files mixed in": ("import_bvh_folder",),
         "only broken BVH files": ("import_bvh_folder", "evaluate"),
         "older dataset layout": ("train",),

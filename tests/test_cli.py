@@ -64,7 +64,8 @@ def test_errors_are_one_line_and_a_non_zero_exit(tmp_path, args, words):
 def test_every_command_has_help():
     listing = nik("--help")
     assert listing.returncode == 0
-    for command in ("demo", "create-demo-rig", "import-bvh", "extract", "train", "export", "bake", "evaluate"):
+    for command in ("demo", "create-demo-rig", "import-bvh", "extract", "train", "train-starter", "export", "bake",
+                    "evaluate", "create-targets"):
         assert command in listing.stdout
         assert nik(command, "--help").returncode == 0
 
@@ -79,3 +80,18 @@ def test_import_onto_a_blend_counts_the_files_it_imported(demo_bvh, tmp_path):
               "--save", str(second))
     assert run.returncode == 0, run.stderr[-2000:]
     assert "imported 1 action onto" in run.stdout and "(2 were there)" in run.stdout, run.stdout
+
+
+def test_create_targets_then_a_pinned_bake_headless(tmp_path):
+    """What the panel does, headless: create-targets adds the six empties (saved with the file); a bake of a clip then
+    pins the right hand to its empty and gives the other five back to the clip (influence 0)."""
+    demo, targets, baked = tmp_path / "demo.blend", tmp_path / "targets.blend", tmp_path / "baked.blend"
+    assert nik("create-demo-rig", "--save", str(demo)).returncode == 0
+    run = nik("create-targets", "--blend", str(demo), "--frame", "5", "--save", str(targets))
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "created 6 targets on 'NeuralIK_Demo'" in run.stdout, run.stdout
+    others = [f"{t}=0" for t in ("root", "left_hand", "left_foot", "right_foot", "head")]
+    run = nik("bake", "--blend", str(targets), "--source-action", "walk_normal_03", "--influence", "right_hand=1",
+              *[a for o in others for a in ("--influence", o)], "--save", str(baked))
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "baked 'walk_normal_03.nik'" in run.stdout

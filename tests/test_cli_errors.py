@@ -106,6 +106,14 @@ CASES = [
      "cut.npz is not a readable .npz file (truncated or corrupt)"),
     ("evaluate", ["--blend", "{inputs}/demo.blend", "--actions", "nope", "--json", "out.json"], "nope"),
     ("evaluate", ["--blend", "{inputs}/demo.blend", "--max-files", "x"], "--max-files"),
+    # a pin the clip would silently keep: an influence on a target the file does not have
+    ("bake", ["--blend", "{inputs}/demo.blend", "--source-action", "walk_slow_01", "--influence", "right_hand=1",
+              "--save", "out.blend"], "NeuralIK_Demo has no right hand target: Create Targets first"),
+    # create-targets: no such .blend or armature, nowhere to save
+    ("create-targets", ["--blend", "missing.blend", "--save", "out.blend"], "missing.blend does not exist"),
+    ("create-targets", ["--blend", "{inputs}/demo.blend", "--armature", "Nobody", "--save", "out.blend"],
+     "no armature called"),
+    ("create-targets", ["--blend", "{inputs}/demo.blend", "--save", "no/such/dir/out.blend"], "does not exist"),
     # train-starter: no such .blend or armature, a bad time, broken starter files, an output that is a file
     ("train-starter", ["--blend", "missing.blend", "--out", "run"], "missing.blend does not exist"),
     ("train-starter", ["--blend", "{inputs}/demo.blend", "--armature", "Nobody", "--out", "run"], "no armature called"),

@@ -5,6 +5,8 @@
 for the user.
 """
 
+import math
+
 import bpy
 import numpy as np
 
@@ -17,7 +19,7 @@ from ...neural_network.runtime.status import HELD, HELD_BAD_TARGETS, describe
 from ...neural_network.skeleton.roles import FOOT_ROLES, NUM_ROLES, ROLE_INDEX, TASKS
 from ..errors import LiveError
 from ..live.ground import Ground
-from ..live.motion import LAYER_SLOTS, targets_from_action
+from ..live.motion import LAYER_SLOTS, TARGET_LABELS, targets_from_action
 from ..live.tick import LiveCharacter, missing_targets, targets_of
 from ..models import model_of, rig_of
 from ..rig import action_layouts, control_rig, evaluated_pose, pose_read, pose_write, rig_model
@@ -39,7 +41,10 @@ class BakeSource:
 
 
 def bake_source(obj, rig, action, frame_start, frame_end, fps):
-    """BakeSource of an action's frames frame_start..frame_end (0: its own first / last frame)."""
+    """BakeSource of an action's frames frame_start..frame_end (0: its own first / last frame). Raises LiveError for
+    an action that animates none of the rig's bones (there would be nothing to re-solve)."""
+    if not action_layouts.animated_bones(obj, action) & set(rig.bone_names):
+        raise LiveError(f"the action {action.name!r} animates no bone of {obj.name}: nothing to re-solve")
     frames, targets, hips_rot, hips_pos, contacts, task, sample = targets_from_action(
         obj, rig, action, frame_start, frame_end, fps)
     links = (sample.bridges, sample.offsets) if sample.moving_links else None
@@ -83,6 +88,21 @@ def bake_targets_from_empties(context, obj, rig, frame_start, frame_end):
     return frames, targets
 
 
+def check_layers(obj):
+    """Refuse, in words, layer influences that would be ignored or poison the bake: one that is not a number, and
+    one set (or keyed) on a target that has no empty to come from (Create Targets makes them)."""
+    settings = obj.neural_ik
+    for slot, label, empty in zip(LAYER_SLOTS, TARGET_LABELS, targets_of(obj)):
+        layer = getattr(settings, slot)
+        for kind in ("position", "rotation"):
+            value = getattr(layer, kind)
+            if not math.isfinite(value):
+                raise LiveError(f"the {label}'s {kind} influence is not a number: set it between 0 and 1")
+            if empty is None and (value != 0 or _layers_animated(obj, slot + ".")):
+                raise LiveError(f"the {label}'s influences pin it to its target, but {obj.name} has no {label} "
+                                "target: Create Targets first (nik.py create-targets), or set them to 0")
+
+
 def _layers(context, obj, rig, frames):
     """A function that blends the armature's target empties into (F, 6, 4, 4) targets of a source action where its
     layer influences (keyable, so sampled at every frame) say; None when no empty has any influence."""
@@ -107,6 +127,8 @@ def _layers(context, obj, rig, frames):
                     position[i, k], rotation[i, k] = layer.position, layer.rotation
     finally:
         scene.frame_set(current)
+    if not (np.all(np.isfinite(position)) and np.all(np.isfinite(rotation))):
+        raise LiveError("a keyed layer influence is not a number on some frames: key it between 0 and 1")
     if not (position.any() or rotation.any()):
         return None
     return lambda targets: layering.blend_targets(targets, sampled, position, rotation, present)
@@ -124,13 +146,13 @@ def _feet_within_limits(refiner, result):
         result._local = None
 
 
-def _layers_animated(obj):
-    """Whether a driver or a key of the armature's action animates its layer influences."""
+def _layers_animated(obj, slot="layer_"):
+    """Whether a driver or a key of the armature's action animates its layer influences (those of `slot`: all)."""
     ad = obj.animation_data
     if ad is None:
         return False
     curves = list(ad.drivers) + (list(action_layouts.all_action_fcurves(ad.action)) if ad.action is not None else [])
-    return any(fc.data_path.startswith("neural_ik.layer_") for fc in curves)
+    return any(fc.data_path.startswith(f"neural_ik.{slot}") for fc in curves)
 
 
 def edit_targets(targets, hips_rotation, hips_position, links, rig, lock_feet, ground, world_to_character, fps, frames):
@@ -278,6 +300,7 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
             action = bpy.data.actions.get(source_action)
             if action is None:
                 raise LiveError(f"there is no action called {source_action!r}")
+            check_layers(obj)
             source = bake_source(obj, rig, action, frame_start, frame_end, scene.render.fps / scene.render.fps_base)
             frames, targets, hips_rot, hips_pos = source.frames, source.targets, source.hips_rotation, source.hips_position
             contacts, task, links, inbetween = source.contacts, source.task, source.links, source.inbetween

@@ -360,7 +360,6 @@ def _only_action(files, name, damage):
 
 def scene_no_bone_keys(files):
     """The demo rig with an action that keys only the armature object's location (no bone)."""
-    import bpy
 
     obj = scene_demo(files)
     obj.animation_data.action = None

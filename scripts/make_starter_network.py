@@ -4,6 +4,13 @@ Starter Model carries onto a user's rig and trains on from there (neural_network
     .venv/bin/python scripts/make_starter_network.py --out weights/starter_network.npz [--epochs 2500]
         [--starter-motion weights/starter_motion.npz] [--work out/starter_network]
 
+The shipped network was made from the starter motion without the 3 CMU takes the measurements keep unseen:
+
+    .venv/bin/python scripts/make_starter_motion.py --folder ../shared/mocap/cmu --folder ../shared/mocap/cmu-more \
+        --exclude 005_10,006_01,006_14 --out out/starter_heldout.npz
+    .venv/bin/python scripts/make_starter_network.py --starter-motion out/starter_heldout.npz \
+        --out weights/starter_network.npz
+
 It trains on the starter motion alone, retargeted onto the demo rig without its procedural clips (the demo rig maps
 all 23 roles, so every role of a user's rig has a counterpart), from scratch, for --epochs epochs (a count, not a
 time, so the result does not depend on the machine's load; 2500 take about 30 minutes on 2 cores); then it stores the

@@ -5,7 +5,8 @@ What is stored is one source skeleton's motion in the form the retarget reads (d
 character-space orientation of each role's *joint frame* (the bone's orientation times its rest orientation's
 transpose: the importer's rest roll of end bones, which differs between BVH files, drops out), the hips' position,
 and that skeleton's Calibration in the same joint frames. Carrying it onto a rig is then `retarget.retarget` against
-the rig's own calibration: exactly what Import BVH Folder › Onto Active Armature does with a file of that skeleton.
+the rig's own calibration: the retarget Import BVH Folder › Onto Active Armature runs for a file of that skeleton
+(here the skeleton's calibration is pooled over every file, not over eight).
 
 The file (`weights/starter_motion.npz`, written by scripts/make_starter_motion.py) holds the orientations as int16
 quaternions (1/32767 per component: under 0.01 degrees), the hips in float32 metres, and JSON metadata with the clip

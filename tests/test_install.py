@@ -14,6 +14,7 @@ site-packages, so the bundled onnxruntime 1.18.1 is the one imported, as it is i
 Building downloads the wheels into ./wheels once (PyPI must be reachable the first time); re-runs reuse them.
 """
 
+import importlib
 import json
 import os
 import subprocess
@@ -94,6 +95,8 @@ def probe(work_dir):
 
     facts["onnxruntime"] = [onnxruntime.__version__, onnxruntime.__file__]
     facts["onnx"] = [onnx.__version__, onnx.__file__]
+    training = importlib.import_module(MODULE + ".blender.workflows.training")
+    facts["training_folder"] = training.default_output_directory(os.path.join(work_dir, "dataset.npz"))
 
     scene = bpy.context.scene
     settings = scene.neural_ik
@@ -245,7 +248,7 @@ if __name__ != "__main__":
         first = child("install", zips["linux-x64"], user=user, work=work)
         facts = child("use", str(work), user=user, work=work)
         facts["install"] = first
-        facts["_user"] = str(user)
+        facts["_user"], facts["_work"] = str(user), str(work)
         return facts
 
     def step(installed, name):
@@ -286,6 +289,11 @@ if __name__ != "__main__":
             assert not module_file.startswith(os.path.realpath(REPO) + os.sep)
             assert "blender_manifest.toml" in facts["installed_files"]
             assert not any(f.startswith(("tests", "scripts", "benchmarks", "docs")) for f in facts["installed_files"])
+
+    def test_training_writes_into_the_extension_user_folder(installed):
+        folder = os.path.realpath(installed["training_folder"])
+        assert folder.startswith(os.path.realpath(installed["_user"])) and folder.endswith("training"), folder
+        assert "extensions" in folder and not folder.startswith(os.path.realpath(installed["_work"])), folder
 
     def test_bundled_onnxruntime_is_the_one_loaded(installed):
         site = os.path.realpath(installed["wheels_site"])

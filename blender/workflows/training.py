@@ -28,10 +28,14 @@ POLL_SECONDS = 0.25
 JOIN_SECONDS = 5.0
 
 
+ADDON_PACKAGE = __package__.rsplit(".", 2)[0]     # this module is <add-on>.blender.workflows.training
+
+
 def default_output_directory(dataset_path):
-    """The extension's user folder when installed as an extension, else a folder beside the dataset."""
+    """The extension's user folder when installed as an extension (bl_ext.<repo>.neural_ik), else a folder beside
+    the dataset."""
     try:
-        return bpy.utils.extension_path_user(__package__.rsplit(".", 1)[0], path="training", create=True)
+        return bpy.utils.extension_path_user(ADDON_PACKAGE, path="training", create=True)
     except (ValueError, RuntimeError, TypeError):
         folder = os.path.join(os.path.dirname(os.path.abspath(dataset_path)), "neural_ik_training")
         os.makedirs(folder, exist_ok=True)

@@ -25,7 +25,7 @@ from neural_ik.neural_network.geometry.quaternion_math import (
     quaternions_to_matrices,
 )
 from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix, quaternion_to_axis_angle
-from neural_ik.neural_network.ik.refine import CHAINS
+from neural_ik.neural_network.ik.refine_layout import CHAINS
 from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
 
 

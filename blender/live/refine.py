@@ -42,7 +42,7 @@ import numpy as np
 from mathutils import Matrix, Quaternion, Vector
 
 from ...neural_network.ik import reach_assist
-from ...neural_network.ik.refine import LEVELS
+from ...neural_network.ik.refine_layout import LEVELS
 from .head import LiveHeadReach
 
 

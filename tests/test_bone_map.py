@@ -9,12 +9,12 @@ from daz_rig import daz_style_bones
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from neural_ik.neural_network.data import demo_motion
+from neural_ik.neural_network.data import demo_skeleton
 from neural_ik.neural_network.skeleton import bone_map
 from neural_ik.neural_network.skeleton.roles import ESSENTIAL_ROLES, ROLES
 
-DEMO_BONES = [(b.name, b.parent or None) for b in demo_motion.BONES]
-DEMO_HEADS = {b.name: b.head for b in demo_motion.BONES}
+DEMO_BONES = [(b.name, b.parent or None) for b in demo_skeleton.BONES]
+DEMO_HEADS = {b.name: b.head for b in demo_skeleton.BONES}
 
 
 def _renamed(bones, heads, seed=0):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from neural_ik.neural_network.data import demo_motion
+from neural_ik.neural_network.data import demo_motion, demo_skeleton
 from neural_ik.neural_network.skeleton.roles import ROLES, TASKS, task_from_name
 
 
@@ -46,14 +46,14 @@ def test_demo_rig_bones_match_the_core_definition(empty_scene):
     bones = obj.data.bones
     assert len(bones) == 54
     assert set(ROLES) <= set(bones.keys())
-    assert set(demo_motion.END_BONES) <= set(bones.keys())
+    assert set(demo_skeleton.END_BONES) <= set(bones.keys())
     assert sum(1 for b in bones if "Hand" in b.name and b.name[-1].isdigit()) == 28
-    for i, name in enumerate(demo_motion.BONE_NAMES):
+    for i, name in enumerate(demo_skeleton.BONE_NAMES):
         bone = bones[name]
         rest = np.array(bone.matrix_local)
-        np.testing.assert_allclose(rest[:3, :3], demo_motion.REST_FRAMES[i], atol=1e-5, err_msg=name)
-        np.testing.assert_allclose(rest[:3, 3], demo_motion.REST_HEADS[i], atol=1e-6, err_msg=name)
-        parent = demo_motion.BONES[i].parent
+        np.testing.assert_allclose(rest[:3, :3], demo_skeleton.REST_FRAMES[i], atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(rest[:3, 3], demo_skeleton.REST_HEADS[i], atol=1e-6, err_msg=name)
+        parent = demo_skeleton.BONES[i].parent
         assert (bone.parent.name if bone.parent else "") == parent
     assert all(pb.rotation_mode == "QUATERNION" for pb in obj.pose.bones)
     # standing height of a human in metres, feet on the ground
@@ -159,7 +159,7 @@ def test_knees_bend_with_the_crouch(empty_scene):
     motion = next(m for m in demo_motion.generate_actions(0) if m.name.startswith("crouch_deep"))
     from neural_ik.neural_network.geometry.rotations import quaternion_to_axis_angle
 
-    knee = quaternion_to_axis_angle(motion.rotations[:, demo_motion.BONE_INDEX["LeftShin"]])
+    knee = quaternion_to_axis_angle(motion.rotations[:, demo_skeleton.BONE_INDEX["LeftShin"]])
     hips_height = motion.hips_location[:, 1]          # the hips bone's local Y is up at rest
     assert np.allclose(knee[:, 1:], 0.0, atol=1e-6)   # a hinge: the knee turns about its own X axis only
     assert np.corrcoef(knee[:, 0], -hips_height)[0, 1] > 0.95
@@ -224,7 +224,7 @@ def test_reach_clips_take_the_hands_all_around_the_shoulders_smoothly(empty_scen
             sx = 1.0 if side == "Left" else -1.0
             shoulder = sample.positions[:, ROLE_INDEX[f"{side}Arm"]]
             offset = sample.positions[:, ROLE_INDEX[f"{side}Hand"]] - shoulder
-            rest = demo_motion.REST_FRAMES[demo_motion.BONE_INDEX["Hips"]]
+            rest = demo_skeleton.REST_FRAMES[demo_skeleton.BONE_INDEX["Hips"]]
             hips = sample.hips_rotation @ rest.T                    # the body's axes: x left, -y forward, z up
             body = np.einsum("fji,fj->fi", hips, offset)
             distance = np.linalg.norm(body, axis=-1) / demo_motion.ARM_LENGTH

@@ -9,7 +9,7 @@ Actions are slotted actions in Blender 5 (one slot for the armature object) and 
 import bpy
 import numpy as np
 
-from ...neural_network.data import demo_motion
+from ...neural_network.data import demo_motion, demo_skeleton
 from ...neural_network.skeleton import bone_map
 from ...properties import set_bone_map
 
@@ -65,8 +65,8 @@ def _write_action(obj, motion):
     action.use_fake_user = True
     fcurves, slot, group_keyword = _fcurve_collection(action, obj)
     frames = np.arange(motion.frame_start, motion.frame_end + 1, dtype=np.float32)
-    for i, bone_name in enumerate(demo_motion.BONE_NAMES):
-        if bone_name in demo_motion.END_BONES:
+    for i, bone_name in enumerate(demo_skeleton.BONE_NAMES):
+        if bone_name in demo_skeleton.END_BONES:
             continue
         path = f'pose.bones["{bone_name}"].rotation_quaternion'
         for k in range(4):
@@ -87,7 +87,7 @@ def build_demo(context, seed=0, name="NeuralIK_Demo", reach_clips=0):
     motions = demo_motion.generate_actions(seed)
     if reach_clips:
         motions += demo_motion.generate_reach_actions(seed, reach_clips)
-    obj = build_armature(context, name, demo_motion.rig_bones())
+    obj = build_armature(context, name, demo_skeleton.rig_bones())
     written = [_write_action(obj, motion) for motion in motions]
     obj.animation_data_create()
     first_action, first_slot = written[0]

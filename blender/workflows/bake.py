@@ -23,6 +23,7 @@ from ..live.motion import LAYER_SLOTS, TARGET_LABELS, targets_from_action
 from ..live.tick import LiveCharacter, missing_targets, targets_of
 from ..models import model_of, rig_of
 from ..rig import action_layouts, control_rig, evaluated_pose, pose_read, pose_write, rig_model
+from .extract import scene_fps
 
 TOES = [ROLE_INDEX["LeftToeBase"], ROLE_INDEX["RightToeBase"]]   # the balls of the feet
 
@@ -301,7 +302,7 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
             if action is None:
                 raise LiveError(f"there is no action called {source_action!r}")
             check_layers(obj)
-            source = bake_source(obj, rig, action, frame_start, frame_end, scene.render.fps / scene.render.fps_base)
+            source = bake_source(obj, rig, action, frame_start, frame_end, scene_fps(scene))
             frames, targets, hips_rot, hips_pos = source.frames, source.targets, source.hips_rotation, source.hips_position
             contacts, task, links, inbetween = source.contacts, source.task, source.links, source.inbetween
             name, desired, key_hips = f"{action.name}.nik", contacts, not source.keys_hips
@@ -327,7 +328,7 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
         ground = Ground.of(settings, context.evaluated_depsgraph_get())
         edited, hips_pos, planted, note = edit_targets(targets, hips_rot, hips_pos, links, rig, lock_feet, ground,
                                                         rig_model.world_to_character(obj, rig),
-                                                        scene.render.fps / scene.render.fps_base, frames)
+                                                        scene_fps(scene), frames)
         blend = _layers(context, obj, rig, frames) if source_action else None
         if blend is not None:      # the pins last, as live: the body's lift and drop do not move a pinned hand
             edited = None if edited is None else blend(edited)

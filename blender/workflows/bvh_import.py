@@ -23,6 +23,7 @@ from ..errors import DataError
 from ..rig import action_layouts, pose_write, rig_model
 from ..rig.action_sources import mark_source
 from ..rig.bone_maps import auto_map_object
+from .extract import scene_fps
 from .retarget import Retargeter
 
 CALIBRATION_FILES = 8       # files of a folder that calibrate a source skeleton before its first file is retargeted
@@ -71,7 +72,7 @@ def check_bvh_file(path):
 def _other_rate(path, scene):
     """True when a BVH file's frame rate differs from the scene's by more than 0.1 % (Blender's exporter writes
     30 fps as a frame time of 0.033333: not worth resampling)."""
-    fps = scene.render.fps / (scene.render.fps_base or 1.0)
+    fps = scene_fps(scene)
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             for line in handle:

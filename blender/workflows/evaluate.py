@@ -38,6 +38,7 @@ from ..rig.rig_model import RigError, character_basis
 from . import blender_ik
 from .bake import bake
 from .bvh_import import BvhFolderImport, import_bvh, import_messages, list_bvh_files, remove_imported
+from .extract import scene_fps
 
 METHOD_LABELS = {
     "network": "network alone",
@@ -517,7 +518,7 @@ class Evaluation:
                 task = action_task(item)
         except DataError as exc:
             raise EvaluationError(str(exc)) from None
-        self.collector.add(name, task, results, _fps(scene), _mask(self.bone_map))
+        self.collector.add(name, task, results, scene_fps(scene), _mask(self.bone_map))
         self.position += 1
 
     def finish(self):
@@ -579,10 +580,6 @@ class Evaluation:
 def run_evaluation(context, options, notes=None):
     """The whole evaluation at once (what the operator does headless). Returns the report dict."""
     return Evaluation(context, options, notes).finish()
-
-
-def _fps(scene):
-    return scene.render.fps / (scene.render.fps_base or 1.0)
 
 
 def _mask(bone_map):

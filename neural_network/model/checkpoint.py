@@ -15,6 +15,7 @@ from ..data.files import FileRefused, load_npz, save_npz
 from ..skeleton.roles import NUM_ROLES
 from ..skeleton.skeleton import Skeleton
 from .model import Model
+from .prior import NUM_PRIOR_INPUTS, NUM_PRIOR_OUTPUTS, NUM_TARGETS, TargetPrior
 
 KIND = "neural_ik.model"
 LAYOUT_VERSION = 1
@@ -33,6 +34,10 @@ def save_model(path, model):
         limit_low=np.asarray(model.limit_low, np.float32), limit_high=np.asarray(model.limit_high, np.float32),
     )
     meta = dict(model.meta)
+    meta.pop("prior", None)
+    if model.prior is not None:
+        arrays.update(prior_arrays(model.prior))
+        meta["prior"] = prior_meta(model.prior)
     meta.update(
         kind=KIND, layout_version=LAYOUT_VERSION, input_layout_version=INPUT_LAYOUT_VERSION,
         skeleton=model.skeleton.to_json(), feature_spec=model.feature_spec.to_json(),
@@ -81,12 +86,13 @@ def load_model(path, expected_fingerprint=None):
         raise FileRefused(f"{name}: input_std must be positive")
     if np.any(arrays["limit_low"] > arrays["limit_high"]):
         raise FileRefused(f"{name}: a joint limit's low end is above its high end")
+    target_prior = load_prior(name, meta.get("prior"), arrays) if "prior" in meta else None
     training_meta = {k: v for k, v in meta.items()
-                     if k not in ("kind", "layout_version", "skeleton", "feature_spec", "rig_fingerprint")}
+                     if k not in ("kind", "layout_version", "skeleton", "feature_spec", "rig_fingerprint", "prior")}
     return Model(skeleton=skeleton, feature_spec=spec, weights=weights,
                  input_mean=arrays["input_mean"].astype(np.float32), input_std=arrays["input_std"].astype(np.float32),
                  mean_pose=arrays["mean_pose"].astype(np.float32), limit_low=arrays["limit_low"].astype(np.float32),
-                 limit_high=arrays["limit_high"].astype(np.float32), meta=training_meta)
+                 limit_high=arrays["limit_high"].astype(np.float32), meta=training_meta, prior=target_prior)
 
 
 def _weights(name, meta, arrays):
@@ -106,3 +112,48 @@ def _weights(name, meta, arrays):
     if f"W{len(sizes) - 1}" in arrays:
         raise FileRefused(f"{name} holds more layers than its layer sizes say")
     return weights
+
+
+# ---- the target prior (prior.py): arrays prior_W0, prior_b0, ... and a "prior" entry in the metadata ---------------
+
+
+def prior_arrays(target_prior):
+    arrays = {}
+    for i in range(0, len(target_prior.weights), 2):
+        arrays[f"prior_W{i // 2}"] = np.asarray(target_prior.weights[i], np.float32)
+        arrays[f"prior_b{i // 2}"] = np.asarray(target_prior.weights[i + 1], np.float32)
+    return arrays
+
+
+def prior_meta(target_prior):
+    return {"layer_sizes": [int(s) for s in target_prior.layer_sizes], "height": float(target_prior.height),
+            "references": np.asarray(target_prior.references, np.float64).reshape(-1).tolist(),
+            "training": dict(target_prior.meta)}
+
+
+def load_prior(name, meta, arrays):
+    """TargetPrior from a checkpoint's "prior" metadata and prior_* arrays; FileRefused when they do not fit."""
+    if not isinstance(meta, dict):
+        raise FileRefused(f"{name}: its target prior's metadata is not an object")
+    sizes = meta.get("layer_sizes")
+    if (not isinstance(sizes, list) or len(sizes) < 2 or sizes[0] != NUM_PRIOR_INPUTS
+            or sizes[-1] != NUM_PRIOR_OUTPUTS):
+        raise FileRefused(f"{name}: its target prior's layer sizes {sizes} do not map {NUM_PRIOR_INPUTS} inputs to "
+                          f"{NUM_PRIOR_OUTPUTS} outputs")
+    try:
+        height = float(meta["height"])
+        references = np.asarray(meta["references"], np.float64).reshape(NUM_TARGETS, 3, 3)
+    except (KeyError, TypeError, ValueError):
+        raise FileRefused(f"{name}: its target prior has no readable height or reference rotations") from None
+    if not (np.isfinite(height) and height > 0 and np.all(np.isfinite(references))):
+        raise FileRefused(f"{name}: its target prior's height or reference rotations are not usable numbers")
+    weights = []
+    for layer, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        W, b = arrays.get(f"prior_W{layer}"), arrays.get(f"prior_b{layer}")
+        if W is None or b is None or W.shape != (fan_in, fan_out) or b.shape != (fan_out,):
+            raise FileRefused(f"{name}: its target prior's layer {layer} is missing or has the wrong shape")
+        if not (np.all(np.isfinite(W)) and np.all(np.isfinite(b))):
+            raise FileRefused(f"{name}: its target prior's layer {layer} holds NaN or infinite weights")
+        weights += [W.astype(np.float32), b.astype(np.float32)]
+    training = meta.get("training") if isinstance(meta.get("training"), dict) else {}
+    return TargetPrior(weights, height, references, training)

@@ -30,6 +30,7 @@ class Model:
     limit_low: np.ndarray         # (23, 3) lowest allowed delta per role and axis (radians)
     limit_high: np.ndarray        # (23, 3)
     meta: dict = field(default_factory=dict)   # training settings, metrics, history; free-form JSON
+    prior: object = None          # prior.TargetPrior that places free targets, or None (a model trained before it)
 
     @property
     def layer_sizes(self):

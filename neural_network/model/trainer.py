@@ -30,7 +30,7 @@ from ..geometry import kinematics
 from ..geometry.rotations import angle_between, axis_angle_to_matrix, chordal_mean, matrix_to_axis_angle
 from ..report.plot_svg import loss_curve_svg
 from ..skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, INNER_ROLES, NUM_ROLES
-from . import checkpoint, losses, network
+from . import checkpoint, losses, network, prior
 from .model import Model
 
 MODEL_FILE = "model.npz"
@@ -82,10 +82,12 @@ class TrainConfig:
     position_unit: float = 0.0          # loss unit of length; 0: a thirtieth of the rig's standing height
     loss_weights: losses.LossWeights = field(default_factory=losses.LossWeights)
     role_weights: tuple = None          # 23 FK weights; None: losses.default_role_weights()
+    prior_hidden: tuple = prior.DEFAULT_PRIOR_HIDDEN   # the target prior's hidden layers (prior.py); () : no prior
 
     def to_json(self):
         out = asdict(self)
         out["hidden"] = list(self.hidden)
+        out["prior_hidden"] = list(self.prior_hidden)
         out["loss_weights"] = self.loss_weights.to_json()
         out["role_weights"] = None if self.role_weights is None else [float(w) for w in self.role_weights]
         return out
@@ -94,6 +96,7 @@ class TrainConfig:
     def from_json(cls, data):
         data = dict(data)
         data["hidden"] = tuple(data.get("hidden", network.DEFAULT_HIDDEN))
+        data["prior_hidden"] = tuple(data.get("prior_hidden", prior.DEFAULT_PRIOR_HIDDEN))
         data["loss_weights"] = losses.LossWeights.from_json(data.get("loss_weights", {}))
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
@@ -404,6 +407,14 @@ class Trainer:
         if start_from is not None:
             self.weights = [np.array(w, np.float32) for w in start_from.weights]
         self.optimizer = network.Adam(self.weights, lr=config.learning_rate)
+        # the target prior (prior.py) learns beside the network from the recorded rows (limb mixes come after them)
+        self.recorded_rows = recorded_rows
+        self.prior = None
+        if config.prior_hidden:
+            self.prior = prior.PriorTraining(prior.references_of(dataset.feature_spec), skeleton.height, config.seed,
+                                             config.prior_hidden, config.learning_rate,
+                                             None if start_from is None else start_from.prior)
+            self.val_targets = prior.targets_of_rows(self.val.positions, self.val.global_rotations)
         self.history = []
         self.start_epoch = 0
         self.best_score = math.inf
@@ -431,7 +442,8 @@ class Trainer:
                      weights=[w.copy() for w in (weights or self.weights)],
                      input_mean=self.stats["input_mean"], input_std=self.stats["input_std"],
                      mean_pose=self.stats["mean_pose"], limit_low=self.stats["limit_low"],
-                     limit_high=self.stats["limit_high"], meta=meta)
+                     limit_high=self.stats["limit_high"], meta=meta,
+                     prior=None if self.prior is None else self.prior.prior())
 
     def _val_action_names(self):
         names = getattr(self.dataset, "action_names", None)
@@ -445,6 +457,8 @@ class Trainer:
     def _save_state(self, epoch):
         arrays = {f"w{i}": w for i, w in enumerate(self.weights)}
         arrays.update(self.optimizer.state_arrays())
+        if self.prior is not None:      # the prior's weights resume too (its optimiser starts afresh)
+            arrays.update({f"prior_w{i}": w for i, w in enumerate(self.prior.weights)})
         meta = {"kind": STATE_KIND, "layout_version": 1, "epoch": epoch, "adam_step": self.optimizer.step_count,
                 "config": self.config.to_json(), "history": self.history, "best_score": self.best_score,
                 "best_metrics": self.best_metrics, "elapsed": self._elapsed(),
@@ -464,6 +478,11 @@ class Trainer:
                 raise FileRefused("the saved training state does not match the network")
             w[...] = saved
         self.optimizer.load_state(arrays, meta["adam_step"])
+        if self.prior is not None:
+            for i, w in enumerate(self.prior.weights):
+                saved = arrays.get(f"prior_w{i}")
+                if saved is not None and saved.shape == w.shape:
+                    w[...] = saved
         self.start_epoch = int(meta["epoch"])
         self.history = list(meta["history"])
         self.best_score = float(meta["best_score"])
@@ -495,6 +514,11 @@ class Trainer:
         grads = network.backward(self.weights, cache, result.grad)
         network.clip_by_global_norm(grads, self.config.grad_clip)
         self.optimizer.step(self.weights, grads, lr)
+        if self.prior is not None:
+            recorded = cur[cur < self.recorded_rows]
+            if len(recorded):
+                self.prior.step(prior.targets_of_rows(self.train.positions[recorded],
+                                                      self.train.global_rotations[recorded]), lr)
         return result
 
     def _lr(self, fraction):
@@ -512,7 +536,10 @@ class Trainer:
     def _validate(self):
         """Validation metrics of the current weights, and the model they make."""
         model = self.model()
-        return validation_metrics(model, self.val), model
+        metrics = validation_metrics(model, self.val)
+        if self.prior is not None and len(self.val_targets):
+            metrics.update(self.prior.validate(self.val_targets))
+        return metrics, model
 
     def _keep_if_best(self, metrics, model):
         """Write the model as the best checkpoint when its score beats the best so far; True when it did."""

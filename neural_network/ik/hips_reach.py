@@ -1,0 +1,150 @@
+"""Hips reach: with the root free, move the hips so every pinned limb can reach its target.
+
+The prior (model/prior.py) places a free root where the motion it learned from would put it. A target the arm alone
+cannot reach (a hand on the floor in front of the toes, far forward, overhead) is beyond that motion: this stage moves
+the root, as a person bends at the hips and the knees, just as far as the pinned limbs need.
+
+Each limb is a point on the body (its *anchor*: the shoulder for a hand, the hip joint for a foot, the base of the
+spine for the head) at a fixed place in the hips' frame (the model's mean pose), and a reach: REACH of the limb's
+length, and for an arm or the head a share of the spine's length more (the spine bends; the legs' anchors are fixed in
+the hips, so their weight W is LEG, the others' ARM). The
+root moves by a translation t and a bend b about the body's left-right axis (through the root's position) that
+minimise
+
+    sum over pinned limbs  W^2 max(0, |anchor - target| - reach)^2 / h^2           a limb must reach
+    + over pinned feet     LEG^2 max(0, CROUCH * leg - (anchor - target)_z)^2 / h^2  a knee folds only so far
+    + MOVE * |t|^2 / h^2 + BEND * b^2                                          move as little as that allows
+
+(h the rig's height; the prior gave the root's heading, roll and twist), by damped Gauss-Newton with a trust
+region from where the prior put the root: where every limb reaches, nothing moves and the prior stands; as a target
+leaves reach the hips follow it continuously, so a dragged hand moves the body smoothly. The spine's own bend and the
+limbs' landing stay the refinement's (refine.py). The anchors come from the mean pose, or better from a first solve of
+the network (free_targets.FreeTargets.step: where its spine put the shoulders). Pure NumPy; no bpy.
+"""
+
+import numpy as np
+
+from ..geometry import kinematics
+from ..geometry.rotations import axis_angle_to_matrix
+from ..skeleton.roles import ROLE_INDEX
+
+REACH = 0.97          # a limb reaches this share of its length (a straight limb has no room left to land)
+CROUCH = 0.45         # a hip joint stays at least this share of the leg's length from its foot's target
+MOVE = 1.0            # cost of moving the root by the rig's height
+BEND = 0.1            # cost of a radian of forward / backward bend of the root
+LEG, ARM = 30.0, 10.0     # weight of a leg's / an arm's or the head's excess against the costs of moving
+SLACK = 0.25          # share of the spine's length the spine adds to the arms' and the head's reach (it bends;
+                      # the anchors are where the mean pose holds them, the legs' are fixed in the hips) ...
+POSED_SLACK = 0.05    # ... and with the anchors where a solve of the network put them
+ITERATIONS = 20
+MAX_MOVE = 0.05       # the largest move of one step, in rig heights
+MAX_BEND = 0.15       # the largest bend of one step, radians
+FORWARD, BACKWARD = 1.6, 0.4      # radians: how far the root bends forward and back at most
+_UP = np.array([0.0, 0.0, 1.0])
+DAMPING = 1e-4
+# (target slot in the six targets, anchor role, the roles whose bone lengths make the reach)
+LIMBS = ((1, "LeftArm", ("LeftArm", "LeftForeArm", "LeftHand")),
+         (2, "RightArm", ("RightArm", "RightForeArm", "RightHand")),
+         (3, "LeftThigh", ("LeftThigh", "LeftShin", "LeftFoot")),
+         (4, "RightThigh", ("RightThigh", "RightShin", "RightFoot")),
+         (5, "Spine", ("Spine", "Spine1", "Spine2", "NeckLower", "NeckUpper", "Head")))
+FEET = (2, 3)         # rows of LIMBS that are legs
+
+
+class HipsReach:
+    """The hips stage of one rig: its limbs' anchors in the hips' frame and their reaches."""
+
+    def __init__(self, anchors, reaches, carried, lateral, height):
+        self.anchors = anchors        # (5, 3) in the hips' frame (the root target's)
+        self.reaches = reaches        # (5,) REACH of each limb's length
+        self.carried = carried        # (5,) the spine's length for the arms and the head (it bends them further), 0
+        self.lateral = lateral        # (3,) the body's left-right axis in the hips' frame
+        self.height = height
+
+    @classmethod
+    def for_model(cls, model):
+        skeleton = model.skeleton
+        pose = kinematics.forward(skeleton, np.asarray(model.mean_pose, np.float64)[None], np.eye(3)[None],
+                                  np.zeros((1, 3)))
+        positions = pose.positions[0]
+        mask = skeleton.role_mask
+        anchors, reaches = np.zeros((len(LIMBS), 3)), np.zeros(len(LIMBS))
+        for row, (_slot, anchor, chain) in enumerate(LIMBS):
+            anchors[row] = positions[ROLE_INDEX[anchor]]
+            mapped = [positions[ROLE_INDEX[r]] for r in chain if mask[ROLE_INDEX[r]]]
+            reaches[row] = float(sum(np.linalg.norm(b - a) for a, b in zip(mapped[:-1], mapped[1:])))
+        spine = np.linalg.norm(positions[ROLE_INDEX["Hips"]] - positions[ROLE_INDEX["LeftArm"]])
+        carried = np.zeros(len(LIMBS))
+        carried[[0, 1, 4]] = spine                 # the arms and the head ride on the spine
+        lateral = anchors[2] - anchors[3]
+        lateral /= max(np.linalg.norm(lateral), 1e-9)
+        return cls(anchors, REACH * reaches, carried, lateral, float(skeleton.height))
+
+    def anchors_of(self, positions, root):
+        """(K, 5, 3) the anchors in the root's frame where joint positions (K, 23, 3) put them."""
+        roles = [ROLE_INDEX[anchor] for _slot, anchor, _chain in LIMBS]
+        offset = np.asarray(positions, np.float64)[:, roles] - root[:, None, :3, 3]
+        return np.einsum("kba,kmb->kma", root[:, :3, :3], offset)
+
+    def place(self, targets, pinned, start=None, anchors=None):
+        """(K, 4, 4) root transforms moved so the pinned limbs reach (see the module docstring). targets (K, 6, 4, 4)
+        with the root as the prior placed it; pinned (6,) bool; start: (K, 4) (move, bend) to start from (last tick's), or
+        None; anchors: (K, 5, 3) the anchors in the root's frame as a pose puts them (the network's: its spine bent),
+        else the mean pose's. Also returns the (K, 4) solution, for the next call's start."""
+        targets = np.asarray(targets, np.float64)
+        k = len(targets)
+        rows = [row for row, (slot, _a, _c) in enumerate(LIMBS) if pinned[slot]]
+        root = targets[:, 0]
+        u = np.zeros((k, 4)) if start is None else np.array(start, np.float64)
+        if not rows:
+            return root.copy(), u
+        slots = [LIMBS[row][0] for row in rows]
+        goal = targets[:, slots][..., :3, 3]                    # (K, m, 3)
+        slack = SLACK if anchors is None else POSED_SLACK
+        reach = self.reaches[rows] + slack * self.carried[rows]
+        feet = np.array([row in FEET for row in rows])
+        weight = np.where(feet, LEG, ARM) / self.height
+        h = self.height
+        # the turn is a bend about the body's left-right axis (on the ground), through the root's position
+        side = root[:, :3, :3] @ self.lateral
+        side[:, 2] = 0.0
+        side /= np.maximum(np.linalg.norm(side, axis=-1, keepdims=True), 1e-9)
+        local = self.anchors[None, rows] if anchors is None else np.asarray(anchors, np.float64)[:, rows]
+        arm0 = np.einsum("kab,kmb->kma", root[:, :3, :3], np.broadcast_to(local, (k, len(rows), 3)))   # unbent
+        move_weight, bend_weight = np.sqrt(MOVE) / h, np.sqrt(BEND)
+        regularise = np.zeros((k, 4, 4))
+        regularise[:, :3, :3] = np.eye(3) * move_weight
+        regularise[:, 3, 3] = bend_weight
+        for _ in range(ITERATIONS):
+            turn = axis_angle_to_matrix(side * u[:, 3:4])
+            arm = np.einsum("kab,kmb->kma", turn, arm0)
+            offset = root[:, None, :3, 3] + u[:, None, :3] + arm - goal
+            distance = np.linalg.norm(offset, axis=-1)
+            n = offset / np.maximum(distance, 1e-9)[..., None]
+            over = np.maximum(distance - reach, 0.0)
+            under = np.where(feet, np.maximum(CROUCH / REACH * reach - offset[..., 2], 0.0), 0.0)
+            r = np.concatenate([(over + under) * weight, u[:, :3] * move_weight, u[:, 3:] * bend_weight], axis=1)
+            # per limb: d distance / d t = n, d distance / d bend = (side x arm) . n; a crouch: d height = z, (side x
+            # arm)_z; signed as the residual grows
+            turning = np.cross(side[:, None], arm)
+            grad = np.where((under > 0)[..., None],
+                            -np.concatenate([np.broadcast_to(_UP, n.shape), turning[..., 2:]], axis=-1),
+                            np.concatenate([n, (turning * n).sum(-1, keepdims=True)], axis=-1) * (over > 0)[..., None])
+            J = np.concatenate([grad * weight[:, None], regularise], axis=1)
+            Jt = np.swapaxes(J, 1, 2)
+            step = np.linalg.solve(Jt @ J + DAMPING * np.eye(4), Jt @ r[..., None])[..., 0]
+            # a trust region: the hinges change where they bite, so long steps overshoot
+            scale = np.minimum(1.0, np.minimum(MAX_MOVE * h / np.maximum(np.linalg.norm(step[:, :3], axis=-1), 1e-12),
+                                               MAX_BEND / np.maximum(np.abs(step[:, 3]), 1e-12)))
+            u -= step * scale[:, None]
+            u[:, 3] = np.clip(u[:, 3], -BACKWARD, FORWARD)
+            if np.abs(step).max() < 1e-7:
+                break
+        out = root.copy()
+        side = root[:, :3, :3] @ self.lateral
+        side[:, 2] = 0.0
+        side /= np.maximum(np.linalg.norm(side, axis=-1, keepdims=True), 1e-9)
+        out[:, :3, :3] = axis_angle_to_matrix(side * u[:, 3:4]) @ root[:, :3, :3]
+        out[:, :3, 3] = root[:, :3, 3] + u[:, :3]
+        return out, u
+

@@ -1,0 +1,226 @@
+"""The target prior: where the free targets go, given the pinned ones.
+
+A user pins what they care about (a hand on a door handle, the feet on the ground) and leaves the rest *free*. The
+prior is a small tanh MLP, learned from the same motion as the IK network and in the same Train run, that places the
+free targets from the pinned ones; the IK network then solves the six targets as it always does.
+
+    targets (N, 6, 4, 4) character space (root, LeftHand, RightHand, LeftFoot, RightFoot, Head: the solver's order)
+    free (N, 6) bool (never all six)
+    -> a frame on the ground: its origin under the pinned targets' mean, its heading the weighted mean of what each
+       pinned target says about the body's heading (its rotation times the inverse of its mean rotation in the root
+       frame: the FeatureSpec references the IK inputs already use)
+    -> inputs (N, 60): per target its position / rig height and the first two columns of its rotation (6D), in that
+       frame, zero where free; then the free mask
+    -> MLP -> (N, 54): every target's position / height and 6D rotation in the frame
+    -> the free targets take theirs (Gram-Schmidt makes the 6D a rotation); the pinned ones stay as given.
+
+Everything is relative to the pinned targets, so the prior holds wherever the character stands and whichever way it
+faces. It is trained on the recorded frames (mirror images included, limb mixes left out: their hands come from
+other frames) with the free sets a user picks most often drawn more often (MASK_PATTERNS). Pure NumPy; no bpy.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX
+from . import network
+
+TARGETS = ("root", "left_hand", "right_hand", "left_foot", "right_foot", "head")
+NUM_TARGETS = len(TARGETS)
+TARGET_ROLES = (ROLE_INDEX["Hips"], *EFFECTOR_ROLES)
+PER_TARGET = 9                                   # position (3) + 6D rotation (6)
+NUM_PRIOR_INPUTS = NUM_TARGETS * PER_TARGET + NUM_TARGETS
+NUM_PRIOR_OUTPUTS = NUM_TARGETS * PER_TARGET
+DEFAULT_PRIOR_HIDDEN = (192, 192)
+HEADING_WEIGHTS = np.array([4.0, 0.5, 0.5, 2.0, 2.0, 1.0])    # how much each pinned target says about the heading
+ROTATION_WEIGHT = 0.2                            # loss weight of a 6D rotation entry against a position entry
+# Free sets drawn in training: (free targets, share of the draws); the rest are random subsets.
+MASK_PATTERNS = (
+    (("root", "head"), 0.30),                    # hands and feet pinned
+    (("root", "left_foot", "right_foot"), 0.20),  # head and hands pinned: the VR three-point case
+    (("root",), 0.12),
+    (("head",), 0.04),
+    (("root", "head", "left_hand"), 0.04),
+    (("root", "head", "right_hand"), 0.04),
+)
+_UP = np.array([0.0, 0.0, 1.0])
+
+
+def free_mask(names):
+    """(6,) bool from target names (TARGETS); ValueError on an unknown name or when all six are free."""
+    mask = np.zeros(NUM_TARGETS, bool)
+    for name in names:
+        if name not in TARGETS:
+            raise ValueError(f"unknown target {name!r} (targets: {', '.join(TARGETS)})")
+        mask[TARGETS.index(name)] = True
+    if mask.all():
+        raise ValueError("all six targets are free: pin at least one")
+    return mask
+
+
+def references_of(feature_spec):
+    """(6, 3, 3) each target's mean rotation in the root frame (hips, then the effectors), from a FeatureSpec."""
+    return np.concatenate([np.asarray(feature_spec.hips_reference, np.float64)[None],
+                           np.asarray(feature_spec.effector_reference, np.float64)])
+
+
+def ground_frames(targets, free, references):
+    """(origin (N, 3) on z = 0, rotation (N, 3, 3) z up) of the frame the prior works in: under the pinned targets'
+    mean position, facing the weighted mean of the headings their rotations give."""
+    pinned = ~np.broadcast_to(free, targets.shape[:2])
+    positions = targets[:, :, :3, 3]
+    counts = pinned.sum(axis=1, keepdims=True)
+    origin = (positions * pinned[..., None]).sum(axis=1) / np.maximum(counts, 1)
+    origin[:, 2] = 0.0
+    # each target's estimate of the root frame: R_k @ reference_k^T; its x axis on the ground votes
+    estimates = targets[:, :, :3, :3] @ np.swapaxes(references, -1, -2)[None]
+    votes = estimates[:, :, :, 0].copy()
+    votes[..., 2] = 0.0
+    weights = HEADING_WEIGHTS[None] * pinned
+    x = (votes * weights[..., None]).sum(axis=1)
+    length = np.linalg.norm(x, axis=-1, keepdims=True)
+    x = np.where(length > 1e-9, x / np.maximum(length, 1e-12), np.array([1.0, 0.0, 0.0]))
+    z = np.broadcast_to(_UP, x.shape)
+    return origin, np.stack([x, np.cross(z, x), z], axis=-1)
+
+
+def prior_inputs(targets, free, references, height):
+    """(N, 60) float32 inputs and the frames (origin, rotation) they are in; see the module docstring."""
+    targets = np.asarray(targets, np.float64)
+    free = np.broadcast_to(np.asarray(free, bool), targets.shape[:2])
+    origin, R = ground_frames(targets, free, references)
+    Rt = np.swapaxes(R, -1, -2)
+    n = len(targets)
+    local_positions = np.einsum("nab,nkb->nka", Rt, targets[:, :, :3, 3] - origin[:, None]) / height
+    local_rotations = Rt[:, None] @ targets[:, :, :3, :3]
+    per = np.concatenate([local_positions, local_rotations[:, :, :, 0], local_rotations[:, :, :, 1]], axis=-1)
+    per = per * ~free[..., None]
+    x = np.concatenate([per.reshape(n, NUM_PRIOR_OUTPUTS), free.astype(np.float64)], axis=1)
+    return x.astype(np.float32), (origin, R)
+
+
+def target_outputs(targets, frames, height):
+    """(N, 54) every target's position / height and 6D rotation in the given frames: the prior's training target."""
+    origin, R = frames
+    Rt = np.swapaxes(R, -1, -2)
+    n = len(targets)
+    positions = np.einsum("nab,nkb->nka", Rt, np.asarray(targets)[:, :, :3, 3] - origin[:, None]) / height
+    rotations = Rt[:, None] @ np.asarray(targets)[:, :, :3, :3]
+    per = np.concatenate([positions, rotations[:, :, :, 0], rotations[:, :, :, 1]], axis=-1)
+    return per.reshape(n, NUM_PRIOR_OUTPUTS).astype(np.float32)
+
+
+def rotations_from_6d(a, b):
+    """(..., 3, 3) rotations from two (..., 3) columns by Gram-Schmidt (the first column keeps its direction)."""
+    x = a / np.maximum(np.linalg.norm(a, axis=-1, keepdims=True), 1e-9)
+    b = b - (b * x).sum(axis=-1, keepdims=True) * x
+    y = b / np.maximum(np.linalg.norm(b, axis=-1, keepdims=True), 1e-9)
+    return np.stack([x, y, np.cross(x, y)], axis=-1)
+
+
+@dataclass
+class TargetPrior:
+    """A trained prior for one rig: the MLP's weights (network.py's list), the rig height its positions are divided
+    by, and the six targets' reference rotations (the IK model's FeatureSpec, so both read the body the same way)."""
+    weights: list
+    height: float
+    references: np.ndarray                        # (6, 3, 3)
+    meta: dict = field(default_factory=dict)      # training facts (validation errors per free set)
+
+    @property
+    def layer_sizes(self):
+        return [self.weights[0].shape[0]] + [w.shape[1] for w in self.weights[0::2]]
+
+    def predict(self, x):
+        """(N, 60) -> (N, 54)."""
+        out, _cache = network.forward(self.weights, np.asarray(x, np.float32))
+        return out
+
+    def complete(self, targets, free):
+        """(N, 6, 4, 4) targets with the free ones placed by the prior (a copy; the pinned ones unchanged). free:
+        (6,) or (N, 6) bool."""
+        targets = np.array(targets, np.float64)
+        free = np.broadcast_to(np.asarray(free, bool), targets.shape[:2])
+        if not free.any():
+            return targets
+        x, (origin, R) = prior_inputs(targets, free, self.references, self.height)
+        out = self.predict(x).astype(np.float64).reshape(len(targets), NUM_TARGETS, PER_TARGET)
+        positions = origin[:, None] + np.einsum("nab,nkb->nka", R, out[..., :3] * self.height)
+        rotations = R[:, None] @ rotations_from_6d(out[..., 3:6], out[..., 6:9])
+        rows, slots = np.nonzero(free)
+        targets[rows, slots, :3, :3] = rotations[rows, slots]
+        targets[rows, slots, :3, 3] = positions[rows, slots]
+        return targets
+
+
+def draw_free_sets(rng, n):
+    """(n, 6) bool free sets for training: MASK_PATTERNS at their shares, the rest random non-empty, never-all
+    subsets."""
+    free = rng.random((n, NUM_TARGETS)) < 0.5
+    pick = rng.random(n)
+    start = 0.0
+    for names, share in MASK_PATTERNS:
+        rows = (pick >= start) & (pick < start + share)
+        free[rows] = free_mask(names)
+        start += share
+    empty, full = ~free.any(axis=1), free.all(axis=1)
+    free[empty, rng.integers(0, NUM_TARGETS, int(empty.sum()))] = True
+    free[full, rng.integers(0, NUM_TARGETS, int(full.sum()))] = False
+    return free
+
+
+def targets_of_rows(positions, global_rotations):
+    """(N, 6, 4, 4) the six targets of dataset rows: the hips' and effectors' character-space transforms."""
+    n = len(positions)
+    targets = np.broadcast_to(np.eye(4), (n, NUM_TARGETS, 4, 4)).copy()
+    targets[:, :, :3, :3] = np.asarray(global_rotations, np.float64)[:, list(TARGET_ROLES)]
+    targets[:, :, :3, 3] = np.asarray(positions, np.float64)[:, list(TARGET_ROLES)]
+    return targets
+
+
+class PriorTraining:
+    """Trains a TargetPrior beside the IK network: one Adam step per IK step, on the same rows' targets with freshly
+    drawn free sets. `validate` gives the mean miss (cm, for units in metres) of the free targets per main case."""
+
+    def __init__(self, references, height, seed=0, hidden=DEFAULT_PRIOR_HIDDEN, learning_rate=2e-3, start=None):
+        self.rng = np.random.default_rng(seed + 7919)
+        self.references = np.asarray(references, np.float64)
+        self.height = float(height)
+        sizes = [NUM_PRIOR_INPUTS, *hidden, NUM_PRIOR_OUTPUTS]
+        if start is not None and start.layer_sizes == sizes:
+            self.weights = [np.array(w, np.float32) for w in start.weights]
+        else:
+            self.weights = network.xavier_init(sizes, self.rng)
+        self.optimizer = network.Adam(self.weights, lr=learning_rate)
+        column = np.tile([1.0, 1.0, 1.0] + [ROTATION_WEIGHT] * 6, NUM_TARGETS).astype(np.float32)
+        self.loss_weights = column
+
+    def step(self, targets, lr):
+        """One Adam step on (B, 6, 4, 4) targets; returns the weighted mean squared error of the free entries."""
+        free = draw_free_sets(self.rng, len(targets))
+        x, frames = prior_inputs(targets, free, self.references, self.height)
+        want = target_outputs(targets, frames, self.height)
+        out, cache = network.forward(self.weights, x)
+        on = (np.repeat(free, PER_TARGET, axis=1) * self.loss_weights[None]).astype(np.float32)
+        diff = (out - want) * on
+        count = max(float(on.astype(bool).sum()), 1.0)
+        grads = network.backward(self.weights, cache, 2.0 * diff / count)
+        network.clip_by_global_norm(grads, 5.0)
+        self.optimizer.step(self.weights, grads, lr)
+        return float((diff * (out - want)).sum() / count)
+
+    def prior(self, meta=None):
+        return TargetPrior([w.copy() for w in self.weights], self.height, self.references.copy(), dict(meta or {}))
+
+    def validate(self, targets, units_to_cm=100.0):
+        """{"<free set>_cm": mean position miss of its free targets} for MASK_PATTERNS' first two sets, on (N, 6, 4,
+        4) validation targets."""
+        prior = self.prior()
+        metrics = {}
+        for names, _share in MASK_PATTERNS[:2]:
+            mask = free_mask(names)
+            placed = prior.complete(targets, mask)
+            miss = np.linalg.norm(placed[:, mask, :3, 3] - targets[:, mask, :3, 3], axis=-1)
+            metrics[f"prior_{'_'.join(names)}_cm"] = float(miss.mean() * units_to_cm)
+        return metrics

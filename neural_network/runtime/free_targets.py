@@ -1,0 +1,91 @@
+"""Free targets: the ones a user leaves to the model, filled in before the solve.
+
+    targets (K, 6, 4, 4), the free ones whatever they were
+    -> the model's target prior (model/prior.py) places every free target from the pinned ones
+    -> with the root free, the hips stage (ik/hips_reach.py) moves the root so every pinned limb reaches, and the
+       free effectors ride along with it
+    -> the solver as always; a free effector then lands where the network puts it (Solver.step's `follow`): only
+       the pinned ones are made exact, so a hand pinned to the floor bends the spine without a free head pulling it
+       back up.
+
+`FreeTargets` holds the free set and, for a sequence of ticks or frames, the hips stage's last solution (it starts
+from there, so a dragged target moves the body continuously and cheaply). Pure NumPy; no bpy.
+"""
+
+import numpy as np
+
+from ..geometry import kinematics
+from ..geometry.quaternion_math import quaternions_to_matrices
+from ..ik.hips_reach import HipsReach
+from ..model.prior import TARGETS, free_mask
+
+FREE_LABELS = tuple(name.replace("_", " ") for name in TARGETS)
+
+
+class NoPrior(ValueError):
+    """The model has no target prior (trained before free targets existed)."""
+
+
+class FreeTargets:
+    """The free set of K characters that share a model (one set for all), and the stage state between calls."""
+
+    def __init__(self, model, free):
+        free = np.asarray(free, bool)
+        if free.shape != (len(TARGETS),):
+            free = free_mask(free)              # names
+        if free.all():
+            raise ValueError("all six targets are free: pin at least one")
+        if free.any() and model.prior is None:
+            raise NoPrior("this model has no target prior (it was trained before free targets existed): train it "
+                          "again to leave targets free")
+        self.free = free
+        self.prior = model.prior
+        self.follow = free[1:].copy()          # effectors the network places (Solver.step's follow)
+        self.hips = HipsReach.for_model(model) if free[0] else None
+        self.last = None                         # the hips stage's last (K, 6) solution
+
+    @property
+    def any(self):
+        return bool(self.free.any())
+
+    def names(self):
+        return [label for label, f in zip(FREE_LABELS, self.free) if f]
+
+    def fill(self, targets, sequence=False, anchors=None):
+        """(K, 6, 4, 4) targets with the free ones placed (a copy). sequence: the K rows are frames of one character
+        in order (Bake): the hips stage then starts each frame from the one before. anchors: (K, 5, 3) the limbs'
+        anchors in the root's frame as a solve put them (HipsReach.anchors_of), else the mean pose's."""
+        if not self.any:
+            return np.array(targets, np.float64)
+        out = self.prior.complete(targets, self.free)
+        if self.hips is None:
+            return out
+        before = out[:, 0].copy()
+        if sequence:
+            u = None
+            for i in range(len(out)):
+                out[i:i + 1, 0], u = self.hips.place(out[i:i + 1], ~self.free, u,
+                                                     None if anchors is None else anchors[i:i + 1])
+        else:
+            start = self.last if self.last is not None and len(self.last) == len(out) else None
+            out[:, 0], self.last = self.hips.place(out, ~self.free, start, anchors)
+        moved = out[:, 0] @ np.linalg.inv(before)                 # the root's change, applied to the free effectors
+        riding = np.nonzero(self.free[1:])[0] + 1
+        if len(riding):
+            out[:, riding] = moved[:, None] @ out[:, riding]
+        return out
+
+    def step(self, solver, targets, refine_iterations, sequence=False, **settings):
+        """solver.step on `targets` with the free ones filled in: with the root free, a first pass of the network
+        (no refinement) shows where its spine puts the shoulders, and the hips stage works from those; then the
+        solve, the free effectors following the network (Solver.step's follow). settings: solver.step's others
+        (ground, desired_contact, task, phase, dt, contact, measure_errors). Returns the filled targets."""
+        filled = self.fill(targets, sequence)
+        if self.hips is not None:
+            solver.step(filled, **{**settings, "measure_errors": False}, refine_iterations=0)
+            local = quaternions_to_matrices(solver.q)
+            pose = kinematics.forward(solver.skeleton, local, filled[:, 0, :3, :3], filled[:, 0, :3, 3])
+            settings = {**settings, "contact": solver.settings[:, 2:4].copy(), "task": None}
+            filled = self.fill(targets, sequence, self.hips.anchors_of(pose.positions, filled[:, 0]))
+        solver.step(filled, refine_iterations=refine_iterations, follow=self.follow, **settings)
+        return filled

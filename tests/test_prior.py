@@ -1,0 +1,142 @@
+"""Free targets without Blender: the target prior (model/prior.py) learns where free targets go, is relative to the
+pinned ones, round-trips in checkpoints; the hips stage (ik/hips_reach.py) moves a free root only as far as the
+pinned limbs need; a free effector lands where the network puts it (Solver.step's follow)."""
+
+import numpy as np
+import pytest
+from synthetic import synthetic_dataset
+
+from neural_ik.neural_network.data.files import FileRefused
+from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix
+from neural_ik.neural_network.ik.hips_reach import CROUCH, LIMBS, REACH, SLACK, HipsReach
+from neural_ik.neural_network.model import checkpoint, prior, trainer
+from neural_ik.neural_network.runtime.free_targets import FreeTargets, NoPrior
+from neural_ik.neural_network.runtime.solver import Solver
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    data = synthetic_dataset(frames_per_action=150, actions=6, seed=3)
+    tr = trainer.Trainer(data, trainer.TrainConfig(epochs=40, batch_size=128, patience=0, limb_mix=0.0),
+                         tmp_path_factory.mktemp("prior"))
+    result = tr.run()
+    return tr, result
+
+
+def _yaw(angle, shift):
+    T = np.eye(4)
+    T[:3, :3] = axis_angle_to_matrix(np.array([0.0, 0.0, angle]))
+    T[:3, 3] = shift
+    return T
+
+
+def test_free_mask_refuses_all_six_and_unknown_names():
+    assert prior.free_mask(["root", "head"]).tolist() == [True, False, False, False, False, True]
+    with pytest.raises(ValueError, match="pin at least one"):
+        prior.free_mask(prior.TARGETS)
+    with pytest.raises(ValueError, match="unknown target"):
+        prior.free_mask(["tail"])
+
+
+def test_the_prior_learns_where_the_hips_go_better_than_a_body_upright_over_the_feet(trained):
+    tr, result = trained
+    model = result.model
+    assert model.prior is not None
+    # the frames it trained on (six synthetic clips are too few to place the hips of an unseen one)
+    targets = prior.targets_of_rows(tr.train.positions[:tr.recorded_rows], tr.train.global_rotations[:tr.recorded_rows])
+    free = prior.free_mask(["root", "head"])
+    placed = model.prior.complete(targets, free)
+    np.testing.assert_array_equal(placed[:, ~free], targets[:, ~free])        # the pinned ones untouched
+    learned = np.linalg.norm(placed[:, 0, :3, 3] - targets[:, 0, :3, 3], axis=-1).mean()
+    # the baseline: the hips above the feet's midpoint at the training frames' mean height
+    upright = targets[:, 3:5, :3, 3].mean(axis=1)
+    upright[:, 2] = tr.train.positions[:, 0, 2].mean()
+    baseline = np.linalg.norm(upright - targets[:, 0, :3, 3], axis=-1).mean()
+    assert learned < 0.5 * baseline, (learned, baseline)
+    R = placed[:, [0, 5], :3, :3]
+    np.testing.assert_allclose(R @ np.swapaxes(R, -1, -2), np.broadcast_to(np.eye(3), R.shape), atol=1e-6)
+    on_validation = model.prior.complete(tr.val_targets, free)
+    miss = np.linalg.norm(on_validation[:, free, :3, 3] - tr.val_targets[:, free, :3, 3], axis=-1).mean()
+    assert result.metrics["prior_root_head_cm"] == pytest.approx(100 * miss, rel=1e-3)    # reported per epoch
+
+
+def test_the_prior_moves_and_turns_with_the_pinned_targets(trained):
+    model = trained[1].model
+    targets = trained[0].val_targets[::40]
+    free = prior.free_mask(["root", "head"])
+    T = _yaw(1.1, [2.0, -3.0, 0.0])
+    moved = model.prior.complete(T[None, None] @ targets, free)
+    np.testing.assert_allclose(moved, T[None, None] @ model.prior.complete(targets, free), atol=1e-4)
+
+
+def test_checkpoints_keep_the_prior_and_refuse_a_broken_one(trained, tmp_path):
+    model = trained[1].model
+    path = str(tmp_path / "m.npz")
+    checkpoint.save_model(path, model)
+    loaded = checkpoint.load_model(path)
+    targets = trained[0].val_targets[:20]
+    free = prior.free_mask(["root", "left_foot", "right_foot"])
+    np.testing.assert_allclose(loaded.prior.complete(targets, free), model.prior.complete(targets, free), atol=1e-6)
+    arrays = dict(np.load(path, allow_pickle=False))
+    arrays["prior_W1"] = arrays["prior_W1"] * np.nan
+    np.savez(str(tmp_path / "bad.npz"), **arrays)
+    with pytest.raises(FileRefused, match="target prior's layer 1 holds NaN"):
+        checkpoint.load_model(str(tmp_path / "bad.npz"))
+    old = trained[1].model
+    old_style = type(old)(**{**old.__dict__, "prior": None})
+    with pytest.raises(NoPrior, match="train it again"):
+        FreeTargets(old_style, prior.free_mask(["root"]))
+
+
+def _standing(stage, height):
+    """(1, 6, 4, 4) targets of a body standing straight: the root at `height`, each foot and hand below its anchor
+    at 0.9 of the limb's reach."""
+    targets = np.broadcast_to(np.eye(4), (1, 6, 4, 4)).copy()
+    targets[0, 0, :3, 3] = [0.0, 0.0, height]
+    for row, (slot, _anchor, _chain) in enumerate(LIMBS[:4]):
+        targets[0, slot, :3, 3] = targets[0, 0, :3, 3] + stage.anchors[row] - [0.0, 0.0, 0.9 * stage.reaches[row]]
+    return targets
+
+
+def test_hips_stage_leaves_a_reachable_root_and_brings_the_hips_down_to_a_hand_on_the_floor(trained):
+    stage = HipsReach.for_model(trained[1].model)
+    targets = _standing(stage, 1.0)
+    pinned = ~prior.free_mask(["root", "head"])
+    root, _u = stage.place(targets, pinned)
+    np.testing.assert_allclose(root, targets[:, 0], atol=1e-12)     # every limb reaches: nothing moves
+    # a right hand on the floor (where the feet stand) half a metre in front: the root comes down and bends forward
+    # until the arm reaches
+    floor = targets.copy()
+    forward = np.cross(stage.lateral, [0.0, 0.0, 1.0])              # left x up
+    floor[0, 2, :3, 3] = 0.5 * forward / np.linalg.norm(forward)
+    floor[0, 2, 2, 3] = targets[0, 3, 2, 3]
+    moved, u = stage.place(floor, pinned)
+    assert moved[0, 2, 3] < floor[0, 0, 2, 3] - 0.05 and u[0, 3] > 0.3        # down, and bent forward
+    shoulder = moved[0, :3, 3] + moved[0, :3, :3] @ stage.anchors[1]
+    assert np.linalg.norm(shoulder - floor[0, 2, :3, 3]) <= stage.reaches[1] + SLACK * stage.carried[1] + 0.01
+    for row in (2, 3):                        # the legs still reach their feet, and fold no further than allowed
+        hip = moved[0, :3, 3] + moved[0, :3, :3] @ stage.anchors[row]
+        foot = floor[0, LIMBS[row][0], :3, 3]
+        assert np.linalg.norm(hip - foot) <= stage.reaches[row] + 0.01
+        assert hip[2] - foot[2] >= CROUCH / REACH * stage.reaches[row] - 0.01
+    # the goal moved a little moves the root a little (a dragged hand moves the body continuously)
+    nudged = floor.copy()
+    nudged[0, 2, :3, 3] += 0.005 * forward / np.linalg.norm(forward)
+    again, _u = stage.place(nudged, pinned, u)
+    assert np.abs(again[0, :3, 3] - moved[0, :3, 3]).max() < 0.02
+
+
+def test_a_free_effector_lands_where_the_network_puts_it_and_the_pinned_ones_exactly(trained):
+    model = trained[1].model
+    targets = trained[0].val_targets[::30]
+    free = FreeTargets(model, prior.free_mask(["root", "head"]))
+    solver = Solver(model, None, characters=len(targets), engine="numpy")
+    filled = free.step(solver, targets, 3)
+    np.testing.assert_array_equal(filled[:, 1:5], targets[:, 1:5])          # the pinned ones as given
+    assert np.nanmax(solver.errors[:, :4]) < 1e-3                            # ... and they land
+    network = Solver(model, None, characters=len(targets), engine="numpy").solve(filled, refine_iterations=0)
+    # the free head was not pulled anywhere: it is where the network's pose carries it (to the refinement's change)
+    head_net = solver.refiner.chain_forward(network.quaternions, filled[:, 0])[:, solver.effector_slots[4], :3, 3]
+    head = solver.refiner.chain_forward(solver.q, filled[:, 0])[:, solver.effector_slots[4], :3, 3]
+    assert np.linalg.norm(head - head_net, axis=-1).mean() < 0.03
+    assert solver.errors[:, 4].max() < 1e-6                                  # its target is where it went

@@ -1,18 +1,25 @@
-"""Reach sweep: a new user's first drag of a hand target on the demo rig, measured from Blender's evaluated pose.
+"""Reach sweep: a new user's first drags of a hand target on the demo rig, measured from Blender's evaluated pose.
 
     .venv/bin/python benchmarks/reach_sweep.py [--model weights/demo.npz] [--hand right|left|both] [--steps 600]
-                                               [--step-cm 0.65] [--refine 2] [--json out.json]
+                                               [--step-cm 0.65] [--paths default|varied|all] [--seeds 3]
+                                               [--varied-steps 0] [--refine 2] [--json out.json]
 
 What it does, as a user would: Create Demo Rig (the shipped model, or --model loaded onto it), the first frame of
-`idle_stand_01`, Create Targets, then Run IK while the hand target moves along `report.reach_sweep.sweep_path`
-(front, across the body, overhead, side, behind and low, at 0.6-1.05 of the arm's length from the shoulder, in the
-body's own axes: idle_stand_01 faces its own heading, not -Y; the left hand on the mirrored path), the other five
-targets left where Create Targets put them. Each step is one real live tick: the Run IK operator's own modal code
-(operators/live.py LiveRunner, driven with a TIMER event as the live tests drive it, since timers never fire in the
-bpy module), then `view_layer.update()` (what Blender does after the timer event) and the pose read back from
-Blender's evaluated pose bones.
+`idle_stand_01`, Create Targets, then Run IK while the hand target moves along each path, the other five targets left
+where Create Targets put them. The paths (report/reach_sweep.py), each in the body's own axes (idle_stand_01 faces its
+own heading, not -Y; the left hand's path is the right's mirror image):
+- default: `sweep_path`, one loop (front, across the body, overhead, side, behind and low, at 0.6-1.05 of the arm's
+  length from the shoulder), --steps of --step-cm, the hand's rotation held;
+- varied (issue 33): `issue_plan`'s path (round the shoulder twice for the right hand, three times for the left, the
+  elevation rising from -80 to +60 degrees, 0.55-1.05 arm lengths, the rotation held), then `varied_plan(seed)`'s for
+  seeds 0 to --seeds - 1 (their own laps, back and forth or round, elevations, distances, speeds, and a hand held or
+  slowly turning: the target empty turns with it). Each whole (or its first --varied-steps steps), after a straight
+  drag from the hand to its start. No training clip is made from these paths (see report/reach_sweep.py).
+Each step is one real live tick: the Run IK operator's own modal code (operators/live.py LiveRunner, driven with a
+TIMER event as the live tests drive it, since timers never fire in the bpy module), then `view_layer.update()` (what
+Blender does after the timer event) and the pose read back from Blender's evaluated pose bones.
 
-Rows, per hand:
+Rows, per path and hand:
 - refined (refinement --refine, default 2): the hand's miss (wrist to target: mean, p95, max over every step, and the
   worst where the target is within 98 % of the arm's length from the shoulder), the largest per-step rotation of
   any mapped bone (the angle between its armature-space orientations one step apart) with the bone, and how many
@@ -21,10 +28,13 @@ Rows, per hand:
 - Blender IK: its IK constraint on the same path (blender_ik.BaselineRig: limb IK on each forearm and shin with
   chain 2, the head chain, Copy Rotation on hands, feet and head, starting each evaluation from the model's mean
   pose; here aimed at the target empties), evaluated by Blender after each move of the target.
-No times: the figures do not depend on the machine.
+A table per path and hand, then one line per path, hand and row; --json writes every figure (`paths`: each path with
+its plan, per hand; `hands`: the default path's, where it was before the varied paths). No times: the figures do not
+depend on the machine.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -49,10 +59,17 @@ def character_to_world(obj, rig, position):
     return np.array(obj.matrix_world) @ np.append(rig.basis.T @ position / rig.scale, 1.0)
 
 
-def move_target(obj, rig, target, position):
-    from mathutils import Vector
+def place_target(obj, rig, target, start, position, turn=None):
+    """Put a target empty at a character-space position, turned by `turn` (3, 3, character space) from its start
+    matrix (a mathutils Matrix: where Create Targets put it); None keeps the start's rotation."""
+    from mathutils import Matrix
 
-    target.location = Vector(character_to_world(obj, rig, position)[:3].tolist())
+    m = np.array(start)
+    if turn is not None:
+        linear = np.array(obj.matrix_world)[:3, :3] @ rig.basis.T       # character space -> world (up to the scale)
+        m[:3, :3] = linear @ turn @ np.linalg.inv(linear) @ m[:3, :3]
+    m[:3, 3] = character_to_world(obj, rig, position)[:3]
+    target.matrix_world = Matrix(m.tolist())
 
 
 def read_pose(obj, rig):
@@ -70,22 +87,38 @@ def arm_of(heads, side):
     return shoulder, wrist, float(np.linalg.norm(elbow - shoulder) + np.linalg.norm(wrist - elbow))
 
 
-def hand_path(heads, rotations, hand, steps, step_length):
-    """The target path (steps, 3) of one hand around its shoulder in the body's own axes (the root frame the network
-    reads: left along the thigh-to-thigh axis, up +Z, forward their cross product; the left hand's path is the right's
-    mirror image), and the shoulder and the arm's length."""
+def body_axes(heads, rotations, hand):
+    """(forward, outward, up) of a hand's side: the root frame the network reads (left along the thigh-to-thigh axis,
+    up +Z, forward their cross product), outward toward the hand's side."""
     from neural_ik.neural_network.data.features import root_frame
-    from neural_ik.neural_network.report.reach_sweep import sweep_path
 
-    shoulder, _wrist, length = arm_of(heads, SIDES[hand][0])
     _origin, root = root_frame(heads[None], rotations[None, 0])
     left, back, up = root[0].T
-    outward = left if hand == "left" else -left
-    return sweep_path(shoulder, length, steps, step_length, forward=-back, outward=outward, up=up), shoulder, length
+    return -back, (left if hand == "left" else -left), up
 
 
-def live_run(bpy, obj, rig, target, path, refine):
-    """Drive Run IK's modal code along the path; returns the evaluated heads (S, 23, 3) and rotations (S, 23, 3, 3)."""
+def hand_paths(heads, rotations, hand, args):
+    """[(name, plan or None, positions (S, 3), turns (S, 3, 3) or None)] of one hand: the paths --paths asks for,
+    around the hand's shoulder in its side's body axes; and the shoulder and the arm's length."""
+    from neural_ik.neural_network.report.reach_sweep import issue_plan, plan_path, sweep_path, varied_plan
+
+    shoulder, wrist, length = arm_of(heads, SIDES[hand][0])
+    forward, outward, up = body_axes(heads, rotations, hand)
+    paths = []
+    if args.paths in ("default", "all"):
+        positions = sweep_path(shoulder, length, args.steps, args.step_cm / 100.0, forward, outward, up)
+        paths.append(("default", None, positions, None))
+    if args.paths in ("varied", "all"):
+        for plan in [issue_plan(hand)] + [varied_plan(seed) for seed in range(args.seeds)]:
+            positions, turns = plan_path(plan, shoulder, length, args.varied_steps or None, forward, outward, up,
+                                         start=wrist)
+            paths.append((plan.name, plan, positions, turns))
+    return paths, shoulder, length
+
+
+def live_run(bpy, obj, rig, target, path, turns, refine):
+    """Drive Run IK's modal code along the path (turning the target by `turns` if given); returns the evaluated heads
+    (S, 23, 3) and rotations (S, 23, 3, 3)."""
     from live_helpers import Event, StandInContext, runner_reporting_to
 
     obj.neural_ik.refine_iterations = refine
@@ -95,9 +128,10 @@ def live_run(bpy, obj, rig, target, path, refine):
     if runner.invoke(context, Event("NONE")) != {"RUNNING_MODAL"}:
         raise SystemExit(f"Run IK did not start: {reports}")
     heads, rotations = [], []
+    start = target.matrix_world.copy()
     try:
-        for position in path:
-            move_target(obj, rig, target, position)
+        for i, position in enumerate(path):
+            place_target(obj, rig, target, start, position, None if turns is None else turns[i])
             bpy.context.view_layer.update()           # the user's drag, evaluated before the next timer event
             runner.last_tick = 0.0                    # the modal keeps to the live rate; every event here is a tick
             if runner.modal(context, Event("TIMER")) != {"RUNNING_MODAL"}:
@@ -108,12 +142,12 @@ def live_run(bpy, obj, rig, target, path, refine):
             rotations.append(r)
     finally:
         runner.modal(context, Event("ESC"))
-        move_target(obj, rig, target, path[0])
+        target.matrix_world = start
         bpy.context.view_layer.update()
     return np.array(heads), np.array(rotations)
 
 
-def blender_ik_run(bpy, obj, rig, model, target_objects, target, path):
+def blender_ik_run(bpy, obj, rig, model, target_objects, target, path, turns):
     """Blender's IK constraint (as the evaluation's baseline, aimed at the target empties) along the path."""
     from neural_ik.blender.workflows.blender_ik import BaselineRig
     from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLES
@@ -125,16 +159,17 @@ def blender_ik_run(bpy, obj, rig, model, target_objects, target, path):
     scene = bpy.context.scene
     baseline = BaselineRig(scene, obj, bone_map, mean_pose, bpy.data.actions[START_ACTION], targets=targets).build()
     heads, rotations = [], []
+    start = target.matrix_world.copy()
     try:
-        for position in path:
-            move_target(obj, rig, target, position)
+        for i, position in enumerate(path):
+            place_target(obj, rig, target, start, position, None if turns is None else turns[i])
             bpy.context.view_layer.update()
             h, r = read_pose(baseline.copy, rig)
             heads.append(h)
             rotations.append(r)
     finally:
         baseline.remove()
-        move_target(obj, rig, target, path[0])
+        target.matrix_world = start
         bpy.context.view_layer.update()
     return np.array(heads), np.array(rotations)
 
@@ -169,13 +204,52 @@ def figures(heads, rotations, path, wrist_role, shoulder, arm_length):
     }
 
 
+def describe(plan):
+    """A plan in a few words, for the table's heading."""
+    turn = "hand held" if not plan.turn else "hand turning up to " + "/".join(f"{a:.0f}" for a, _p in plan.turn) + " deg"
+    laps = f"{plan.laps} lap" + "s" * (plan.laps > 1)
+    if plan.round:
+        way = "outward" if plan.azimuth[1] > plan.azimuth[0] else "across"
+        laps += f" round the shoulder from azimuth {plan.azimuth[0]:.0f}, {way} first"
+    else:
+        laps += f" of azimuth {plan.azimuth[0]:.0f} to {plan.azimuth[1]:.0f} and back"
+    return (f"{laps}, elevation {plan.elevation[0]:.0f} to {plan.elevation[1]:.0f}, reach {plan.reach[0]:.2f}-"
+            f"{plan.reach[1]:.2f}, {turn}")
+
+
+def print_table(rows):
+    """One path's table: a line per row (refined, network alone, Blender IK)."""
+    print(f"{'method':<16} {'miss mean':>9} {'p95':>8} {'max':>8} {'max within':>10} {'>1mm within':>11} "
+          f"{'largest step':>12} {'bone':<14} {'steps >15deg':>12}")
+    for name, row in rows.items():
+        print(f"{name:<16} {row['miss_cm']['mean']:9.3f} {row['miss_cm']['p95']:8.3f} {row['miss_cm']['max']:8.3f} "
+              f"{row['miss_within_cm']['max']:10.3f} {row['steps_missing_1mm_within']:11d} "
+              f"{row['largest_step_deg']:12.1f} {row['largest_step_bone']:<14} {row['steps_over_15_deg']:12d}")
+
+
+def print_overview(report):
+    """One line per path, hand and row: the figures the per-path tables give, side by side."""
+    print(f"\n{'path':<10} {'hand':<6} {'steps':>6} {'method':<16} {'miss mean':>9} {'p95':>8} {'max':>8} "
+          f"{'max within':>10} {'largest step':>12} {'bone':<14} {'>15deg':>6}")
+    for name, path in report["paths"].items():
+        for hand, result in path["hands"].items():
+            for method, row in result["rows"].items():
+                print(f"{name:<10} {hand:<6} {result['steps']:6d} {method:<16} {row['miss_cm']['mean']:9.3f} "
+                      f"{row['miss_cm']['p95']:8.3f} {row['miss_cm']['max']:8.3f} {row['miss_within_cm']['max']:10.3f} "
+                      f"{row['largest_step_deg']:12.1f} {row['largest_step_bone']:<14} {row['steps_over_15_deg']:6d}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="", help="checkpoint or ONNX file for the demo rig (default: the shipped "
                                                     "weights/demo.npz that Create Demo Rig loads)")
     parser.add_argument("--hand", choices=("right", "left", "both"), default="both")
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--step-cm", type=float, default=0.65, help="target step length in cm")
+    parser.add_argument("--paths", choices=("default", "varied", "all"), default="all",
+                        help="the default loop, the varied paths (issue 33's and --seeds seeded ones), or both")
+    parser.add_argument("--steps", type=int, default=600, help="steps of the default path")
+    parser.add_argument("--step-cm", type=float, default=0.65, help="step length of the default path in cm")
+    parser.add_argument("--seeds", type=int, default=3, help="seeded varied paths: seeds 0 to N - 1")
+    parser.add_argument("--varied-steps", type=int, default=0, help="steps of each varied path (0: all of it)")
     parser.add_argument("--refine", type=int, default=2, help="refinement iterations of the refined row")
     parser.add_argument("--no-blender-ik", action="store_true", help="leave out the Blender IK row")
     parser.add_argument("--json", default="", help="write every figure here")
@@ -203,33 +277,38 @@ def main(argv=None):
     objects = targets_of(obj)                           # root, left hand, right hand, left foot, right foot, head
     report = {"model": os.path.relpath(model_path, REPO) if model_path.startswith(REPO) else model_path,
               "steps": args.steps, "step_cm": args.step_cm, "refine": args.refine, "start": f"{START_ACTION} frame 1",
-              "hands": {}}
+              "hands": {}, "paths": {}}
     hands = ("right", "left") if args.hand == "both" else (args.hand,)
-    print(f"reach sweep on the demo rig, model {report['model']}: {args.steps} steps of {args.step_cm} cm from "
-          f"{START_ACTION} frame 1; hand miss in cm (wrist to target), per-step turn of any mapped bone in degrees")
+    print(f"reach sweep on the demo rig, model {report['model']}, from {START_ACTION} frame 1; hand miss in cm (wrist "
+          f"to target), per-step turn of any mapped bone in degrees")
     for hand in hands:
         side, slot = SIDES[hand]
         target = getattr(obj.neural_ik, f"target_{slot}")
-        path, shoulder, length = hand_path(start_heads, start_rotations, hand, args.steps, args.step_cm / 100.0)
-        reach = np.linalg.norm(path - shoulder, axis=-1) / length
         wrist = ROLE_INDEX[f"{side}Hand"]
-        rows = {}
-        for name, refine in ((f"refined ({args.refine})", args.refine), ("network alone", 0)):
-            rows[name] = figures(*live_run(bpy, obj, rig, target, path, refine), path, wrist, shoulder, length)
-        if not args.no_blender_ik:
-            rows["Blender IK"] = figures(*blender_ik_run(bpy, obj, rig, model, objects[1:], target, path), path,
-                                         wrist, shoulder, length)
-        report["hands"][hand] = {"arm_length_m": length, "reach_min": float(reach.min()),
-                                 "reach_max": float(reach.max()), "steps_within": int(np.sum(reach <= WITHIN)),
-                                 "rows": rows}
-        print(f"\n{hand} hand: arm {100 * length:.1f} cm, target at {reach.min():.2f}-{reach.max():.2f} of it, "
-              f"{np.sum(reach <= WITHIN)} of {len(path)} positions within {WITHIN:.0%}")
-        print(f"{'method':<16} {'miss mean':>9} {'p95':>8} {'max':>8} {'max within':>10} {'>1mm within':>11} "
-              f"{'largest step':>12} {'bone':<14} {'steps >15deg':>12}")
-        for name, row in rows.items():
-            print(f"{name:<16} {row['miss_cm']['mean']:9.3f} {row['miss_cm']['p95']:8.3f} {row['miss_cm']['max']:8.3f} "
-                  f"{row['miss_within_cm']['max']:10.3f} {row['steps_missing_1mm_within']:11d} "
-                  f"{row['largest_step_deg']:12.1f} {row['largest_step_bone']:<14} {row['steps_over_15_deg']:12d}")
+        paths, shoulder, length = hand_paths(start_heads, start_rotations, hand, args)
+        for name, plan, path, turns in paths:
+            reach = np.linalg.norm(path - shoulder, axis=-1) / length
+            rows = {}
+            for method, refine in ((f"refined ({args.refine})", args.refine), ("network alone", 0)):
+                rows[method] = figures(*live_run(bpy, obj, rig, target, path, turns, refine), path, wrist, shoulder,
+                                       length)
+            if not args.no_blender_ik:
+                rows["Blender IK"] = figures(*blender_ik_run(bpy, obj, rig, model, objects[1:], target, path, turns),
+                                             path, wrist, shoulder, length)
+            result = {"arm_length_m": length, "reach_min": float(reach.min()), "reach_max": float(reach.max()),
+                      "steps_within": int(np.sum(reach <= WITHIN)), "rows": rows}
+            if name == "default":
+                report["hands"][hand] = result              # where the JSON had the one path before issue 33
+            entry = report["paths"].setdefault(name, {"hands": {}})
+            entry["hands"][hand] = dict(result, steps=len(path),
+                                        plan=None if plan is None else dataclasses.asdict(plan))
+            step = np.linalg.norm(np.diff(path, axis=0), axis=-1)
+            print(f"\n{name} path, {hand} hand: {len(path)} steps of {100 * step.min():.2f}-{100 * step.max():.2f} cm,"
+                  f" arm {100 * length:.1f} cm, target at {reach.min():.2f}-{reach.max():.2f} of it, "
+                  f"{np.sum(reach <= WITHIN)} positions within {WITHIN:.0%}"
+                  + ("" if plan is None else f"; {describe(plan)}"))
+            print_table(rows)
+    print_overview(report)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=1)

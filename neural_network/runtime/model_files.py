@@ -1,6 +1,7 @@
 """Loading a model file for a rig: a checkpoint (.npz) or an exported ONNX file, checked (interface, metadata, finite
 weights, rig fingerprint) before any inference session exists; an ONNX file loads back into a full NumPy Model from its
-initializers (used where onnxruntime is missing)."""
+initializers (used where onnxruntime is missing), with its target prior from `<name>.prior.onnx` when its metadata names
+one."""
 
 import json
 import os
@@ -13,7 +14,17 @@ from ..model import checkpoint
 from ..model.model import Model, check_model, check_rig
 from ..skeleton.roles import NUM_ROLES, ROLES
 from ..skeleton.skeleton import Skeleton
-from .onnx_export import INPUT_NAME, KIND, NUM_OUTPUTS, OUTPUT_NAME, build_onnx, onnx_package
+from .onnx_export import (
+    INPUT_NAME,
+    KIND,
+    NUM_OUTPUTS,
+    OUTPUT_NAME,
+    PRIOR_KIND,
+    PRIOR_PORTS,
+    build_onnx,
+    build_prior_onnx,
+    onnx_package,
+)
 
 
 def _dims(value_info):
@@ -21,22 +32,34 @@ def _dims(value_info):
     return [d.dim_value if d.HasField("dim_value") else None for d in dims]
 
 
-def model_from_onnx_proto(proto, name="ONNX file"):
-    """Model from a parsed ONNX proto, after checking its interface, metadata and weights (no session is made)."""
-    from onnx import TensorProto, numpy_helper
+def _check_interface(proto, name, what, kind, ports):
+    """Refuse a graph whose one input and one output are not ports' ((name, width), (name, width)), (batch, width)
+    float32, or whose metadata is not of `kind`; returns (initializers by name, metadata_props as a dict)."""
+    from onnx import TensorProto
 
     graph = proto.graph
     inits = {t.name: t for t in graph.initializer}
     inputs = [i for i in graph.input if i.name not in inits]
-    if [i.name for i in inputs] != [INPUT_NAME] or [o.name for o in graph.output] != [OUTPUT_NAME]:
-        raise FileRefused(f"{name} is not a Neural IK model: inputs {[i.name for i in inputs]}, "
+    (input_name, input_width), (output_name, output_width) = ports
+    if [i.name for i in inputs] != [input_name] or [o.name for o in graph.output] != [output_name]:
+        raise FileRefused(f"{name} is not {what}: inputs {[i.name for i in inputs]}, "
                           f"outputs {[o.name for o in graph.output]}")
-    for info, width in ((inputs[0], NUM_INPUTS), (graph.output[0], NUM_OUTPUTS)):
+    for info, width in ((inputs[0], input_width), (graph.output[0], output_width)):
         if info.type.tensor_type.elem_type != TensorProto.FLOAT or len(_dims(info)) != 2 or _dims(info)[1] != width:
             raise FileRefused(f"{name}: {info.name} has shape {_dims(info)}, expected (batch, {width}) float32")
     meta = {p.key: p.value for p in proto.metadata_props}
-    if meta.get("neural_ik.kind") != KIND:
-        raise FileRefused(f"{name} has no Neural IK metadata")
+    if meta.get("neural_ik.kind") != kind:
+        raise FileRefused(f"{name} has no {what} metadata")
+    return inits, meta
+
+
+def model_from_onnx_proto(proto, name="ONNX file"):
+    """Model from a parsed ONNX proto, after checking its interface, metadata and weights (no session is made)."""
+    from onnx import numpy_helper
+
+    graph = proto.graph
+    inits, meta = _check_interface(proto, name, "a Neural IK model", KIND,
+                                   ((INPUT_NAME, NUM_INPUTS), (OUTPUT_NAME, NUM_OUTPUTS)))
     try:
         layout = json.loads(meta["neural_ik.layout_version"])
         if layout != LAYOUT_VERSION:
@@ -85,11 +108,9 @@ def model_from_onnx_proto(proto, name="ONNX file"):
     return model
 
 
-def load_onnx(path):
-    """(Model, serialized bytes) from an .onnx file, checked before any session exists."""
+def _read_proto(path):
+    """(parsed ModelProto, its bytes) of an .onnx file; FileRefused when it is missing, empty or not ONNX."""
     onnx = onnx_package("Reading an ONNX model")
-
-    path = os.fspath(path)
     base = os.path.basename(path)
     check_readable_file(path)
     with open(path, "rb") as handle:
@@ -100,7 +121,48 @@ def load_onnx(path):
         raise FileRefused(f"{base} is not a readable ONNX file (truncated or corrupt): {type(exc).__name__}") from None
     if not proto.graph.node:
         raise FileRefused(f"{base} is not a readable ONNX file (no graph)")
-    return model_from_onnx_proto(proto, base), data
+    return proto, data
+
+
+def load_onnx(path):
+    """(Model, serialized bytes) from an .onnx file (with its target prior when it names one), checked before any
+    session exists."""
+    path = os.fspath(path)
+    proto, data = _read_proto(path)
+    model = model_from_onnx_proto(proto, os.path.basename(path))
+    section = next((p.value for p in proto.metadata_props if p.key == "neural_ik.prior"), None)
+    if section is not None:
+        model.prior = _load_prior_file(path, section, model)
+    return model, data
+
+
+def _load_prior_file(path, section, model):
+    """The TargetPrior of the model file at `path` from its "neural_ik.prior" metadata and the .prior.onnx file that
+    names, beside it; FileRefused when that file is missing, broken or not this model's."""
+    from onnx import numpy_helper
+
+    base = os.path.basename(path)
+    try:
+        section = json.loads(section)
+        prior_file = section["file"]
+        if not isinstance(prior_file, str) or os.path.basename(prior_file) != prior_file or not prior_file:
+            raise ValueError(prior_file)
+    except (KeyError, TypeError, ValueError):
+        raise FileRefused(f"{base} has unreadable target prior metadata (no file name)") from None
+    prior_path = os.path.join(os.path.dirname(path), prior_file)
+    if not os.path.isfile(prior_path):
+        raise FileRefused(f"{base} needs its target prior {prior_file} beside it, which is missing: copy it along "
+                          "or export the model again")
+    proto, _data = _read_proto(prior_path)
+    inits, meta = _check_interface(proto, prior_file, "a Neural IK target prior", PRIOR_KIND, PRIOR_PORTS)
+    if meta.get("neural_ik.rig_fingerprint") != model.skeleton.fingerprint():
+        raise FileRefused(f"{prior_file} is the target prior of another rig's model, not {base}'s")
+    arrays = {key: numpy_helper.to_array(init) for key, init in inits.items()}
+    target_prior = checkpoint.load_prior(prior_file, section, arrays)
+    if [n.op_type for n in proto.graph.node] != [n.op_type for n in build_prior_onnx(
+            target_prior, meta["neural_ik.rig_fingerprint"]).graph.node]:
+        raise FileRefused(f"{prior_file}: its graph is not the network its metadata describes")
+    return target_prior
 
 
 def load_model_file(path, skeleton=None):

@@ -11,6 +11,13 @@ references, the units and the rig fingerprint ride along in `metadata_props` (st
 a JSON sidecar with the same keys. The weights are the graph's initializers, so an ONNX file loads back into a full
 NumPy Model (used when onnxruntime is missing) after its inputs, outputs, metadata and weights have been checked -
 before any inference session is created.
+
+A model with a target prior (model/prior.py) also gets `<name>.prior.onnx`: the prior's tanh MLP,
+
+    prior_inputs (batch, 60) -> [MatMul, Add, Tanh]* -> MatMul, Add -> prior_outputs (batch, 54)
+
+and a "neural_ik.prior" entry in the metadata and sidecar with its file name, height, reference rotations and a
+plain account of how the inputs are built and the outputs used (prior.prior_inputs and TargetPrior.complete).
 """
 
 import json
@@ -20,7 +27,9 @@ import numpy as np
 
 from ..data.features import INPUT_NAMES, LAYOUT_VERSION, NUM_INPUTS
 from ..data.files import FileRefused, atomic_write_bytes, save_json
+from ..model.checkpoint import load_prior, prior_arrays, prior_meta
 from ..model.model import check_model
+from ..model.prior import HEADING_WEIGHTS, NUM_PRIOR_INPUTS, NUM_PRIOR_OUTPUTS, TARGETS
 from ..skeleton.roles import NUM_ROLES, ROLES
 
 OPSET = 17
@@ -32,12 +41,29 @@ NUM_OUTPUTS = NUM_ROLES * 3
 UNITS = "metres and radians, character space (the armature's own space turned +Z up, scaled to metres)"
 OUTPUT_MEANING = ("axis-angle delta per role and axis (x, y, z), roles in the listed order; "
                   "local rotation of role j (Blender's matrix_basis of its bone) = mean_pose[j] @ exp(delta[j])")
-
+PRIOR_KIND = "neural_ik.prior.onnx"
+PRIOR_INPUT_NAME = "prior_inputs"
+PRIOR_OUTPUT_NAME = "prior_outputs"
+PRIOR_PORTS = ((PRIOR_INPUT_NAME, NUM_PRIOR_INPUTS), (PRIOR_OUTPUT_NAME, NUM_PRIOR_OUTPUTS))
+PRIOR_FRAME = (
+    "F, a rotation with columns x, y, z, at origin o: o = the mean position of the pinned targets, its z set to 0; "
+    "x = the sum over pinned targets k of heading_weights[k] * (first column of R_k @ transpose(references[k])), its "
+    "z set to 0, normalised ((1, 0, 0) when it vanishes); z = (0, 0, 1); y = z cross x. R_k and p_k: target k's "
+    "rotation and position in character space; references: (6, 3, 3) row-major")
+PRIOR_INPUT_LAYOUT = (
+    "per target in the listed order, 9 numbers: transpose(F) @ (p_k - o) / height, then the first and second "
+    "columns of transpose(F) @ R_k; all 9 zero for a free target. Then the free mask: 6 numbers, 1 for free, 0 for "
+    "pinned (at least one pinned)")
+PRIOR_OUTPUT_MEANING = (
+    "per target in the listed order, 9 numbers (u, a, b) in the input's layout. A free target goes to position "
+    "o + F @ (u * height) with rotation F @ [c1, c2, c1 cross c2], c1 = a / |a|, c2 = (b - (b . c1) c1) normalised; "
+    "pinned targets keep their own")
 
 # ---- export ------------------------------------------------------------------------------------------------
 
-def metadata(model):
-    """The strings stored in metadata_props and the sidecar: everything needed to use the deltas."""
+def metadata(model, prior_file=None):
+    """The strings stored in metadata_props and the sidecar: everything needed to use the deltas (and, with
+    prior_file, the target prior written there)."""
     skeleton = model.skeleton
     bone_map = {role: bone for role, bone in zip(ROLES, skeleton.bone_names)}
     info = {
@@ -60,7 +86,26 @@ def metadata(model):
         "neural_ik.feature_spec": model.feature_spec.to_json(),
         "neural_ik.metrics": model.meta.get("metrics", {}) if isinstance(model.meta, dict) else {},
     }
+    if prior_file is not None and model.prior is not None:
+        info["neural_ik.prior"] = prior_section(model.prior, prior_file)
     return info
+
+
+def prior_section(target_prior, prior_file):
+    """The "neural_ik.prior" entry: where the prior's graph is and how to build its inputs and use its outputs."""
+    section = {
+        "file": prior_file,
+        "input": {"name": PRIOR_INPUT_NAME, "shape": ["batch", NUM_PRIOR_INPUTS], "dtype": "float32",
+                  "layout": PRIOR_INPUT_LAYOUT},
+        "output": {"name": PRIOR_OUTPUT_NAME, "shape": ["batch", NUM_PRIOR_OUTPUTS], "dtype": "float32",
+                   "meaning": PRIOR_OUTPUT_MEANING},
+        "targets": list(TARGETS),
+        "frame": PRIOR_FRAME,
+        "heading_weights": HEADING_WEIGHTS.tolist(),
+        "activation": "tanh",
+    }
+    section.update(prior_meta(target_prior))     # layer_sizes, height, references (54, row-major), training
+    return section
 
 
 def onnx_package(what):
@@ -73,56 +118,106 @@ def onnx_package(what):
     return onnx
 
 
-def build_onnx(model):
-    """onnx.ModelProto computing Model.predict_clamped, built with onnx.helper."""
-    onnx = onnx_package("Export ONNX")
-    from onnx import TensorProto, helper, numpy_helper
+def _f32(a):
+    return np.ascontiguousarray(np.asarray(a, np.float32))
 
-    check_model(model)
-    f32 = lambda a: np.ascontiguousarray(np.asarray(a, np.float32))
-    inits = [numpy_helper.from_array(f32(model.input_mean), "input_mean"),
-             numpy_helper.from_array(f32(model.input_std), "input_std"),
-             numpy_helper.from_array(f32(np.asarray(model.limit_low).reshape(-1)), "limit_low"),
-             numpy_helper.from_array(f32(np.asarray(model.limit_high).reshape(-1)), "limit_high")]
-    nodes = [helper.make_node("Sub", [INPUT_NAME, "input_mean"], ["centred"], name="centre"),
-             helper.make_node("Div", ["centred", "input_std"], ["h0"], name="scale")]
-    layers = len(model.weights) // 2
-    current = "h0"
+
+def _dense_layers(weights, current, nodes, inits, prefix="", output=None):
+    """Append a tanh MLP's nodes and initializers ({prefix}W{k}, {prefix}b{k}) reading `current`; returns the name
+    of its result (`output` when given)."""
+    from onnx import helper, numpy_helper
+
+    layers = len(weights) // 2
     for k in range(layers):
-        inits.append(numpy_helper.from_array(f32(model.weights[2 * k]), f"W{k}"))
-        inits.append(numpy_helper.from_array(f32(model.weights[2 * k + 1]), f"b{k}"))
-        nodes.append(helper.make_node("MatMul", [current, f"W{k}"], [f"z{k}m"], name=f"matmul{k}"))
-        nodes.append(helper.make_node("Add", [f"z{k}m", f"b{k}"], [f"z{k}"], name=f"bias{k}"))
-        current = f"z{k}"
+        W, b, z = f"{prefix}W{k}", f"{prefix}b{k}", f"{prefix}z{k}"
+        if output is not None and k == layers - 1:
+            z = output
+        inits.append(numpy_helper.from_array(_f32(weights[2 * k]), W))
+        inits.append(numpy_helper.from_array(_f32(weights[2 * k + 1]), b))
+        nodes.append(helper.make_node("MatMul", [current, W], [f"{prefix}z{k}m"], name=f"{prefix}matmul{k}"))
+        nodes.append(helper.make_node("Add", [f"{prefix}z{k}m", b], [z], name=f"{prefix}bias{k}"))
+        current = z
         if k < layers - 1:
-            nodes.append(helper.make_node("Tanh", [current], [f"h{k + 1}"], name=f"tanh{k}"))
-            current = f"h{k + 1}"
-    nodes.append(helper.make_node("Min", [current, "limit_high"], ["below_high"], name="clamp_high"))
-    nodes.append(helper.make_node("Max", ["below_high", "limit_low"], [OUTPUT_NAME], name="clamp_low"))
+            nodes.append(helper.make_node("Tanh", [current], [f"{prefix}h{k + 1}"], name=f"{prefix}tanh{k}"))
+            current = f"{prefix}h{k + 1}"
+    return current
+
+
+def _finish(onnx, nodes, inits, name, ports, doc, info):
+    """A checked opset-17 ModelProto. ports: ((input name, width), (output name, width)), both (batch, width)
+    float32; info: its metadata_props (non-strings as JSON)."""
+    from onnx import TensorProto, helper
+
+    (input_name, inputs), (output_name, outputs) = ports
     graph = helper.make_graph(
-        nodes, "neural_ik",
-        [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["batch", NUM_INPUTS])],
-        [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["batch", NUM_OUTPUTS])],
+        nodes, name,
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", inputs])],
+        [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, ["batch", outputs])],
         initializer=inits)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                               producer_name="neural_ik", producer_version=str(FORMAT_VERSION))
     proto.ir_version = 8   # readable by onnxruntime 1.14 and later
-    proto.doc_string = "Neural IK: 50 target/root/ground/task inputs -> clamped axis-angle deltas from the mean pose"
-    for key, value in metadata(model).items():
+    proto.doc_string = doc
+    for key, value in info.items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value if isinstance(value, str) else json.dumps(value)
     onnx.checker.check_model(proto)
     return proto
 
 
+def build_onnx(model, prior_file=None):
+    """onnx.ModelProto computing Model.predict_clamped, built with onnx.helper (prior_file: see metadata)."""
+    onnx = onnx_package("Export ONNX")
+    from onnx import helper, numpy_helper
+
+    check_model(model)
+    inits = [numpy_helper.from_array(_f32(model.input_mean), "input_mean"),
+             numpy_helper.from_array(_f32(model.input_std), "input_std"),
+             numpy_helper.from_array(_f32(np.asarray(model.limit_low).reshape(-1)), "limit_low"),
+             numpy_helper.from_array(_f32(np.asarray(model.limit_high).reshape(-1)), "limit_high")]
+    nodes = [helper.make_node("Sub", [INPUT_NAME, "input_mean"], ["centred"], name="centre"),
+             helper.make_node("Div", ["centred", "input_std"], ["h0"], name="scale")]
+    current = _dense_layers(model.weights, "h0", nodes, inits)
+    nodes.append(helper.make_node("Min", [current, "limit_high"], ["below_high"], name="clamp_high"))
+    nodes.append(helper.make_node("Max", ["below_high", "limit_low"], [OUTPUT_NAME], name="clamp_low"))
+    return _finish(onnx, nodes, inits, "neural_ik", ((INPUT_NAME, NUM_INPUTS), (OUTPUT_NAME, NUM_OUTPUTS)),
+                   "Neural IK: 50 target/root/ground/task inputs -> clamped axis-angle deltas from the mean pose",
+                   metadata(model, prior_file))
+
+
+def build_prior_onnx(target_prior, rig_fingerprint):
+    """onnx.ModelProto computing TargetPrior.predict (initializers prior_W{k}, prior_b{k}), after the checkpoint's
+    checks (layer sizes, height, references, finite weights)."""
+    onnx = onnx_package("Export ONNX")
+
+    load_prior("the target prior", prior_meta(target_prior), prior_arrays(target_prior))
+    nodes, inits = [], []
+    _dense_layers(target_prior.weights, PRIOR_INPUT_NAME, nodes, inits, prefix="prior_", output=PRIOR_OUTPUT_NAME)
+    info = {"neural_ik.kind": PRIOR_KIND, "neural_ik.format_version": FORMAT_VERSION,
+            "neural_ik.rig_fingerprint": rig_fingerprint}
+    return _finish(onnx, nodes, inits, "neural_ik_prior", PRIOR_PORTS,
+                   "Neural IK target prior: the pinned targets in a ground frame and the free mask -> every target "
+                   "in that frame (the sidecar's neural_ik.prior says how)", info)
+
+
 def sidecar_path(path):
     return os.path.splitext(os.fspath(path))[0] + ".json"
 
 
+def prior_path(path):
+    return os.path.splitext(os.fspath(path))[0] + ".prior.onnx"
+
+
 def export_onnx(model, path):
-    """Write the .onnx file and its JSON sidecar atomically; returns (onnx path, sidecar path)."""
-    data = build_onnx(model).SerializeToString()
-    atomic_write_bytes(path, lambda handle: handle.write(data))
+    """Write the .onnx file, its target prior's `<name>.prior.onnx` when the model has one, and the JSON sidecar,
+    each atomically (all built and checked before the first is written); returns (onnx path, sidecar path)."""
+    prior_file = os.path.basename(prior_path(path)) if model.prior is not None else None
+    files = [(os.fspath(path), build_onnx(model, prior_file))]
+    if prior_file is not None:       # written first: the main file is what refers to it
+        files.insert(0, (prior_path(path), build_prior_onnx(model.prior, model.skeleton.fingerprint())))
+    for target, proto in files:
+        data = proto.SerializeToString()
+        atomic_write_bytes(target, lambda handle, data=data: handle.write(data))
     side = sidecar_path(path)
-    save_json(side, metadata(model))
+    save_json(side, metadata(model, prior_file))
     return os.fspath(path), side

@@ -53,6 +53,9 @@ class NIK_TargetLayer(bpy.types.PropertyGroup):
                             description="Share of the target's rotation taken from its empty while an action plays "
                                         "(0: the action's, 1: the empty's)",
                             update=_live_setting_changed)
+    free: BoolProperty(name="Free", default=False, update=_live_setting_changed,
+                       description="Leave this target to the model: neither its empty nor the playing action places "
+                                   "it, the model's learned prior does from the pinned targets (never all six)")
 
 
 class NIK_ObjectSettings(bpy.types.PropertyGroup):

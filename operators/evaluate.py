@@ -115,6 +115,9 @@ class NEURAL_IK_OT_evaluate(EvaluateRunner, bpy.types.Operator):
     max_files: IntProperty(name="Max Files", min=0, default=0, description="Evaluate at most this many files (0: all)")
     model_path: StringProperty(name="Model", subtype="FILE_PATH", description="Checkpoint to evaluate (empty: baseline only)")
     refine_iterations: IntProperty(name="Refinement", min=0, max=50, default=2)
+    free: StringProperty(name="Free Targets", description="Comma-separated targets the model places (root, left_hand, "
+                         "right_hand, left_foot, right_foot, head): adds rows with them free, placed by the learned "
+                         "prior and upright over the feet (empty: none)")
     baseline: BoolProperty(name="Blender IK Baseline", default=True)
     poles: BoolProperty(name="Baseline With Poles", default=True, description="Also run Blender IK with poles from the reference")
     start_pose: BoolProperty(name="Start Pose Row", default=False, description="Also measure the baseline's start pose without IK")

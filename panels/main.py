@@ -14,6 +14,7 @@ from ..blender.live.motion import LAYER_SLOTS, TARGET_LABELS, TARGET_SLOTS, targ
 from ..blender.live.tick import playing_action
 from ..blender.rig.bone_maps import driven_map_problems
 from ..blender.rig.control_rig import control_map_summary
+from ..neural_network.model.prior import TARGETS as FREE_NAMES
 from ..neural_network.model.trainer import epoch_text
 from ..neural_network.model.trainer import score as trainer_score
 from ..neural_network.skeleton import bone_map
@@ -364,7 +365,11 @@ def draw_best(layout, context, training):
             col.label(text=f"Validated on {sources.get('validation', 'all clips')}; trained on "
                            f"{sources.get('own_frames', 0)} own and {sources['retargeted_frames']} retargeted frames",
                       icon="INFO")
-    operator(layout, "evaluate", text="Evaluate", icon="GRAPH")
+    armature = chosen_armature(context)
+    free = [name for name, slot in zip(FREE_NAMES, LAYER_SLOTS)
+            if armature is not None and getattr(armature.neural_ik, slot).free]
+    operator(layout, "evaluate", text=f"Evaluate (free: {', '.join(free)})" if free else "Evaluate", icon="GRAPH",
+             free=",".join(free))
 
 
 # ---- live timing and the loss curve --------------------------------------------------------------------------
@@ -381,8 +386,9 @@ def playing_action_name(armature, session):
 
 
 def draw_targets(layout, armature, session):
-    """Each target's source in words (empty, action, blend) with its position and rotation influences (keyable: I
-    over a field), the Ground (object, collection) and Lock Feet."""
+    """Each target's source in words (empty, action, blend, free) with its Free toggle (the model places a free
+    target; its empty follows while live) and its position and rotation influences (keyable: I over a field), the
+    Ground (object, collection) and Lock Feet."""
     settings = armature.neural_ik
     action = playing_action_name(armature, session)
     box = layout.box()
@@ -390,11 +396,15 @@ def draw_targets(layout, armature, session):
     col = box.column(align=True)
     for slot, layer_slot, label in zip(TARGET_SLOTS, LAYER_SLOTS, TARGET_LABELS):
         layer = getattr(settings, layer_slot)
-        words = target_source(getattr(settings, slot) is not None, layer.position, layer.rotation, bool(action))
+        words = "free (the model places it)" if layer.free else target_source(
+            getattr(settings, slot) is not None, layer.position, layer.rotation, bool(action))
         row = col.row(align=True)
         row.label(text=f"{label.capitalize()}: {words}")
-        row.prop(layer, "position", text="Pos")
-        row.prop(layer, "rotation", text="Rot")
+        row.prop(layer, "free", text="", icon="UNLOCKED" if layer.free else "LOCKED", toggle=True)
+        sub = row.row(align=True)
+        sub.active = not layer.free
+        sub.prop(layer, "position", text="Pos")
+        sub.prop(layer, "rotation", text="Rot")
     col = box.column(align=True)
     col.prop(settings, "ground_object")
     col.prop(settings, "ground_collection")

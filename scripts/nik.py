@@ -237,6 +237,23 @@ def influence(text):
     return target, position, share(parts[1]) if len(parts) == 2 else position
 
 
+def free_targets(text):
+    """argparse type of --free TARGET[,TARGET...]: the target names (never all six)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in LAYER_NAMES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of targets from {', '.join(LAYER_NAMES)}")
+    if set(names) == set(LAYER_NAMES):
+        raise argparse.ArgumentTypeError("all six targets free: pin at least one")
+    return names
+
+
+def set_free(obj, names):
+    """Mark the named targets free on the armature (and every other one pinned)."""
+    for name in LAYER_NAMES:
+        getattr(obj.neural_ik, f"layer_{name}").free = name in names
+
+
 def set_ground(obj, name):
     """The armature's ground: the mesh object or the collection called `name` (CommandError for anything else)."""
     import bpy
@@ -321,6 +338,9 @@ def _evaluate_command(parser):
     parser.add_argument("--poles", action=argparse.BooleanOptionalAction, default=True,
                         help="include the Blender IK row with poles placed from the reference")
     parser.add_argument("--start-pose", action="store_true", help="add a row for the baseline's start pose, no IK")
+    parser.add_argument("--free", type=free_targets, default=[], metavar="TARGET[,TARGET...]",
+                        help="also solve with these targets free (placed by the model's learned prior, and upright "
+                             "over the feet as a baseline): all joints' error and the pinned effectors' miss")
     parser.add_argument("--train-folder", default="", help="BVH folder of training clips for the baseline's start pose "
                         "(used when no --model is given)")
     parser.add_argument("--train-files", default="", help="comma-separated name patterns within --train-folder")
@@ -346,7 +366,7 @@ def _evaluate_command(parser):
         armature = active_armature(args.armature).name if args.blend else ""
         run_operator(bpy.ops.neural_ik.evaluate, armature=armature, actions=args.actions, bvh_folder=folder,
                      files=args.files, max_files=args.max_files, model_path=model, refine_iterations=args.refine,
-                     baseline=args.baseline, poles=args.poles, start_pose=args.start_pose,
+                     baseline=args.baseline, poles=args.poles, start_pose=args.start_pose, free=",".join(args.free),
                      mean_pose_folder=train_folder, mean_pose_files_pattern=args.train_files,
                      mean_pose_files=args.train_max, json_path=json_path, svg_path=svg_path)
         if args.json:
@@ -588,6 +608,9 @@ def _bake_command(parser):
                         help="how much of a target comes from its empty rather than the source action, position P "
                              "and rotation R in 0..1 (R defaults to P); TARGET is one of " + ", ".join(LAYER_NAMES)
                              + "; may repeat")
+    parser.add_argument("--free", type=free_targets, default=None, metavar="TARGET[,TARGET...]",
+                        help="leave these targets to the model's learned prior (from the pinned ones): a free target "
+                             "comes neither from its empty nor from the source action; e.g. --free root,head")
     parser.add_argument("--save", default="", help="save the .blend here afterwards")
 
     def run(args):
@@ -607,6 +630,8 @@ def _bake_command(parser):
         for target, position, rotation in args.influence:
             layer = getattr(obj.neural_ik, f"layer_{target}")
             layer.position, layer.rotation = position, rotation
+        if args.free is not None:
+            set_free(obj, args.free)
         if model:
             run_operator(bpy.ops.neural_ik.load_model, filepath=model)
         run_operator(bpy.ops.neural_ik.bake, source_action=args.source_action, frame_start=args.start,

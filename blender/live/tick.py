@@ -36,6 +36,7 @@ from ...neural_network.skeleton.roles import NUM_ROLES, TASKS
 from ...properties import get_bone_map
 from ..errors import LiveStopped
 from ..rig import control_rig, pose_read, rig_model
+from .free import LiveFree
 from .motion import TARGET_LABELS, TARGET_SLOTS, LiveMotion
 from .refine import MathutilsRefiner
 
@@ -49,8 +50,14 @@ def targets_of(obj):
     return [getattr(obj.neural_ik, slot) for slot in TARGET_SLOTS]
 
 
+def free_flags(obj):
+    """The six targets' Free settings (layer_<target>.free), as a list of bools."""
+    return [getattr(obj.neural_ik, slot.replace("target_", "layer_")).free for slot in TARGET_SLOTS]
+
+
 def missing_targets(obj):
-    return [label for label, t in zip(TARGET_LABELS, targets_of(obj)) if t is None]
+    """Labels of the pinned targets that have no empty (a free target needs none)."""
+    return [label for label, t, free in zip(TARGET_LABELS, targets_of(obj), free_flags(obj)) if t is None and not free]
 
 
 def playing_action(obj):
@@ -215,7 +222,8 @@ class LiveCharacter:
         try:
             to_char = self.to_character @ self.obj.matrix_world.inverted_safe()
             for k, target in enumerate(self.targets):
-                out[k] = to_char @ target.matrix_world
+                if target is not None:           # a free target without an empty: the prior places it
+                    out[k] = to_char @ target.matrix_world
         except ReferenceError:
             raise LiveStopped(f"a target or the armature {self.name} was deleted: live IK stopped") from None
 
@@ -435,6 +443,7 @@ class LiveGroup:
         self.motion_contacts = [None] * k            # ... and the contact flags (Lock Feet)
         self.settings_reset = True                   # refresh_settings put the panel's values back
         self.contact = None                          # (K, 2) contact flags for the solver (NaN: detect), or None
+        self.free = LiveFree(model, characters)      # free targets: the model places them (free.py)
         self.driven = [i for i, c in enumerate(characters) if c.settings_driven]
         self.undriven = [i for i, c in enumerate(characters) if not c.settings_driven]
 
@@ -550,8 +559,11 @@ class LiveGroup:
             phase = solver.settings[:, 6].copy()
             phase[self.follows_time] = ((scene.frame_current - start) / max(length, 1)) % 1.0
             solver.set_settings(phase=phase)
-        solver.step(targets, None, None, None, None, refine_iterations=self.iterations, contact=self.contact,
-                    measure_errors=False)
+        if self.free.active:
+            self.free.step(solver, targets, self.iterations, self.contact)
+        else:
+            solver.step(targets, None, None, None, None, refine_iterations=self.iterations, contact=self.contact,
+                        measure_errors=False)
         if self.controlled:
             if solver.pending is not None:      # an unrefined tick through the graph: its own output buffers
                 results = solver.runtime.results(solver.pending)
@@ -666,6 +678,8 @@ class LiveTick:
         handlers = bpy.app.handlers.depsgraph_update_post
         while self.handler is not None and self.handler in handlers:
             handlers.remove(self.handler)
+        for group in self.live_groups:
+            group.free.stop()
         for character in self.characters:
             character.stop()
 
@@ -704,16 +718,21 @@ class LiveTick:
             if edited or not group.solver.started:
                 which = range(k)
                 group.refresh_settings(which, reader.moved)
+                group.free.refresh()
             else:
                 which = group.polled(self.rounds, self.SETTINGS_ROUNDS, self.UNDRIVEN_ROUNDS)
                 if which or reader.moved:
                     group.refresh_settings(which, reader.moved)
+            if group.free.active:
+                group.free.pin_grabbed(reader)
             if group.motions:
                 group.play(reader, scene.frame_current, which)
             try:
                 group.solve_and_write(targets, scene)
+                if group.free.active:
+                    group.free.show(reader)
             except ReferenceError:
-                raise LiveStopped("an armature was deleted: live IK stopped") from None
+                raise LiveStopped("an armature or a target was deleted: live IK stopped") from None
             status = group.solver.status
             if self.status or (group.solver.status_set and status.any()):
                 for character, code in zip(group.characters, status.tolist()):

@@ -14,6 +14,7 @@ from ...neural_network.data.files import FileRefused
 from ...neural_network.geometry import kinematics
 from ...neural_network.geometry.quaternion_math import matrices_to_quaternions
 from ...neural_network.ik import foot_lock, layering, terrain
+from ...neural_network.runtime.free_targets import FreeTargets
 from ...neural_network.runtime.solver import Solver
 from ...neural_network.runtime.status import HELD, HELD_BAD_TARGETS, describe
 from ...neural_network.skeleton.roles import FOOT_ROLES, NUM_ROLES, ROLE_INDEX, TASKS
@@ -89,12 +90,43 @@ def bake_targets_from_empties(context, obj, rig, frame_start, frame_end):
     return frames, targets
 
 
+def free_set(obj):
+    """(6,) bool: the targets the armature leaves free (layer_<target>.free). LiveError when all six are."""
+    free = np.array([getattr(obj.neural_ik, slot).free for slot in LAYER_SLOTS], bool)
+    if free.all():
+        raise LiveError("all six targets are free: pin at least one")
+    return free
+
+
+def free_targets(model, free, prior=None):
+    """FreeTargets for the model, or LiveError in words (the model has no prior)."""
+    try:
+        return FreeTargets(model, free, prior)
+    except ValueError as exc:          # NoPrior, or all six free
+        raise LiveError(str(exc)) from None
+
+
+def _check_free(free, lock_feet, settings):
+    """Refuse, in words, settings that would read a free foot from the clip: Lock Feet and the Ground fit the feet the
+    clip gives."""
+    if not (free[3] or free[4]):
+        return
+    if lock_feet:
+        raise LiveError("Lock Feet holds the feet where the clip plants them, but a foot is free: pin both feet or "
+                        "turn Lock Feet off")
+    if settings.ground_object is not None or settings.ground_collection is not None:
+        raise LiveError("the Ground fits the feet the clip gives, but a foot is free: pin both feet or clear the "
+                        "Ground")
+
+
 def check_layers(obj):
     """Refuse, in words, layer influences that would be ignored or poison the bake: one that is not a number, and
     one set (or keyed) on a target that has no empty to come from (Create Targets makes them)."""
     settings = obj.neural_ik
     for slot, label, empty in zip(LAYER_SLOTS, TARGET_LABELS, targets_of(obj)):
         layer = getattr(settings, slot)
+        if layer.free and (layer.position != 0 or layer.rotation != 0):
+            raise LiveError(f"the {label} is free, but its influences pin it to its target: set them to 0 or pin it")
         for kind in ("position", "rotation"):
             value = getattr(layer, kind)
             if not math.isfinite(value):
@@ -283,16 +315,21 @@ def measured_controls(context, obj, rig):
     return controls
 
 
-def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iterations=4, lock_feet=False):
+def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iterations=4, lock_feet=False, free=None,
+         prior=None):
     """Solve frames frame_start..frame_end (0: the source action's or the scene's first / last) and write them as a
     new action, assigned to the armature. Targets: the effectors of the action called `source_action` (its hips and
     unmapped in-between bones given and keyed with the source's values), else the armature's target empties
     (in-between bones as they are now). With `lock_feet` each planted foot's target is held where it landed
-    (ik.foot_lock; contacts found in the targets' own motion, and they are the network's contact inputs).
-    Returns (the new action, a one-line summary)."""
+    (ik.foot_lock; contacts found in the targets' own motion, and they are the network's contact inputs). free:
+    (6,) bool, the targets to leave free (default: the armature's Free settings); prior: what places them (default:
+    the model's learned prior; the evaluation passes prior.UprightPrior for its baseline). Returns (the new action,
+    a one-line summary)."""
     try:
         rig = rig_of(obj)
         model, data = model_of(obj, rig)
+        free = free_set(obj) if free is None else np.asarray(free, bool)
+        loose = free_targets(model, free, prior) if free.any() else None
         controls = measured_controls(context, obj, rig)
         settings = obj.neural_ik
         scene = context.scene
@@ -325,6 +362,13 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
             task = TASKS.index(settings.task.lower())
             name = f"{obj.name}.nik"
         n = len(frames)
+        if loose is not None:
+            _check_free(free, lock_feet, settings)
+            targets[:, free] = np.eye(4)        # a free target is not read from the clip or its empty: gone ...
+            targets = loose.prior.complete(targets, free)      # ... the prior's guess stands in for the edits below
+            if free[0]:                         # the hips come from the solve, and are keyed
+                hips_rot = hips_pos = None
+                key_hips = True
         ground = Ground.of(settings, context.evaluated_depsgraph_get())
         edited, hips_pos, planted, note = edit_targets(targets, hips_rot, hips_pos, links, rig, lock_feet, ground,
                                                         rig_model.world_to_character(obj, rig),
@@ -340,7 +384,12 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
         # joints (a quickly fitted model's held-out clips: 0.52 cm refined inner without it, 1.51 with it)
         solver = Solver(model, data, characters=n, links=links, sequence=not source_action)
         phase = (np.arange(n) / max(n, 1)) % 1.0
-        if edited is None:
+        if loose is not None:      # free targets: the prior places them, frame after frame
+            loose.step(solver, targets if edited is None else edited, max(refine_iterations, 1), sequence=True,
+                       ground=0.0, desired_contact=desired, task=np.full(n, task), phase=phase, dt=1.0 / 30,
+                       contact=contacts)
+            result = solver.result()
+        elif edited is None:
             result = solver.solve(targets, 0.0, desired, np.full(n, task), phase,
                                   refine_iterations=refine_iterations, dt=1.0 / 30, contact=contacts)
         else:      # the network sees the clip as training did (flat ground); the refinement reaches the edit

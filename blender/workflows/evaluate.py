@@ -25,9 +25,11 @@ import bpy
 import numpy as np
 
 from ...neural_network.geometry.rotations import chordal_mean
+from ...neural_network.model.prior import TARGETS, UprightPrior, free_mask
 from ...neural_network.report import eval_report, metrics, plot_svg
-from ...neural_network.skeleton.roles import ROLES
+from ...neural_network.skeleton.roles import EFFECTORS, ROLES
 from ..errors import DataError, EvaluationError, LiveError
+from ..models import model_of
 from ..progress import ProgressLine, duration
 from ..rig import action_layouts, evaluated_pose, rig_model
 from ..rig.action_sources import action_task
@@ -46,7 +48,11 @@ METHOD_LABELS = {
     "blender_ik": "Blender IK, no poles",
     "blender_ik_poles": "Blender IK, poles from reference",
     "start_pose": "start pose only (no IK)",
+    "free": "network + refinement, free targets placed by the learned prior",
+    "upright": "network + refinement, free targets placed upright over the feet",
 }
+FREE_METHODS = ("free", "upright")
+SIX_PINNED = np.zeros(6, bool)
 BASELINE_METHODS = ("blender_ik", "blender_ik_poles", "start_pose")
 
 
@@ -189,11 +195,13 @@ def limits_from(mean_pose, bone_map, model_path=None, local_rotations=None, marg
 # ---- one clip, every method -----------------------------------------------------------------------------------
 
 
-def solve_network(context, obj, action, frames, refine):
-    """Bake the network's solve of `action` (hips given) and return (the baked action, seconds per frame)."""
+def solve_network(context, obj, action, frames, refine, free=SIX_PINNED, prior=None):
+    """Bake the network's solve of `action` (hips given unless free) and return (the baked action, seconds per
+    frame). free, prior: bake's (the free targets and what places them; default: all six pinned)."""
     t0 = time.perf_counter()
     try:
-        baked, _summary = bake(context, obj, action.name, int(frames[0]), int(frames[-1]), int(refine))
+        baked, _summary = bake(context, obj, action.name, int(frames[0]), int(frames[-1]), int(refine), free=free,
+                               prior=prior)
     except LiveError as exc:
         raise EvaluationError(f"Bake failed on {action.name}: {exc}") from None
     spent = time.perf_counter() - t0
@@ -201,10 +209,10 @@ def solve_network(context, obj, action, frames, refine):
 
 
 def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path="", refine=2, on_method=None,
-                  rig=None):
+                  rig=None, free=SIX_PINNED):
     """{method: (Motion, seconds per frame)} plus "reference" for one clip; on_method(method) is called before each
     method runs (progress). rig: the RigModel of a rig whose mapped bones are driven (local rotations against the
-    role parents), else None."""
+    role parents), else None. free: the targets the "free" and "upright" methods leave free."""
     scene = context.scene
     names = role_bone_names(bone_map)
     frames = action_frames(action)
@@ -222,18 +230,22 @@ def evaluate_clip(context, obj, action, bone_map, mean_pose, methods, model_path
                             "positions": {role: positions[:, j] for j, role in enumerate(ROLES) if bone_map.get(role)},
                             "axes": {role: axes[:, j] for j, role in enumerate(ROLES) if bone_map.get(role)}}
     for method in methods:
-        if on_method is not None and (model_path or method not in ("network", "refined")):
+        if on_method is not None and (model_path or method not in ("network", "refined") + FREE_METHODS):
             on_method(method)
-        if method in ("network", "refined"):
+        if method in ("network", "refined") + FREE_METHODS:
             if not model_path:
                 continue
+            loose, prior = (free, None) if method == "free" else (SIX_PINNED, None)
+            if method == "upright":
+                loose, prior = free, UprightPrior(model_of(obj)[0])
             baked = None
             try:
                 # playing the baked action leaves what it keys on the armature (Blender keeps the last values of
                 # channels an action does not key: a control rig's IK twist and poles, which the user's clips may
                 # not key): the next method and the next clip's reference start from the rig as it was
                 with evaluated_pose.KeptScene(scene, obj):
-                    baked, seconds = solve_network(context, obj, action, frames, 0 if method == "network" else refine)
+                    baked, seconds = solve_network(context, obj, action, frames, 0 if method == "network" else refine,
+                                                   loose, prior)
                     action_layouts.assign_action(obj, baked)
                     r = PoseReader(obj, names, rig)
                     play(scene, [r], frames)
@@ -280,8 +292,9 @@ def rig_height(motion, role_mask):
 class Collector:
     """Accumulates clips of every method and turns them into the report."""
 
-    def __init__(self, methods):
+    def __init__(self, methods, free=SIX_PINNED):
         self.methods = methods
+        self.free = free                 # the targets the free methods leave free
         self.motions = {m: [] for m in ("reference",) + tuple(methods)}
         self.seconds = {m: [] for m in methods}
         self.names, self.tasks, self.lengths = [], [], []
@@ -312,6 +325,10 @@ class Collector:
             r, f = metrics.evaluate(reference, _concatenate(self.motions[m]), self.role_mask, actions, self.fps, height,
                                     tasks=tasks, action_names=self.names, limits=limits)
             r["seconds_per_frame"] = float(sum(self.seconds[m]) / max(sum(self.lengths), 1))
+            if m in FREE_METHODS:        # what a user who pins only some targets judges: the pinned ones' miss
+                pinned = [name for name, f in zip(EFFECTORS, self.free[1:]) if not f]
+                r["free_targets"] = [t for t, f in zip(TARGETS, self.free) if f]
+                r["pinned_effector_p95_cm"] = max((r["per_effector_p95_cm"][e] for e in pinned), default=0.0)
             results[m], frames[m] = r, f
         report = {"kind": "neural_ik.evaluation", "methods": {m: METHOD_LABELS.get(m, m) for m in self.methods},
                   "clips": [{"name": n, "frames": k} for n, k in zip(self.names, self.lengths)], "fps": self.fps,
@@ -395,6 +412,15 @@ class Evaluation:
             if not os.path.isfile(model_path):
                 raise EvaluationError(f"model {model_path} does not exist")
             methods += ["network", "refined"] if options.get("refine_iterations", 2) > 0 else ["network"]
+        try:
+            free = options.get("free") or ()
+            self.free = free_mask([n.strip() for n in free.split(",") if n.strip()] if isinstance(free, str) else free)
+        except ValueError as exc:
+            raise EvaluationError(f"free targets: {exc}") from None
+        if self.free.any():
+            if not model_path:
+                raise EvaluationError("free targets need a model: the learned prior places them")
+            methods += list(FREE_METHODS)
         if options.get("baseline", True):
             methods.append("blender_ik")
             if options.get("poles", True):
@@ -404,7 +430,7 @@ class Evaluation:
         if not methods:
             raise EvaluationError("nothing to evaluate: give a model or turn the Blender IK baseline on")
         self.methods, self.model_path = methods, model_path
-        self.collector = Collector(tuple(methods))
+        self.collector = Collector(tuple(methods), self.free)
         self.refine = int(options.get("refine_iterations", 2))
         self.options = options
         folder = bpy.path.abspath(options.get("bvh_folder", "")) if options.get("bvh_folder") else ""
@@ -458,7 +484,7 @@ class Evaluation:
         if not self.methods:
             raise EvaluationError(f"nothing to evaluate: {reason}; give a model to evaluate the network")
         self.skipped = {m: reason for m in skipped}
-        self.collector = Collector(tuple(self.methods))
+        self.collector = Collector(tuple(self.methods), self.free)
         if self.notes is not None:
             self.notes.append(reason)
 
@@ -507,14 +533,14 @@ class Evaluation:
                     _store_model(obj, self.bone_map, self.model_path)
                     action = obj.animation_data.action
                     results = evaluate_clip(context, obj, action, self.bone_map, self.mean_pose, self.methods,
-                                            self.model_path, self.refine, on_method)
+                                            self.model_path, self.refine, on_method, free=self.free)
                     task = action_task(action)
                 finally:
                     _remove_baked(obj)
                     remove_imported(obj)
             else:
                 results = evaluate_clip(context, self.obj, item, self.bone_map, self.mean_pose, self.methods,
-                                        self.model_path, self.refine, on_method, self.rig)
+                                        self.model_path, self.refine, on_method, self.rig, self.free)
                 task = action_task(item)
         except DataError as exc:
             raise EvaluationError(str(exc)) from None

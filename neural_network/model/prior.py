@@ -224,3 +224,72 @@ class PriorTraining:
             miss = np.linalg.norm(placed[:, mask, :3, 3] - targets[:, mask, :3, 3], axis=-1)
             metrics[f"prior_{'_'.join(names)}_cm"] = float(miss.mean() * units_to_cm)
         return metrics
+
+
+def train_prior(train_targets, val_targets, references, height, seconds, seed=0, hidden=DEFAULT_PRIOR_HIDDEN,
+                learning_rate=2e-3, batch=128, say=print):
+    """A TargetPrior trained alone for `seconds` on (N, 6, 4, 4) targets (a model trained before priors existed gets
+    one this way: scripts/add_prior.py); the learning rate decays on a cosine to 5 %. Returns the prior, its
+    validation metrics in its meta."""
+    import time
+
+    training = PriorTraining(references, height, seed, hidden, learning_rate)
+    rng = np.random.default_rng(seed)
+    began = time.perf_counter()
+    fraction = 0.0
+    while fraction < 1.0:
+        order = rng.permutation(len(train_targets))
+        for start in range(0, len(order) - batch + 1, batch):
+            fraction = (time.perf_counter() - began) / seconds
+            if fraction >= 1.0:
+                break
+            lr = learning_rate * (0.05 + 0.95 * 0.5 * (1.0 + np.cos(np.pi * fraction)))
+            training.step(train_targets[order[start:start + batch]], lr)
+        say(f"prior: {time.perf_counter() - began:.0f} s, {training.validate(val_targets)}")
+    metrics = training.validate(val_targets)
+    return training.prior({"seconds": seconds, "frames": int(len(train_targets)), **metrics})
+
+
+class UprightPrior:
+    """The baseline a learned prior is measured against: a body held upright over the feet. A free root stands
+    above the pinned feet's midpoint (else the other pinned targets'), its legs at STANDING of their length, facing
+    the pinned targets' heading (ground_frames); a free effector is where the model's mean pose puts it from that
+    root. Same `complete` as TargetPrior."""
+
+    STANDING = 0.95
+
+    def __init__(self, model):
+        from ..geometry import kinematics
+
+        skeleton = model.skeleton
+        pose = kinematics.forward(skeleton, np.asarray(model.mean_pose, np.float64)[None], np.eye(3)[None],
+                                  np.zeros((1, 3)))
+        roles = list(TARGET_ROLES)
+        self.offsets = pose.positions[0, roles]                   # in the hips' frame (identity hips)
+        self.rotations = pose.rotations[0, roles]
+        self.references = references_of(model.feature_spec)
+        legs = [ROLE_INDEX[r] for r in ("LeftThigh", "LeftShin", "LeftFoot")]
+        p = pose.positions[0]
+        leg = np.linalg.norm(p[legs[1]] - p[legs[0]]) + np.linalg.norm(p[legs[2]] - p[legs[1]])
+        self.hips_above_ankles = self.STANDING * leg - float(p[legs[0], 2])      # thigh joint below the hips
+
+    def complete(self, targets, free):
+        targets = np.array(targets, np.float64)
+        free = np.broadcast_to(np.asarray(free, bool), targets.shape[:2])
+        if not free.any():
+            return targets
+        origin, R = ground_frames(targets, free, self.references)
+        feet = ~free[:, 3:5]
+        ground = np.where(feet.any(axis=1), (targets[:, 3:5, 2, 3] * feet).sum(1) / np.maximum(feet.sum(1), 1), 0.0)
+        feet_xy = (targets[:, 3:5, :2, 3] * feet[..., None]).sum(1) / np.maximum(feet.sum(1), 1)[:, None]
+        root = np.broadcast_to(np.eye(4), (len(targets), 4, 4)).copy()
+        root[:, :3, :3] = R @ self.references[0]
+        root[:, :2, 3] = np.where(feet.any(axis=1)[:, None], feet_xy, origin[:, :2])
+        root[:, 2, 3] = ground + self.hips_above_ankles
+        placed = np.broadcast_to(np.eye(4), targets.shape).copy()
+        placed[:, :, :3, :3] = root[:, None, :3, :3] @ self.rotations[None]
+        placed[:, :, :3, 3] = root[:, None, :3, 3] + np.einsum("kab,mb->kma", root[:, :3, :3], self.offsets)
+        placed[:, 0] = root
+        out = targets.copy()
+        out[free] = placed[free]
+        return out

@@ -29,27 +29,30 @@ class NoPrior(ValueError):
 class FreeTargets:
     """The free set of K characters that share a model (one set for all), and the stage state between calls."""
 
-    def __init__(self, model, free):
-        free = np.asarray(free, bool)
-        if free.shape != (len(TARGETS),):
+    def __init__(self, model, free, prior=None):
+        """free: (6,) bool or target names (one set for every character), or (K, 6) bool (one set each). prior: what
+        places the free targets (default: the model's learned one; prior.UprightPrior for the baseline)."""
+        free = np.asarray(free)
+        if free.dtype != bool:
             free = free_mask(free)              # names
-        if free.all():
+        if free.all(axis=-1).any():
             raise ValueError("all six targets are free: pin at least one")
-        if free.any() and model.prior is None:
+        if free.any() and model.prior is None and prior is None:
             raise NoPrior("this model has no target prior (it was trained before free targets existed): train it "
                           "again to leave targets free")
         self.free = free
-        self.prior = model.prior
-        self.follow = free[1:].copy()          # effectors the network places (Solver.step's follow)
-        self.hips = HipsReach.for_model(model) if free[0] else None
+        self.prior = model.prior if prior is None else prior
+        self.follow = free[..., 1:].copy()     # effectors the network places (Solver.step's follow)
+        self.hips = HipsReach.for_model(model) if free[..., 0].any() else None
         self.last = None                         # the hips stage's last (K, 6) solution
 
     @property
     def any(self):
         return bool(self.free.any())
 
-    def names(self):
-        return [label for label, f in zip(FREE_LABELS, self.free) if f]
+    def names(self, row=0):
+        free = self.free if self.free.ndim == 1 else self.free[row]
+        return [label for label, f in zip(FREE_LABELS, free) if f]
 
     def fill(self, targets, sequence=False, anchors=None):
         """(K, 6, 4, 4) targets with the free ones placed (a copy). sequence: the K rows are frames of one character
@@ -60,19 +63,30 @@ class FreeTargets:
         out = self.prior.complete(targets, self.free)
         if self.hips is None:
             return out
-        before = out[:, 0].copy()
-        if sequence:
+        free = np.broadcast_to(self.free, out.shape[:2])
+        rows = np.nonzero(free[:, 0])[0]
+        before = out[rows, 0].copy()
+        local = None if anchors is None else np.asarray(anchors)[rows]
+        if sequence:                             # one set for the clip
             u = None
-            for i in range(len(out)):
-                out[i:i + 1, 0], u = self.hips.place(out[i:i + 1], ~self.free, u,
-                                                     None if anchors is None else anchors[i:i + 1])
+            for i, row in enumerate(rows):
+                out[row:row + 1, 0], u = self.hips.place(out[row:row + 1], ~free[row], u,
+                                                         None if local is None else local[i:i + 1])
         else:
-            start = self.last if self.last is not None and len(self.last) == len(out) else None
-            out[:, 0], self.last = self.hips.place(out, ~self.free, start, anchors)
-        moved = out[:, 0] @ np.linalg.inv(before)                 # the root's change, applied to the free effectors
-        riding = np.nonzero(self.free[1:])[0] + 1
-        if len(riding):
-            out[:, riding] = moved[:, None] @ out[:, riding]
+            start = self.last if self.last is not None and len(self.last) == len(rows) else None
+            placed = np.empty_like(before)
+            self.last = np.zeros((len(rows), 4))
+            for pinned in np.unique(~free[rows], axis=0):           # characters with the same pinned set together
+                same = np.nonzero((~free[rows] == pinned).all(axis=1))[0]
+                placed[same], self.last[same] = self.hips.place(
+                    out[rows[same]], pinned, None if start is None else start[same],
+                    None if local is None else local[same])
+            out[rows, 0] = placed
+        moved = out[rows, 0] @ np.linalg.inv(before)             # the root's change, applied to the free effectors
+        riding = free[rows, 1:]
+        ride = out[rows, 1:]
+        ride[riding] = (np.broadcast_to(moved[:, None], ride.shape)[riding]) @ ride[riding]
+        out[rows, 1:] = ride
         return out
 
     def step(self, solver, targets, refine_iterations, sequence=False, **settings):
@@ -82,10 +96,10 @@ class FreeTargets:
         (ground, desired_contact, task, phase, dt, contact, measure_errors). Returns the filled targets."""
         filled = self.fill(targets, sequence)
         if self.hips is not None:
-            solver.step(filled, **{**settings, "measure_errors": False}, refine_iterations=0)
+            solver.step(filled, **{**settings, "measure_errors": False}, refine_iterations=0, graph=False)
             local = quaternions_to_matrices(solver.q)
             pose = kinematics.forward(solver.skeleton, local, filled[:, 0, :3, :3], filled[:, 0, :3, 3])
             settings = {**settings, "contact": solver.settings[:, 2:4].copy(), "task": None}
             filled = self.fill(targets, sequence, self.hips.anchors_of(pose.positions, filled[:, 0]))
-        solver.step(filled, refine_iterations=refine_iterations, follow=self.follow, **settings)
+        solver.step(filled, refine_iterations=refine_iterations, follow=self.follow, graph=False, **settings)
         return filled

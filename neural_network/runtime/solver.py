@@ -304,17 +304,18 @@ class Solver:
         return usable
 
     def step(self, targets, ground=0.0, desired_contact=1.0, task=None, phase=0.0, refine_iterations=0, dt=1 / 60,
-             contact=None, measure_errors=True, follow=None):
+             contact=None, measure_errors=True, follow=None, graph=True):
         """One tick for K characters; results in self.q, self.hips, self.status, self.errors (no copies).
 
         targets (K, 6, 4, 4) character space; ground, desired_contact (K, 2) or scalars, phase (K,) or a scalar:
         None keeps the last value (so a live tick passes settings only when they change); task (K,) indices (None:
         unchanged); contact (K, 2) overrides the contact flags detected from the feet (a bake passes the clip's; NaN:
-        detected, for the characters of a live group whose contacts are not given). follow: (5,) bool, effectors
-        whose target becomes where the network put them before the refinement (free targets, free_targets.py: only
-        the pinned ones are made exact); the NumPy path takes such ticks."""
+        detected, for the characters of a live group whose contacts are not given). follow: (5,) or (K, 5) bool,
+        effectors whose target becomes where the network put them before the refinement (free targets, free_targets.py: only
+        the pinned ones are made exact); the NumPy path takes such ticks. graph=False: the NumPy path even with a
+        run-time graph (whose world matrices the targets given here would not be: free_targets passes its own)."""
         k = self.k
-        follow = None if follow is None or not np.any(follow) else np.nonzero(follow)[0]
+        follow = None if follow is None or not np.any(follow) else np.broadcast_to(np.asarray(follow, bool), (k, 5))
         if task is not None:
             self.set_task(task)
         elif not self.started:
@@ -323,7 +324,7 @@ class Solver:
         if ground is not None or desired_contact is not None or phase is not None:
             self.set_settings(ground, desired_contact, phase)
         self.used_runtime = False
-        if self.runtime is not None and not self.blending and follow is None:
+        if self.runtime is not None and not self.blending and follow is None and graph:
             if self._runtime_step(targets, refine_iterations, dt, contact, measure_errors):
                 self.used_runtime = True
                 return
@@ -367,8 +368,9 @@ class Solver:
             q += self.unmapped_bias
         hips = t[:, 0]
         if follow is not None:        # free effectors: the network's placement is their target
-            placed = self.refiner.chain_forward(q, hips)[:, self.effector_slots[follow]]
-            t[:, 1 + follow, :3] = placed[..., :3, :]
+            placed = self.refiner.chain_forward(q, hips)[:, self.effector_slots]
+            effectors = t[:, 1:]
+            effectors[follow] = placed[follow]
         if refine_iterations > 0:
             self.memory.dt = dt
             self.errors = self.refiner.refine_quaternions(q, hips, t[:, 1:, :3, 3], t[:, 1:, :3, :3],
@@ -524,5 +526,9 @@ class Solver:
         errors need one more FK pass: measure_errors=False skips it (errors are then NaN)."""
         self.step(targets, ground, desired_contact, task, phase, refine_iterations, dt, contact, measure_errors,
                   follow)
+        return self.result()
+
+    def result(self):
+        """The last step's results as a SolveResult with its own copies."""
         return SolveResult(self.q.copy(), self.last_hips[:, :3, :3].copy(), self.last_hips[:, :3, 3].copy(),
                            self.status.copy(), np.array(self.errors, copy=True))

@@ -1,0 +1,51 @@
+"""Give a model trained before free targets existed its target prior, leaving its IK network as it is.
+
+    .venv/bin/python scripts/add_prior.py --model weights/demo.npz --dataset out/weights/dataset.npz \
+        --seconds 600 --out weights/demo.npz
+
+Trains neural_network.model.prior on the dataset's frames (whole actions held out for validation, as Train does; the
+mirror images added) for --seconds, and writes the checkpoint with the prior beside the unchanged network (the same
+six-target figures). Train does this itself for every new model; this is for the shipped demo model.
+"""
+
+import argparse
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from addon_loader import load_package  # noqa: E402
+
+load_package()
+
+from neural_ik.neural_network.data import augment  # noqa: E402
+from neural_ik.neural_network.data.dataset import Dataset  # noqa: E402
+from neural_ik.neural_network.model import checkpoint, prior  # noqa: E402
+from neural_ik.neural_network.model.trainer import TrainingArrays  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    model = checkpoint.load_model(args.model)
+    dataset = Dataset.load(args.dataset)
+    if dataset.skeleton.fingerprint() != model.skeleton.fingerprint():
+        sys.exit("add_prior: error: the dataset is of another rig than the model")
+    train, val = dataset.split_by_action(seed=args.seed, val_fraction=0.1)
+    train, _mirror = augment.with_mirror(train)
+    rows = [TrainingArrays(part) for part in (train, val)]
+    targets = [prior.targets_of_rows(r.positions, r.global_rotations) for r in rows]
+    model.prior = prior.train_prior(targets[0], targets[1], prior.references_of(model.feature_spec),
+                                    model.skeleton.height, args.seconds, args.seed)
+    checkpoint.save_model(args.out, model)
+    print(f"wrote {args.out}: {model.prior.meta}")
+
+
+if __name__ == "__main__":
+    main()

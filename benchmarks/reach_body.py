@@ -56,11 +56,11 @@ def path_to(start, goal, ticks):
 
 
 def spine_bend(rotations):
-    """Degrees between the hips' and the chest's orientations (what the spine bends)."""
+    """Degrees between the hips' and the chest's orientations (what the spine bends); rotations (23, 3, 3)."""
     from neural_ik.neural_network.geometry.rotations import angle_between
     from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
 
-    chest = next(ROLE_INDEX[r] for r in CHEST if np.isfinite(rotations[0, ROLE_INDEX[r]]).all())
+    chest = next(ROLE_INDEX[r] for r in CHEST if np.isfinite(rotations[..., ROLE_INDEX[r], :, :]).all())
     return np.degrees(angle_between(rotations[..., ROLE_INDEX["Hips"], :, :], rotations[..., chest, :, :]))
 
 

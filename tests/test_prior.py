@@ -8,7 +8,7 @@ from synthetic import synthetic_dataset
 
 from neural_ik.neural_network.data.files import FileRefused
 from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix
-from neural_ik.neural_network.ik.hips_reach import CROUCH, LIMBS, REACH, SLACK, HipsReach
+from neural_ik.neural_network.ik.hips_reach import CROUCH, LEG_REACH, LIMBS, SLACK, HipsReach
 from neural_ik.neural_network.model import checkpoint, prior, trainer
 from neural_ik.neural_network.runtime.free_targets import FreeTargets, NoPrior
 from neural_ik.neural_network.runtime.solver import Solver
@@ -118,7 +118,7 @@ def test_hips_stage_leaves_a_reachable_root_and_brings_the_hips_down_to_a_hand_o
         hip = moved[0, :3, 3] + moved[0, :3, :3] @ stage.anchors[row]
         foot = floor[0, LIMBS[row][0], :3, 3]
         assert np.linalg.norm(hip - foot) <= stage.reaches[row] + 0.01
-        assert hip[2] - foot[2] >= CROUCH / REACH * stage.reaches[row] - 0.01
+        assert hip[2] - foot[2] >= CROUCH / LEG_REACH * stage.reaches[row] - 0.01
     # the goal moved a little moves the root a little (a dragged hand moves the body continuously)
     nudged = floor.copy()
     nudged[0, 2, :3, 3] += 0.005 * forward / np.linalg.norm(forward)
@@ -140,3 +140,14 @@ def test_a_free_effector_lands_where_the_network_puts_it_and_the_pinned_ones_exa
     head = solver.refiner.chain_forward(solver.q, filled[:, 0])[:, solver.effector_slots[4], :3, 3]
     assert np.linalg.norm(head - head_net, axis=-1).mean() < 0.03
     assert solver.errors[:, 4].max() < 1e-6                                  # its target is where it went
+
+
+def test_a_free_target_is_never_read(trained):
+    model = trained[1].model
+    targets = trained[0].val_targets[::25]
+    for names in (["root", "head"], ["root", "left_foot", "right_foot"], ["right_hand"]):
+        free = FreeTargets(model, prior.free_mask(names))
+        poisoned = targets.copy()
+        poisoned[:, free.free] = np.nan                    # whatever the clip or the empty held there
+        np.testing.assert_array_equal(free.fill(poisoned), FreeTargets(model, free.free).fill(targets))
+        assert np.isfinite(free.fill(poisoned)).all()

@@ -4,50 +4,54 @@ The prior (model/prior.py) places a free root where the motion it learned from w
 cannot reach (a hand on the floor in front of the toes, far forward, overhead) is beyond that motion: this stage moves
 the root, as a person bends at the hips and the knees, just as far as the pinned limbs need.
 
-Each limb is a point on the body (its *anchor*: the shoulder for a hand, the hip joint for a foot, the base of the
-spine for the head) at a fixed place in the hips' frame (the model's mean pose), and a reach: REACH of the limb's
-length, and for an arm or the head a share of the spine's length more (the spine bends; the legs' anchors are fixed in
-the hips, so their weight W is LEG, the others' ARM). The
-root moves by a translation t and a bend b about the body's left-right axis (through the root's position) that
-minimise
+Each limb is a point on the body (its *anchor*: the shoulder for a hand, the hip joint for a foot, the head itself)
+at a fixed place in the hips' frame (the model's mean pose), and a reach: REACH of the limb's length (LEG_REACH for a
+leg; none for the head), and for an arm or the head a share of the spine's length more (the spine bends; the legs'
+anchors are fixed in the hips, so their weight W is LEG, as the head's, the arms' ARM). The root moves by a
+translation t and a bend b about the body's left-right axis (through the root's position) that minimise
 
     sum over pinned limbs  W^2 max(0, |anchor - target| - reach)^2 / h^2           a limb must reach
     + over pinned feet     LEG^2 max(0, CROUCH * leg - (anchor - target)_z)^2 / h^2  a knee folds only so far
     + MOVE * |t|^2 / h^2 + BEND * b^2                                          move as little as that allows
 
-(h the rig's height; the prior gave the root's heading, roll and twist), by damped Gauss-Newton with a trust
-region from where the prior put the root: where every limb reaches, nothing moves and the prior stands; as a target
-leaves reach the hips follow it continuously, so a dragged hand moves the body smoothly. The spine's own bend and the
-limbs' landing stay the refinement's (refine.py). The anchors come from the mean pose, or better from a first solve of
-the network (free_targets.FreeTargets.step: where its spine put the shoulders). Pure NumPy; no bpy.
+(h the rig's standing height; the prior gave the root's heading, roll and twist), by damped Gauss-Newton with a
+trust region and halved steps (a step is taken only where it lowers the cost) from where the prior put the root:
+where every limb reaches, nothing moves and the prior stands; as a target leaves reach the hips follow it
+continuously, so a dragged hand moves the body smoothly. The spine's own bend and the limbs' landing stay the
+refinement's (refine.py). The anchors come from the mean pose, or better from a first solve of the network
+(free_targets.FreeTargets.step: where its spine put the shoulders and the head). Pure NumPy; no bpy.
 """
 
 import numpy as np
 
+from ..data.dataset import standing_height
 from ..geometry import kinematics
 from ..geometry.rotations import axis_angle_to_matrix
 from ..skeleton.roles import ROLE_INDEX
 
-REACH = 0.97          # a limb reaches this share of its length (a straight limb has no room left to land)
+REACH = 0.97          # an arm or the head's chain reaches this share of its length (a straight limb cannot land)
+LEG_REACH = 0.99      # a leg this share (the hips rise onto straight legs for a hand overhead)
 CROUCH = 0.45         # a hip joint stays at least this share of the leg's length from its foot's target
 MOVE = 1.0            # cost of moving the root by the rig's height
 BEND = 0.1            # cost of a radian of forward / backward bend of the root
 LEG, ARM = 30.0, 10.0     # weight of a leg's / an arm's or the head's excess against the costs of moving
 SLACK = 0.25          # share of the spine's length the spine adds to the arms' and the head's reach (it bends;
                       # the anchors are where the mean pose holds them, the legs' are fixed in the hips) ...
-POSED_SLACK = 0.05    # ... and with the anchors where a solve of the network put them
+POSED_SLACK = np.array([0.05, 0.05, 0.0, 0.0, 0.0])   # ... and with the anchors where a solve of the network put
+                                                      # them (the head there is where the network put it)
 ITERATIONS = 20
-MAX_MOVE = 0.05       # the largest move of one step, in rig heights
-MAX_BEND = 0.15       # the largest bend of one step, radians
+MAX_MOVE = 0.1        # the largest move of one step, in rig heights
+MAX_BEND = 0.3        # the largest bend of one step, radians
+HALVINGS = 6          # a step that does not lower the cost is halved at most this often
 FORWARD, BACKWARD = 1.6, 0.4      # radians: how far the root bends forward and back at most
 _UP = np.array([0.0, 0.0, 1.0])
-DAMPING = 1e-4
+DAMPING = 1e-3
 # (target slot in the six targets, anchor role, the roles whose bone lengths make the reach)
 LIMBS = ((1, "LeftArm", ("LeftArm", "LeftForeArm", "LeftHand")),
          (2, "RightArm", ("RightArm", "RightForeArm", "RightHand")),
          (3, "LeftThigh", ("LeftThigh", "LeftShin", "LeftFoot")),
          (4, "RightThigh", ("RightThigh", "RightShin", "RightFoot")),
-         (5, "Spine", ("Spine", "Spine1", "Spine2", "NeckLower", "NeckUpper", "Head")))
+         (5, "Head", ("Head",)))         # the head itself: only the spine's bend (SLACK) brings it further
 FEET = (2, 3)         # rows of LIMBS that are legs
 
 
@@ -56,7 +60,7 @@ class HipsReach:
 
     def __init__(self, anchors, reaches, carried, lateral, height):
         self.anchors = anchors        # (5, 3) in the hips' frame (the root target's)
-        self.reaches = reaches        # (5,) REACH of each limb's length
+        self.reaches = reaches        # (5,) REACH (LEG_REACH) of each limb's length
         self.carried = carried        # (5,) the spine's length for the arms and the head (it bends them further), 0
         self.lateral = lateral        # (3,) the body's left-right axis in the hips' frame
         self.height = height
@@ -78,7 +82,8 @@ class HipsReach:
         carried[[0, 1, 4]] = spine                 # the arms and the head ride on the spine
         lateral = anchors[2] - anchors[3]
         lateral /= max(np.linalg.norm(lateral), 1e-9)
-        return cls(anchors, REACH * reaches, carried, lateral, float(skeleton.height))
+        reaches *= np.where(np.isin(np.arange(len(LIMBS)), FEET), LEG_REACH, REACH)
+        return cls(anchors, reaches, carried, lateral, standing_height(skeleton))
 
     def anchors_of(self, positions, root):
         """(K, 5, 3) the anchors in the root's frame where joint positions (K, 23, 3) put them."""
@@ -100,10 +105,10 @@ class HipsReach:
             return root.copy(), u
         slots = [LIMBS[row][0] for row in rows]
         goal = targets[:, slots][..., :3, 3]                    # (K, m, 3)
-        slack = SLACK if anchors is None else POSED_SLACK
-        reach = self.reaches[rows] + slack * self.carried[rows]
+        slack = np.full(len(LIMBS), SLACK) if anchors is None else POSED_SLACK
+        reach = self.reaches[rows] + slack[rows] * self.carried[rows]
         feet = np.array([row in FEET for row in rows])
-        weight = np.where(feet, LEG, ARM) / self.height
+        weight = np.where(feet | (np.array(rows) == 4), LEG, ARM) / self.height
         h = self.height
         # the turn is a bend about the body's left-right axis (on the ground), through the root's position
         side = root[:, :3, :3] @ self.lateral
@@ -115,30 +120,48 @@ class HipsReach:
         regularise = np.zeros((k, 4, 4))
         regularise[:, :3, :3] = np.eye(3) * move_weight
         regularise[:, 3, 3] = bend_weight
-        for _ in range(ITERATIONS):
-            turn = axis_angle_to_matrix(side * u[:, 3:4])
-            arm = np.einsum("kab,kmb->kma", turn, arm0)
+        crouch = CROUCH / LEG_REACH * reach
+
+        def residuals(u):
+            """(r (K, m + 4), J (K, m + 4, 4)) at u: per limb its excess (weighted), then the costs."""
+            arm = np.einsum("kab,kmb->kma", axis_angle_to_matrix(side * u[:, 3:4]), arm0)
             offset = root[:, None, :3, 3] + u[:, None, :3] + arm - goal
             distance = np.linalg.norm(offset, axis=-1)
             n = offset / np.maximum(distance, 1e-9)[..., None]
             over = np.maximum(distance - reach, 0.0)
-            under = np.where(feet, np.maximum(CROUCH / REACH * reach - offset[..., 2], 0.0), 0.0)
+            under = np.where(feet, np.maximum(crouch - offset[..., 2], 0.0), 0.0)
             r = np.concatenate([(over + under) * weight, u[:, :3] * move_weight, u[:, 3:] * bend_weight], axis=1)
-            # per limb: d distance / d t = n, d distance / d bend = (side x arm) . n; a crouch: d height = z, (side x
-            # arm)_z; signed as the residual grows
+            # per limb: d distance / d t = n, d distance / d bend = (side x arm) . n; a crouch: d height = z,
+            # (side x arm)_z; signed as the residual grows
             turning = np.cross(side[:, None], arm)
             grad = np.where((under > 0)[..., None],
                             -np.concatenate([np.broadcast_to(_UP, n.shape), turning[..., 2:]], axis=-1),
                             np.concatenate([n, (turning * n).sum(-1, keepdims=True)], axis=-1) * (over > 0)[..., None])
-            J = np.concatenate([grad * weight[:, None], regularise], axis=1)
+            return r, np.concatenate([grad * weight[:, None], regularise], axis=1)
+
+        r, J = residuals(u)
+        cost = (r * r).sum(axis=1)
+        for _ in range(ITERATIONS):
             Jt = np.swapaxes(J, 1, 2)
             step = np.linalg.solve(Jt @ J + DAMPING * np.eye(4), Jt @ r[..., None])[..., 0]
-            # a trust region: the hinges change where they bite, so long steps overshoot
+            # a trust region (the hinges change where they bite, so long steps overshoot), then halved until the
+            # cost falls (the characters that found no such step keep theirs)
             scale = np.minimum(1.0, np.minimum(MAX_MOVE * h / np.maximum(np.linalg.norm(step[:, :3], axis=-1), 1e-12),
                                                MAX_BEND / np.maximum(np.abs(step[:, 3]), 1e-12)))
-            u -= step * scale[:, None]
-            u[:, 3] = np.clip(u[:, 3], -BACKWARD, FORWARD)
-            if np.abs(step).max() < 1e-7:
+            moving = np.ones(k, bool)
+            for _halving in range(HALVINGS):
+                trial = u - step * scale[:, None]
+                trial[:, 3] = np.clip(trial[:, 3], -BACKWARD, FORWARD)
+                r_trial, J_trial = residuals(trial)
+                cost_trial = (r_trial * r_trial).sum(axis=1)
+                better = moving & (cost_trial < cost)
+                u[better], r[better], J[better], cost[better] = trial[better], r_trial[better], J_trial[better], \
+                    cost_trial[better]
+                moving &= ~better
+                if not moving.any():
+                    break
+                scale = np.where(moving, 0.5 * scale, scale)
+            if moving.all() or np.abs(step * scale[:, None]).max() < 1e-7:
                 break
         out = root.copy()
         side = root[:, :3, :3] @ self.lateral

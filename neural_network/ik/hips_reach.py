@@ -142,8 +142,12 @@ class HipsReach:
         r, J = residuals(u)
         cost = (r * r).sum(axis=1)
         for _ in range(ITERATIONS):
+            if cost.max() < 1e-18:               # every limb reaches and nothing moved: the prior stands
+                break
             Jt = np.swapaxes(J, 1, 2)
             step = np.linalg.solve(Jt @ J + DAMPING * np.eye(4), Jt @ r[..., None])[..., 0]
+            if np.abs(step).max() < 1e-9:
+                break
             # a trust region (the hinges change where they bite, so long steps overshoot), then halved until the
             # cost falls (the characters that found no such step keep theirs)
             scale = np.minimum(1.0, np.minimum(MAX_MOVE * h / np.maximum(np.linalg.norm(step[:, :3], axis=-1), 1e-12),

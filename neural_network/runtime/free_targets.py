@@ -55,12 +55,17 @@ class FreeTargets:
         return [label for label, f in zip(FREE_LABELS, free) if f]
 
     def fill(self, targets, sequence=False, anchors=None):
-        """(K, 6, 4, 4) targets with the free ones placed (a copy). sequence: the K rows are frames of one character
-        in order (Bake): the hips stage then starts each frame from the one before. anchors: (K, 5, 3) the limbs'
-        anchors in the root's frame as a solve put them (HipsReach.anchors_of), else the mean pose's."""
+        """(K, 6, 4, 4) targets with the free ones placed (a copy): the prior, then the hips stage (place). sequence:
+        the K rows are frames of one character in order (Bake): the hips stage then starts each frame from the one
+        before. anchors: (K, 5, 3) the limbs' anchors in the root's frame as a solve put them (HipsReach.anchors_of),
+        else the mean pose's."""
         if not self.any:
             return np.array(targets, np.float64)
-        out = self.prior.complete(targets, self.free)
+        return self.place(self.prior.complete(targets, self.free), sequence, anchors)
+
+    def place(self, completed, sequence=False, anchors=None):
+        """The hips stage on targets the prior completed (a copy; as is without a free root)."""
+        out = np.array(completed, np.float64)
         if self.hips is None:
             return out
         free = np.broadcast_to(self.free, out.shape[:2])
@@ -82,7 +87,11 @@ class FreeTargets:
                     out[rows[same]], pinned, None if start is None else start[same],
                     None if local is None else local[same])
             out[rows, 0] = placed
-        moved = out[rows, 0] @ np.linalg.inv(before)             # the root's change, applied to the free effectors
+        # the root's change, applied to the free effectors (a rigid inverse: the rotation's transpose)
+        inverse = np.broadcast_to(np.eye(4), before.shape).copy()
+        inverse[:, :3, :3] = np.swapaxes(before[:, :3, :3], -1, -2)
+        inverse[:, :3, 3] = -np.einsum("kba,kb->ka", before[:, :3, :3], before[:, :3, 3])
+        moved = out[rows, 0] @ inverse
         riding = free[rows, 1:]
         ride = out[rows, 1:]
         ride[riding] = (np.broadcast_to(moved[:, None], ride.shape)[riding]) @ ride[riding]
@@ -90,16 +99,17 @@ class FreeTargets:
         return out
 
     def step(self, solver, targets, refine_iterations, sequence=False, **settings):
-        """solver.step on `targets` with the free ones filled in: with the root free, a first pass of the network
-        (no refinement) shows where its spine puts the shoulders, and the hips stage works from those; then the
-        solve, the free effectors following the network (Solver.step's follow). settings: solver.step's others
-        (ground, desired_contact, task, phase, dt, contact, measure_errors). Returns the filled targets."""
-        filled = self.fill(targets, sequence)
+        """solver.step on `targets` with the free ones filled in: the prior places them; with the root free, a first
+        pass of the network (no refinement) at the prior's root shows where its spine puts the shoulders and the
+        head, and the hips stage works from those; then the solve, the free effectors following the network
+        (Solver.step's follow). settings: solver.step's others (ground, desired_contact, task, phase, dt, contact,
+        measure_errors). Returns the filled targets."""
+        filled = self.prior.complete(targets, self.free)
         if self.hips is not None:
             solver.step(filled, **{**settings, "measure_errors": False}, refine_iterations=0, graph=False)
             local = quaternions_to_matrices(solver.q)
             pose = kinematics.forward(solver.skeleton, local, filled[:, 0, :3, :3], filled[:, 0, :3, 3])
             settings = {**settings, "contact": solver.settings[:, 2:4].copy(), "task": None}
-            filled = self.fill(targets, sequence, self.hips.anchors_of(pose.positions, filled[:, 0]))
+            filled = self.place(filled, sequence, self.hips.anchors_of(pose.positions, filled[:, 0]))
         solver.step(filled, refine_iterations=refine_iterations, follow=self.follow, graph=False, **settings)
         return filled

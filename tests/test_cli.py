@@ -95,3 +95,17 @@ def test_create_targets_then_a_pinned_bake_headless(tmp_path):
               *[a for o in others for a in ("--influence", o)], "--save", str(baked))
     assert run.returncode == 0, run.stderr[-2000:]
     assert "baked 'walk_normal_03.nik'" in run.stdout
+
+
+def test_bake_with_free_targets_headless(tmp_path):
+    """`bake --free root,head` on the demo rig (the shipped model has its prior): the file saved with the new action
+    and the Free settings as given, the clip left as it was."""
+    demo, baked = tmp_path / "demo.blend", tmp_path / "baked.blend"
+    assert nik("create-demo-rig", "--save", str(demo)).returncode == 0
+    run = nik("bake", "--blend", str(demo), "--source-action", "walk_normal_03", "--free", "root,head", "--refine", "3",
+              "--save", str(baked))
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "baked 'walk_normal_03.nik'" in run.stdout
+    check = nik("bake", "--blend", str(baked), "--source-action", "walk_normal_03", "--free",
+                "root,left_hand,right_hand,left_foot,right_foot,head")
+    assert check.returncode != 0 and "pin at least one" in check.stderr

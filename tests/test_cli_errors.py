@@ -109,6 +109,16 @@ CASES = [
     # a pin the clip would silently keep: an influence on a target the file does not have
     ("bake", ["--blend", "{inputs}/demo.blend", "--source-action", "walk_slow_01", "--influence", "right_hand=1",
               "--save", "out.blend"], "NeuralIK_Demo has no right hand target: Create Targets first"),
+    # free targets: all six, an unknown one, a free foot with Lock Feet, a free target with an influence
+    ("bake", ["--blend", "{inputs}/demo.blend", "--free", "root,left_hand,right_hand,left_foot,right_foot,head",
+              "--save", "out.blend"], "--free: all six targets free: pin at least one"),
+    ("bake", ["--blend", "{inputs}/demo.blend", "--free", "root,tail", "--save", "out.blend"],
+     "--free: 'root,tail' is not a list of targets"),
+    ("bake", ["--blend", "{inputs}/demo.blend", "--source-action", "walk_slow_01", "--free", "left_foot",
+              "--lock-feet", "--save", "out.blend"], "Lock Feet holds the feet where the clip plants them"),
+    ("bake", ["--blend", "{inputs}/demo.blend", "--source-action", "walk_slow_01", "--free", "head",
+              "--influence", "head=1", "--save", "out.blend"], "the head is free, but its influences pin it"),
+    ("evaluate", ["--blend", "{inputs}/demo.blend", "--free", "head,tail", "--json", "out.json"], "--free"),
     # create-targets: no such .blend or armature, nowhere to save
     ("create-targets", ["--blend", "missing.blend", "--save", "out.blend"], "missing.blend does not exist"),
     ("create-targets", ["--blend", "{inputs}/demo.blend", "--armature", "Nobody", "--save", "out.blend"],

@@ -151,3 +151,24 @@ def test_a_free_target_is_never_read(trained):
         poisoned[:, free.free] = np.nan                    # whatever the clip or the empty held there
         np.testing.assert_array_equal(free.fill(poisoned), FreeTargets(model, free.free).fill(targets))
         assert np.isfinite(free.fill(poisoned)).all()
+
+
+def test_bake_smoothing_averages_only_the_free_targets_over_the_clip():
+    from neural_ik.neural_network.runtime.free_targets import smoothed
+
+    rng = np.random.default_rng(4)
+    frames = np.broadcast_to(np.eye(4), (60, 6, 4, 4)).copy()
+    frames[:, :, :3, 3] = np.linspace(0.0, 1.0, 60)[:, None, None]            # every target moves steadily
+    noisy = frames.copy()
+    noisy[:, 0, :3, 3] += rng.normal(0.0, 0.02, (60, 3))
+    noisy[:, 0, :3, :3] = axis_angle_to_matrix(rng.normal(0.0, 0.05, (60, 3)))
+    free = prior.free_mask(["root"])
+    out = smoothed(noisy, free, 9)
+    np.testing.assert_array_equal(out[:, 1:], noisy[:, 1:])                     # the pinned as given
+    inner = slice(5, -5)                                                         # a steady track stays where it is
+    np.testing.assert_allclose(smoothed(frames, free, 9)[inner], frames[inner], atol=1e-12)
+    jitter = lambda t: np.abs(np.diff(t[:, 0, :3, 3], 2, axis=0)).mean()       # noqa: E731
+    assert jitter(out) < 0.3 * jitter(noisy)
+    R = out[:, 0, :3, :3]
+    np.testing.assert_allclose(R @ np.swapaxes(R, -1, -2), np.broadcast_to(np.eye(3), R.shape), atol=1e-9)
+    assert np.all(np.linalg.det(R) > 0)

@@ -106,6 +106,21 @@ def free_targets(model, free, prior=None):
         raise LiveError(str(exc)) from None
 
 
+REST_VALUES = {"location": 0.0, "rotation_euler": 0.0, "scale": 1.0, "rotation_quaternion": (1.0, 0.0, 0.0, 0.0),
+               "rotation_axis_angle": (0.0, 0.0, 1.0, 0.0)}
+
+
+def _above_hips_at_rest(inbetween, hips, above):
+    """A source's channel values with the hips left out (a free root: keyed from the solve) and the bones above the
+    hips keyed at rest (the solve's hips are the whole of their motion)."""
+    out = {bone: values for bone, values in inbetween.items() if bone != hips}
+    for bone in above:
+        if bone in out:
+            out[bone] = {prop: np.broadcast_to(np.asarray(REST_VALUES[prop], np.float64), v.shape).copy()
+                         for prop, v in out[bone].items()}
+    return out
+
+
 def _check_free(free, lock_feet, settings):
     """Refuse, in words, settings that would read a free foot from the clip: Lock Feet and the Ground fit the feet the
     clip gives."""
@@ -343,6 +358,9 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
             frames, targets, hips_rot, hips_pos = source.frames, source.targets, source.hips_rotation, source.hips_position
             contacts, task, links, inbetween = source.contacts, source.task, source.links, source.inbetween
             name, desired, key_hips = f"{action.name}.nik", contacts, not source.keys_hips
+            if free[0] and source.keys_hips:     # the solve places the hips: the bones above them rest
+                inbetween = _above_hips_at_rest(inbetween, rig.bone_names[int(rig.role_bones[0])],
+                                                moving_bones_above_hips(obj, rig, action))
         else:
             missing = missing_targets(obj)
             if missing:

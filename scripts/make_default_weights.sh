@@ -9,7 +9,8 @@
 #      own clips, procedural, are OWN_SHARE of every epoch), export to ONNX;
 #   4. evaluate on the held-out demo actions of seed 1 (next to Blender's IK constraint, 2 refinement iterations) and
 #      run the reach sweep (benchmarks/reach_sweep.py) with the new model;
-# then copy the checkpoint, the ONNX export with its sidecar, and the figures into weights/.
+# then copy the checkpoint (with its target prior), the ONNX exports with the sidecar, and the figures into weights/.
+# (The shipped weights/demo.npz predates the prior: its prior was added by scripts/add_prior.py on the same dataset.)
 # Needs ../shared/mocap (MOCAP=... to point elsewhere); the tests never do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +41,7 @@ nik evaluate --blend "$out/heldout.blend" --armature NeuralIK_Demo --model "$out
 "$py" benchmarks/reach_sweep.py --model "$out/model.npz" --json "$out/reach_sweep.json"
 cp "$out/model.npz" weights/demo.npz
 cp "$out/model.onnx" weights/demo.onnx
+cp "$out/model.prior.onnx" weights/demo.prior.onnx      # the target prior (#33), trained in the same run
 cp "$out/model.json" weights/demo.json
 cp "$out/metrics.json" weights/demo_metrics.json
 "$py" - "$out/evaluation.json" weights/demo_evaluation.json <<'PY'

@@ -18,7 +18,6 @@ machine.
 """
 
 import argparse
-import json
 import os
 import sys
 
@@ -87,40 +86,16 @@ def what_moved(heads, rotations, start_heads, start_rotations, goal):
     }
 
 
-def blender_ik(bpy, obj, rig, model, target, path):
-    """Blender's IK constraint along the path: the right forearm's chain down to the hips, no head chain."""
-    from neural_ik.blender.live.tick import targets_of
-    from neural_ik.blender.workflows.blender_ik import BaselineRig
-    from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLES
-
-    bone_map = dict(rig.bone_map)
-    mean_pose = {bone_map[role]: np.asarray(model.mean_pose[j], np.float64)
-                 for j, role in enumerate(ROLES) if bone_map.get(role)}
-    targets = {ROLES[r]: t for r, t in zip(EFFECTOR_ROLES, targets_of(obj)[1:])}
-    baseline = BaselineRig(bpy.context.scene, obj, bone_map, mean_pose, bpy.data.actions[reach_sweep.START_ACTION],
-                           targets=targets).build()
+def chain_to_the_hips(baseline, bone_map, targets):
+    """Blender IK as a user would set it for a body reach: the right forearm's IK chain down to the hips, and no head
+    chain (the head is free)."""
     pose = baseline.copy.pose.bones
     forearm = pose[bone_map["RightForeArm"]]
-    ik = next(c for c in forearm.constraints if c.type == "IK")
-    ik.chain_count = baseline._chain_length_to_hips(forearm.name)
+    next(c for c in forearm.constraints if c.type == "IK").chain_count = baseline._chain_length_to_hips(forearm.name)
     for pb in pose:
         for con in list(pb.constraints):
             if con.type == "IK" and con.target is targets["Head"]:
                 pb.constraints.remove(con)
-    heads, rotations = [], []
-    start = target.matrix_world.copy()
-    try:
-        for position in path:
-            reach_sweep.place_target(obj, rig, target, start, position)
-            bpy.context.view_layer.update()
-            h, r = reach_sweep.read_pose(baseline.copy, rig)
-            heads.append(h)
-            rotations.append(r)
-    finally:
-        baseline.remove()
-        target.matrix_world = start
-        bpy.context.view_layer.update()
-    return np.array(heads), np.array(rotations)
 
 
 def main(argv=None):
@@ -133,20 +108,10 @@ def main(argv=None):
     reach_sweep.load_addon()
     import bpy
 
-    from neural_ik.blender.models import model_of, rig_of
-    from neural_ik.blender.rig import action_layouts
+    from neural_ik.blender.live.tick import targets_of
     from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
 
-    bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
-    bpy.ops.neural_ik.create_demo_rig()
-    obj = bpy.context.active_object
-    if args.model:
-        bpy.ops.neural_ik.load_model(filepath=os.path.abspath(args.model))
-    action_layouts.assign_action(obj, bpy.data.actions[reach_sweep.START_ACTION])
-    bpy.context.scene.frame_set(1)
-    bpy.ops.neural_ik.create_targets()
-    rig = rig_of(obj)
-    model, _data = model_of(obj, rig)
+    obj, rig, model = reach_sweep.demo_scene(bpy, args.model)
     heads0, rotations0 = reach_sweep.read_pose(obj, rig)
     target = obj.neural_ik.target_right_hand
     report = {"ticks": args.ticks, "refine": args.refine, "goals": {}}
@@ -163,17 +128,15 @@ def main(argv=None):
             rows[method] = what_moved(*reach_sweep.live_run(bpy, obj, rig, target, path, None, args.refine),
                                       heads0, rotations0, goal)
         obj.neural_ik.layer_root.free = obj.neural_ik.layer_head.free = False
-        rows["Blender IK (to the hips)"] = what_moved(*blender_ik(bpy, obj, rig, model, target, path), heads0,
-                                                      rotations0, goal)
+        baseline = reach_sweep.blender_ik_run(bpy, obj, rig, model, targets_of(obj)[1:], target, path, None,
+                                              chain_to_the_hips)
+        rows["Blender IK (to the hips)"] = what_moved(*baseline, heads0, rotations0, goal)
         report["goals"][name] = rows
         for method, row in rows.items():
             print(f"{name:<9} {method:<22} {row['hand_miss_cm']:12.2f} {row['feet_moved_mm']:13.2f} "
                   f"{row['largest_step_deg']:12.1f} {row['largest_step_bone']:<14} {row['spine_bend_deg']:10.1f} "
                   f"{row['hips_down_cm']:12.1f} {row['head_moved_cm']:13.1f}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=1)
-        print(f"written to {args.json}")
+    reach_sweep.write_json(args.json, report)
     return report
 
 

@@ -147,8 +147,9 @@ def live_run(bpy, obj, rig, target, path, turns, refine):
     return np.array(heads), np.array(rotations)
 
 
-def blender_ik_run(bpy, obj, rig, model, target_objects, target, path, turns):
-    """Blender's IK constraint (as the evaluation's baseline, aimed at the target empties) along the path."""
+def blender_ik_run(bpy, obj, rig, model, target_objects, target, path, turns, adjust=None):
+    """Blender's IK constraint (as the evaluation's baseline, aimed at the target empties) along the path. adjust:
+    a function given the built BaselineRig and the bone map, to change its constraints first."""
     from neural_ik.blender.workflows.blender_ik import BaselineRig
     from neural_ik.neural_network.skeleton.roles import EFFECTOR_ROLES, ROLES
 
@@ -158,6 +159,8 @@ def blender_ik_run(bpy, obj, rig, model, target_objects, target, path, turns):
     targets = {ROLES[r]: t for r, t in zip(EFFECTOR_ROLES, target_objects)}
     scene = bpy.context.scene
     baseline = BaselineRig(scene, obj, bone_map, mean_pose, bpy.data.actions[START_ACTION], targets=targets).build()
+    if adjust is not None:
+        adjust(baseline, bone_map, targets)
     heads, rotations = [], []
     start = target.matrix_world.copy()
     try:
@@ -258,21 +261,10 @@ def main(argv=None):
     import bpy
 
     from neural_ik.blender.live.tick import targets_of
-    from neural_ik.blender.models import model_of, rig_of
-    from neural_ik.blender.rig import action_layouts
     from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
 
-    bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
-    bpy.ops.neural_ik.create_demo_rig()
-    obj = bpy.context.active_object
-    if args.model:
-        bpy.ops.neural_ik.load_model(filepath=os.path.abspath(args.model))
+    obj, rig, model = demo_scene(bpy, args.model)
     model_path = bpy.path.abspath(obj.neural_ik.model_path)
-    action_layouts.assign_action(obj, bpy.data.actions[START_ACTION])
-    bpy.context.scene.frame_set(1)
-    bpy.ops.neural_ik.create_targets()
-    rig = rig_of(obj)
-    model, _data = model_of(obj, rig)
     start_heads, start_rotations = read_pose(obj, rig)
     objects = targets_of(obj)                           # root, left hand, right hand, left foot, right foot, head
     report = {"model": os.path.relpath(model_path, REPO) if model_path.startswith(REPO) else model_path,
@@ -309,11 +301,33 @@ def main(argv=None):
                   + ("" if plan is None else f"; {describe(plan)}"))
             print_table(rows)
     print_overview(report)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=1)
-        print(f"\nwritten to {args.json}")
+    write_json(args.json, report)
     return report
+
+
+def demo_scene(bpy, model=""):
+    """(armature, RigModel, Model): Create Demo Rig (the shipped model, or `model` loaded), the first frame of
+    START_ACTION, Create Targets."""
+    from neural_ik.blender.models import model_of, rig_of
+    from neural_ik.blender.rig import action_layouts
+
+    bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
+    bpy.ops.neural_ik.create_demo_rig()
+    obj = bpy.context.active_object
+    if model:
+        bpy.ops.neural_ik.load_model(filepath=os.path.abspath(model))
+    action_layouts.assign_action(obj, bpy.data.actions[START_ACTION])
+    bpy.context.scene.frame_set(1)
+    bpy.ops.neural_ik.create_targets()
+    rig = rig_of(obj)
+    return obj, rig, model_of(obj, rig)[0]
+
+
+def write_json(path, report):
+    if path:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=1)
+        print(f"\nwritten to {path}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ the script says so, skips the anchor and prints NumPy's samples per second alone
 """
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -164,7 +165,8 @@ def main():
     else:
         from synthetic import synthetic_dataset
         data = synthetic_dataset(frames_per_action=400, actions=10)
-    config = trainer.TrainConfig(batch_size=args.batch, input_noise=0.0)
+    # the IK network alone, as the PyTorch side has it (the target prior's step, #33, is timed on its own below)
+    config = trainer.TrainConfig(batch_size=args.batch, input_noise=0.0, prior_hidden=())
     t = trainer.Trainer(data, config, tempfile.mkdtemp(prefix="nik_bench_"))
     rng = np.random.default_rng(0)
     batches = make_batches(t, args.batch, 16, rng)
@@ -230,6 +232,17 @@ def main():
     print(f"{'anchor: PyTorch ' + torch.__version__ + ' autograd':38s} {1.0:7.2f}x {rates['torch']:10.0f}")
     print(f"{'NumPy trainer (the project)':38s} {rates['numpy'] / rates['torch']:7.2f}x {rates['numpy']:10.0f}")
     print(f"per-repeat ratios numpy/torch: {', '.join(f'{r:.2f}' for r in paired)}")
+    with_prior = trainer.Trainer(data, dataclasses.replace(config, prior_hidden=trainer.prior.DEFAULT_PRIOR_HIDDEN),
+                                 tempfile.mkdtemp(prefix="nik_bench_"))
+
+    def prior_steps(n):
+        for i in range(n):
+            with_prior.train_step(batches[i % len(batches)][1], config.learning_rate)
+
+    prior_steps(10)
+    alone = min(timed(numpy_steps, args.steps) for _ in range(args.repeats))
+    both = min(timed(prior_steps, args.steps) for _ in range(args.repeats))
+    print(f"a Train step with the target prior's step too (#33, what Train runs): {both / alone:.2f}x the step alone")
     return 0
 
 

@@ -155,3 +155,31 @@ def test_run_ik_brings_the_body_down_to_a_hand_on_the_floor_and_shows_and_puts_b
         runner.modal(context, Event("ESC"))
     assert np.allclose(np.array(root_empty.matrix_world), np.array(root_before), atol=1e-6)     # put back
     assert not np.allclose(np.array(head_empty.matrix_world), np.array(head_before), atol=1e-3)  # the user's pin
+
+
+def test_live_turn_limit_slerps_only_the_bones_that_turn_too_far():
+    from neural_ik.blender.live.free import limit_turns
+    from neural_ik.neural_network.geometry.quaternion_math import exp_quaternions, multiply_quaternions
+
+    rng = np.random.default_rng(7)
+    previous = exp_quaternions(rng.normal(0.0, 0.8, (4, 23, 3)))
+    turns = rng.normal(0.0, 0.25, (4, 23, 3))                   # half-angles: turns of up to ~60 degrees
+    q = multiply_quaternions(previous, exp_quaternions(turns))
+    q[1] *= -1.0                                                  # the same rotations, the other sign
+    limited = q.copy()
+    limit = np.radians(14.0)
+    limit_turns(limited, previous, limit)
+    angle = 2.0 * np.arccos(np.clip(np.abs(np.sum(limited * previous, axis=-1)), 0.0, 1.0))
+    before = 2.0 * np.arccos(np.clip(np.abs(np.sum(q * previous, axis=-1)), 0.0, 1.0))
+    assert angle.max() <= limit + 1e-9
+    small = before <= limit
+    np.testing.assert_array_equal(limited[small], q[small])
+    np.testing.assert_allclose(angle[~small], limit, atol=1e-9)
+    np.testing.assert_allclose(np.linalg.norm(limited, axis=-1), 1.0, atol=1e-12)
+    # on the way: the limited rotation lies between the previous one and the new one (the same axis of turn)
+    relative = multiply_quaternions(previous * [1, -1, -1, -1], limited)
+    wanted = multiply_quaternions(previous * [1, -1, -1, -1], q)
+    relative *= np.sign(relative[..., :1])
+    wanted *= np.sign(wanted[..., :1])
+    axis = lambda r: r[..., 1:] / np.linalg.norm(r[..., 1:], axis=-1, keepdims=True)     # noqa: E731
+    np.testing.assert_allclose(axis(relative)[~small], axis(wanted)[~small], atol=1e-9)

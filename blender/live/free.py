@@ -2,9 +2,10 @@
 
 A live group's characters each have six Free settings (layer_<target>.free), read when a setting is edited. With any
 target free the group's tick goes through FreeTargets.step (the prior, the hips stage, the free effectors following
-the network) instead of the plain solve. After the solve, the empty of each free target is moved to where the model
-put it, so the user sees it; grabbing that empty (moving it to anywhere else) pins the target again (its Free setting
-goes off). Stop puts every empty that live mode moved back where it was, unless the user pinned it by moving it.
+the network) instead of the plain solve, and no bone turns by more than MAX_TURN in a tick (a fast drag: the body
+follows over a few ticks). After the solve, the empty of each free target is moved to where the model put it, so the
+user sees it; grabbing that empty (moving it to anywhere else) pins the target again (its Free setting goes off).
+Stop puts every empty that live mode moved back where it was, unless the user pinned it by moving it.
 """
 
 import numpy as np
@@ -15,6 +16,22 @@ from ..errors import LiveStopped
 from .motion import LAYER_SLOTS, TARGET_LABELS
 
 GRABBED = 1e-4      # an empty this far (any matrix entry) from where the tick put it was moved by the user
+MAX_TURN = np.radians(14.0)   # the largest turn of a bone in one tick while targets are free (issue 33: 15)
+
+
+def limit_turns(q, previous, limit):
+    """Turn each (K, 23, 4) quaternion of q that is more than `limit` radians from `previous` back toward it, in
+    place, to exactly `limit` (slerp)."""
+    dot = np.sum(q * previous, axis=-1)
+    sign = np.where(dot < 0, -1.0, 1.0)
+    half = np.arccos(np.clip(np.abs(dot), 0.0, 1.0))            # half the turn
+    over = 2.0 * half > limit
+    if not over.any():
+        return
+    t = limit / (2.0 * half[over])
+    a, b = previous[over] * sign[over][:, None], q[over]
+    s = np.sin(half[over])
+    q[over] = (np.sin((1.0 - t) * half[over])[:, None] * a + np.sin(t * half[over])[:, None] * b) / s[:, None]
 
 
 def free_flags(obj):
@@ -31,6 +48,7 @@ class LiveFree:
         self.stage = None                       # FreeTargets while any target is free
         self.shown = {}                         # (character, slot) -> the world matrix last written to its empty
         self.saved = {}                         # (character, slot) -> the empty's matrix_world before live mode
+        self.previous = None                    # last tick's (K, 23, 4) pose
 
     @property
     def active(self):
@@ -51,6 +69,7 @@ class LiveFree:
         for key in [key for key in self.shown if not flags[key[0], key[1]]]:
             del self.shown[key]                 # pinned again: its empty is the user's
         self.flags = flags
+        self.previous = None
         try:
             self.stage = FreeTargets(self.model, flags) if flags.any() else None
         except NoPrior as exc:
@@ -71,11 +90,17 @@ class LiveFree:
             self.stage = None
 
     def step(self, solver, targets, iterations, contact):
-        """The group's solve with the free targets filled in; keeps the filled targets for show()."""
+        """The group's solve with the free targets filled in; keeps the filled targets for show(). No bone turns by
+        more than MAX_TURN from one tick to the next (the body follows a fast drag over a few ticks)."""
         if targets is None:
             targets = solver.world_targets()
         self.filled = self.stage.step(solver, targets, iterations, contact=contact, measure_errors=False,
                                       ground=None, desired_contact=None, phase=None)
+        q = solver.q
+        if self.previous is not None and self.previous.shape == q.shape:
+            limit_turns(q, self.previous, MAX_TURN)
+            np.copyto(solver.last_q, q)
+        self.previous = q.copy()
 
     def show(self, reader):
         """Move each free target's empty to where the model put it (world space)."""

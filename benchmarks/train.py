@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -146,7 +147,6 @@ def make_batches(t, batch_size, count, rng):
 def main():
     args = parse()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    import tempfile
 
     from addon_loader import load_package
 
@@ -181,6 +181,7 @@ def main():
         best = min(timed(numpy_steps, args.steps) for _ in range(args.repeats))
         print(f"batch {args.batch}, {args.threads} threads, {args.steps} steps, best of {args.repeats}")
         print(f"numpy  {args.steps * args.batch / best:10.0f} samples/s  (no anchor: PyTorch missing)")
+        print_prior_cost(data, config, batches, numpy_steps, args)
         return 0
     torch.set_num_threads(args.threads)
     ref = TorchReference(torch, t)
@@ -232,6 +233,14 @@ def main():
     print(f"{'anchor: PyTorch ' + torch.__version__ + ' autograd':38s} {1.0:7.2f}x {rates['torch']:10.0f}")
     print(f"{'NumPy trainer (the project)':38s} {rates['numpy'] / rates['torch']:7.2f}x {rates['numpy']:10.0f}")
     print(f"per-repeat ratios numpy/torch: {', '.join(f'{r:.2f}' for r in paired)}")
+    print_prior_cost(data, config, batches, numpy_steps, args)
+    return 0
+
+
+def print_prior_cost(data, config, batches, numpy_steps, args):
+    """What the target prior's step (#33) adds to a Train step: the same steps with and without it."""
+    from neural_ik.neural_network.model import trainer
+
     with_prior = trainer.Trainer(data, dataclasses.replace(config, prior_hidden=trainer.prior.DEFAULT_PRIOR_HIDDEN),
                                  tempfile.mkdtemp(prefix="nik_bench_"))
 
@@ -243,7 +252,6 @@ def main():
     alone = min(timed(numpy_steps, args.steps) for _ in range(args.repeats))
     both = min(timed(prior_steps, args.steps) for _ in range(args.repeats))
     print(f"a Train step with the target prior's step too (#33, what Train runs): {both / alone:.2f}x the step alone")
-    return 0
 
 
 def timed(fn, steps):

@@ -91,11 +91,12 @@ class HipsReach:
         offset = np.asarray(positions, np.float64)[:, roles] - root[:, None, :3, 3]
         return np.einsum("kba,kmb->kma", root[:, :3, :3], offset)
 
-    def place(self, targets, pinned, start=None, anchors=None):
+    def place(self, targets, pinned, start=None, anchors=None, tight=False):
         """(K, 4, 4) root transforms moved so the pinned limbs reach (see the module docstring). targets (K, 6, 4, 4)
         with the root as the prior placed it; pinned (6,) bool; start: (K, 4) (move, bend) to start from (last tick's), or
         None; anchors: (K, 5, 3) the anchors in the root's frame as a pose puts them (the network's: its spine bent),
-        else the mean pose's. Also returns the (K, 4) solution, for the next call's start."""
+        else the mean pose's; tight: no slack at all (a solve from these anchors missed a pinned target). Also
+        returns the (K, 4) solution, for the next call's start."""
         targets = np.asarray(targets, np.float64)
         k = len(targets)
         rows = [row for row, (slot, _a, _c) in enumerate(LIMBS) if pinned[slot]]
@@ -105,7 +106,7 @@ class HipsReach:
             return root.copy(), u
         slots = [LIMBS[row][0] for row in rows]
         goal = targets[:, slots][..., :3, 3]                    # (K, m, 3)
-        slack = np.full(len(LIMBS), SLACK) if anchors is None else POSED_SLACK
+        slack = np.full(len(LIMBS), SLACK) if anchors is None else POSED_SLACK * (not tight)
         reach = self.reaches[rows] + slack[rows] * self.carried[rows]
         feet = np.array([row in FEET for row in rows])
         weight = np.where(feet | (np.array(rows) == 4), LEG, ARM) / self.height

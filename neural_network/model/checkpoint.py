@@ -15,7 +15,7 @@ from ..data.files import FileRefused, load_npz, save_npz
 from ..skeleton.roles import NUM_ROLES
 from ..skeleton.skeleton import Skeleton
 from .model import Model
-from .prior import NUM_PRIOR_OUTPUTS, NUM_TARGETS, TargetPrior, num_inputs
+from .prior import NUM_PRIOR_INPUTS, NUM_PRIOR_OUTPUTS, NUM_TARGETS, TargetPrior
 
 KIND = "neural_ik.model"
 LAYOUT_VERSION = 1
@@ -128,7 +128,6 @@ def prior_arrays(target_prior):
 def prior_meta(target_prior):
     return {"layer_sizes": [int(s) for s in target_prior.layer_sizes], "height": float(target_prior.height),
             "references": np.asarray(target_prior.references, np.float64).reshape(-1).tolist(),
-            "history": [float(h) for h in target_prior.history],
             "training": dict(target_prior.meta)}
 
 
@@ -137,12 +136,9 @@ def load_prior(name, meta, arrays):
     if not isinstance(meta, dict):
         raise FileRefused(f"{name}: its target prior's metadata is not an object")
     sizes = meta.get("layer_sizes")
-    history = meta.get("history", [])
-    if not (isinstance(history, list) and all(isinstance(h, (int, float)) and 0 < h < 10 for h in history)):
-        raise FileRefused(f"{name}: its target prior's history {history!r} is not a list of seconds")
-    inputs = num_inputs(history)
-    if not isinstance(sizes, list) or len(sizes) < 2 or sizes[0] != inputs or sizes[-1] != NUM_PRIOR_OUTPUTS:
-        raise FileRefused(f"{name}: its target prior's layer sizes {sizes} do not map {inputs} inputs to "
+    if (not isinstance(sizes, list) or len(sizes) < 2 or sizes[0] != NUM_PRIOR_INPUTS
+            or sizes[-1] != NUM_PRIOR_OUTPUTS):
+        raise FileRefused(f"{name}: its target prior's layer sizes {sizes} do not map {NUM_PRIOR_INPUTS} inputs to "
                           f"{NUM_PRIOR_OUTPUTS} outputs")
     try:
         height = float(meta["height"])
@@ -160,4 +156,4 @@ def load_prior(name, meta, arrays):
             raise FileRefused(f"{name}: its target prior's layer {layer} holds NaN or infinite weights")
         weights += [W.astype(np.float32), b.astype(np.float32)]
     training = meta.get("training") if isinstance(meta.get("training"), dict) else {}
-    return TargetPrior(weights, height, references, training, tuple(float(h) for h in history))
+    return TargetPrior(weights, height, references, training)

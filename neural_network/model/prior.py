@@ -30,11 +30,9 @@ TARGETS = ("root", "left_hand", "right_hand", "left_foot", "right_foot", "head")
 NUM_TARGETS = len(TARGETS)
 TARGET_ROLES = (ROLE_INDEX["Hips"], *EFFECTOR_ROLES)
 PER_TARGET = 9                                   # position (3) + 6D rotation (6)
-NUM_PRIOR_INPUTS = NUM_TARGETS * PER_TARGET + NUM_TARGETS     # without history
-PAST_INPUTS = NUM_TARGETS * 3                   # per moment of history: each target's position then
+NUM_PRIOR_INPUTS = NUM_TARGETS * PER_TARGET + NUM_TARGETS
 NUM_PRIOR_OUTPUTS = NUM_TARGETS * PER_TARGET
 DEFAULT_PRIOR_HIDDEN = (128, 128)
-DEFAULT_HISTORY = ()                              # seconds back the prior looks (see history_rows)
 HEADING_WEIGHTS = np.array([4.0, 0.5, 0.5, 2.0, 2.0, 1.0])    # how much each pinned target says about the heading
 ROTATION_WEIGHT = 0.2                            # loss weight of a 6D rotation entry against a position entry
 # Free sets drawn in training: (free targets, share of the draws); the rest are random subsets.
@@ -87,14 +85,8 @@ def ground_frames(targets, free, references):
     return origin, np.stack([x, np.cross(z, x), z], axis=-1)
 
 
-def num_inputs(history):
-    """The prior's input count with `history` moments of the past."""
-    return NUM_PRIOR_INPUTS + PAST_INPUTS * len(history)
-
-
-def prior_inputs(targets, free, references, height, past=None):
-    """(N, 60 + 18 H) float32 inputs and the frames (origin, rotation) they are in; see the module docstring. past:
-    (N, H, 6, 3) the targets' positions H moments ago (TargetPrior.history), or None for no history."""
+def prior_inputs(targets, free, references, height):
+    """(N, 60) float32 inputs and the frames (origin, rotation) they are in; see the module docstring."""
     targets = np.asarray(targets, np.float64)
     free = np.broadcast_to(np.asarray(free, bool), targets.shape[:2])
     origin, R = ground_frames(targets, free, references)
@@ -104,11 +96,8 @@ def prior_inputs(targets, free, references, height, past=None):
     local_rotations = Rt[:, None] @ targets[:, :, :3, :3]
     per = np.concatenate([local_positions, local_rotations[:, :, :, 0], local_rotations[:, :, :, 1]], axis=-1)
     per = per * ~free[..., None]
-    parts = [per.reshape(n, NUM_PRIOR_OUTPUTS), free.astype(np.float64)]
-    if past is not None and past.shape[1]:
-        moved = np.einsum("nab,nhkb->nhka", Rt, np.asarray(past, np.float64) - origin[:, None, None]) / height
-        parts.append(np.where(free[:, None, :, None], 0.0, moved).reshape(n, -1))
-    return np.concatenate(parts, axis=1).astype(np.float32), (origin, R)
+    x = np.concatenate([per.reshape(n, NUM_PRIOR_OUTPUTS), free.astype(np.float64)], axis=1)
+    return x.astype(np.float32), (origin, R)
 
 
 def target_outputs(targets, frames, height):
@@ -138,7 +127,6 @@ class TargetPrior:
     height: float
     references: np.ndarray                        # (6, 3, 3)
     meta: dict = field(default_factory=dict)      # training facts (validation errors per free set)
-    history: tuple = ()                           # seconds back of the past positions it reads (none: one frame)
 
     @property
     def layer_sizes(self):
@@ -149,19 +137,15 @@ class TargetPrior:
         out, _cache = network.forward(self.weights, np.asarray(x, np.float32))
         return out
 
-    def complete(self, targets, free, past=None):
+    def complete(self, targets, free):
         """(N, 6, 4, 4) targets with the free ones placed by the prior (a copy; the pinned ones unchanged). free:
-        (6,) or (N, 6) bool. past: (N, H, 6, 3) the targets' positions `history` seconds ago (None: where they are
-        now, as if still)."""
+        (6,) or (N, 6) bool."""
         targets = np.array(targets, np.float64)
         free = np.broadcast_to(np.asarray(free, bool), targets.shape[:2])
         if not free.any():
             return targets
         targets[free] = np.eye(4)                # never read: whatever a free target held (NaN included) is gone
-        if self.history and past is None:
-            past = np.repeat(targets[:, None, :, :3, 3], len(self.history), axis=1)
-        x, (origin, R) = prior_inputs(targets, free, self.references, self.height,
-                                      past if self.history else None)
+        x, (origin, R) = prior_inputs(targets, free, self.references, self.height)
         out = self.predict(x).astype(np.float64).reshape(len(targets), NUM_TARGETS, PER_TARGET)
         positions = origin[:, None] + np.einsum("nab,nkb->nka", R, out[..., :3] * self.height)
         rotations = R[:, None] @ rotations_from_6d(out[..., 3:6], out[..., 6:9])
@@ -187,20 +171,6 @@ def draw_free_sets(rng, n):
     return free
 
 
-def history_rows(action, frame, history, fps):
-    """(H, N) for each moment of `history` (seconds back) the row of each row's frame that long before in the same
-    action (its first frame where the action began later). Rows of an action are consecutive and in frame order."""
-    action, frame = np.asarray(action), np.asarray(frame)
-    n = len(action)
-    start = np.zeros(n, np.int64)
-    begins = np.ones(n, bool)
-    begins[1:] = (action[1:] != action[:-1]) | (frame[1:] <= frame[:-1])
-    start = np.maximum.accumulate(np.where(begins, np.arange(n), 0))
-    rows = np.arange(n)
-    return np.stack([np.maximum(rows - int(round(seconds * fps)), start) for seconds in history]) if history else \
-        np.zeros((0, n), np.int64)
-
-
 def targets_of_rows(positions, global_rotations):
     """(N, 6, 4, 4) the six targets of dataset rows: the hips' and effectors' character-space transforms."""
     n = len(positions)
@@ -214,13 +184,11 @@ class PriorTraining:
     """Trains a TargetPrior beside the IK network: one Adam step per IK step, on the same rows' targets with freshly
     drawn free sets. `validate` gives the mean miss (cm, for units in metres) of the free targets per main case."""
 
-    def __init__(self, references, height, seed=0, hidden=DEFAULT_PRIOR_HIDDEN, learning_rate=2e-3, start=None,
-                 history=()):
+    def __init__(self, references, height, seed=0, hidden=DEFAULT_PRIOR_HIDDEN, learning_rate=2e-3, start=None):
         self.rng = np.random.default_rng(seed + 7919)
         self.references = np.asarray(references, np.float64)
         self.height = float(height)
-        self.history = tuple(float(h) for h in history)
-        sizes = [num_inputs(self.history), *hidden, NUM_PRIOR_OUTPUTS]
+        sizes = [NUM_PRIOR_INPUTS, *hidden, NUM_PRIOR_OUTPUTS]
         if start is not None and start.layer_sizes == sizes:
             self.weights = [np.array(w, np.float32) for w in start.weights]
         else:
@@ -229,11 +197,10 @@ class PriorTraining:
         column = np.tile([1.0, 1.0, 1.0] + [ROTATION_WEIGHT] * 6, NUM_TARGETS).astype(np.float32)
         self.loss_weights = column
 
-    def step(self, targets, lr, past=None):
-        """One Adam step on (B, 6, 4, 4) targets (and their (B, H, 6, 3) past positions); returns the weighted mean
-        squared error of the free entries."""
+    def step(self, targets, lr):
+        """One Adam step on (B, 6, 4, 4) targets; returns the weighted mean squared error of the free entries."""
         free = draw_free_sets(self.rng, len(targets))
-        x, frames = prior_inputs(targets, free, self.references, self.height, past)
+        x, frames = prior_inputs(targets, free, self.references, self.height)
         want = target_outputs(targets, frames, self.height)
         out, cache = network.forward(self.weights, x)
         on = (np.repeat(free, PER_TARGET, axis=1) * self.loss_weights[None]).astype(np.float32)
@@ -245,17 +212,16 @@ class PriorTraining:
         return float((diff * (out - want)).sum() / count)
 
     def prior(self, meta=None):
-        return TargetPrior([w.copy() for w in self.weights], self.height, self.references.copy(), dict(meta or {}),
-                           self.history)
+        return TargetPrior([w.copy() for w in self.weights], self.height, self.references.copy(), dict(meta or {}))
 
-    def validate(self, targets, units_to_cm=100.0, past=None):
+    def validate(self, targets, units_to_cm=100.0):
         """{"<free set>_cm": mean position miss of its free targets} for MASK_PATTERNS' first two sets, on (N, 6, 4,
-        4) validation targets (and their past positions)."""
+        4) validation targets."""
         prior = self.prior()
         metrics = {}
         for names, _share in MASK_PATTERNS[:2]:
             mask = free_mask(names)
-            placed = prior.complete(targets, mask, past)
+            placed = prior.complete(targets, mask)
             miss = np.linalg.norm(placed[:, mask, :3, 3] - targets[:, mask, :3, 3], axis=-1)
             metrics[f"prior_{'_'.join(names)}_cm"] = float(miss.mean() * units_to_cm)
         return metrics

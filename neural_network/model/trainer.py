@@ -83,13 +83,11 @@ class TrainConfig:
     loss_weights: losses.LossWeights = field(default_factory=losses.LossWeights)
     role_weights: tuple = None          # 23 FK weights; None: losses.default_role_weights()
     prior_hidden: tuple = prior.DEFAULT_PRIOR_HIDDEN   # the target prior's hidden layers (prior.py); () : no prior
-    prior_history: tuple = prior.DEFAULT_HISTORY       # seconds back of the past positions the prior reads
 
     def to_json(self):
         out = asdict(self)
         out["hidden"] = list(self.hidden)
         out["prior_hidden"] = list(self.prior_hidden)
-        out["prior_history"] = list(self.prior_history)
         out["loss_weights"] = self.loss_weights.to_json()
         out["role_weights"] = None if self.role_weights is None else [float(w) for w in self.role_weights]
         return out
@@ -99,7 +97,6 @@ class TrainConfig:
         data = dict(data)
         data["hidden"] = tuple(data.get("hidden", network.DEFAULT_HIDDEN))
         data["prior_hidden"] = tuple(data.get("prior_hidden", prior.DEFAULT_PRIOR_HIDDEN))
-        data["prior_history"] = tuple(data.get("prior_history", prior.DEFAULT_HISTORY))
         data["loss_weights"] = losses.LossWeights.from_json(data.get("loss_weights", {}))
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
@@ -181,7 +178,6 @@ class TrainingArrays:
         self.offsets = None if offsets is None else offsets[rows]
         action = np.asarray(dataset.action)[rows]
         frame = np.asarray(dataset.frame)[rows]
-        self.frame = frame
         self.action = action
         self.prev, self.has_prev = previous_rows(action, frame)
         self.global_rotations = np.empty_like(self.local_rotations)
@@ -417,12 +413,8 @@ class Trainer:
         if config.prior_hidden:
             self.prior = prior.PriorTraining(prior.references_of(dataset.feature_spec), standing_height(skeleton),
                                              config.seed, config.prior_hidden, config.learning_rate,
-                                             None if start_from is None else start_from.prior, config.prior_history)
-            fps = float(dataset.meta.get("fps") or 30.0)
-            self.train_history = prior.history_rows(self.train.action, self.train.frame, config.prior_history, fps)
-            self.val_history = prior.history_rows(self.val.action, self.val.frame, config.prior_history, fps)
+                                             None if start_from is None else start_from.prior)
             self.val_targets = prior.targets_of_rows(self.val.positions, self.val.global_rotations)
-            self.val_past = self._past(self.val, self.val_history, slice(None))
         self.history = []
         self.start_epoch = 0
         self.best_score = math.inf
@@ -526,16 +518,8 @@ class Trainer:
             recorded = cur[cur < self.recorded_rows]
             if len(recorded):
                 self.prior.step(prior.targets_of_rows(self.train.positions[recorded],
-                                                      self.train.global_rotations[recorded]), lr,
-                                self._past(self.train, self.train_history, recorded))
+                                                      self.train.global_rotations[recorded]), lr)
         return result
-
-    @staticmethod
-    def _past(arrays, history, rows):
-        """(B, H, 6, 3) the six targets' positions `history` moments before the rows (None without history)."""
-        if not len(history):
-            return None
-        return np.stack([arrays.positions[h[rows]][:, list(prior.TARGET_ROLES)] for h in history], axis=1)
 
     def _lr(self, fraction):
         c = self.config
@@ -554,7 +538,7 @@ class Trainer:
         model = self.model()
         metrics = validation_metrics(model, self.val)
         if self.prior is not None and len(self.val_targets):
-            metrics.update(self.prior.validate(self.val_targets, past=self.val_past))
+            metrics.update(self.prior.validate(self.val_targets))
         return metrics, model
 
     def _keep_if_best(self, metrics, model):

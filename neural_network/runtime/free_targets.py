@@ -17,9 +17,8 @@ import numpy as np
 from ..geometry import kinematics
 from ..geometry.quaternion_math import quaternions_to_matrices
 from ..ik.hips_reach import HipsReach
-from ..model.prior import TARGETS, free_mask
+from ..model.prior import free_mask
 
-FREE_LABELS = tuple(name.replace("_", " ") for name in TARGETS)
 SMOOTH_SECONDS = 0.3     # Bake: the prior's placements averaged over this long a window of the clip (frame to frame
                          # they jitter; measured on unseen Bandai styles: the hips 6.4 -> 6.1 cm)
 
@@ -75,10 +74,6 @@ class FreeTargets:
     def any(self):
         return bool(self.free.any())
 
-    def names(self, row=0):
-        free = self.free if self.free.ndim == 1 else self.free[row]
-        return [label for label, f in zip(FREE_LABELS, free) if f]
-
     def fill(self, targets, sequence=False, anchors=None):
         """(K, 6, 4, 4) targets with the free ones placed (a copy): the prior, then the hips stage (place). sequence:
         the K rows are frames of one character in order (Bake): the hips stage then starts each frame from the one
@@ -88,8 +83,9 @@ class FreeTargets:
             return np.array(targets, np.float64)
         return self.place(self.prior.complete(targets, self.free), sequence, anchors)
 
-    def place(self, completed, sequence=False, anchors=None):
-        """The hips stage on targets the prior completed (a copy; as is without a free root)."""
+    def place(self, completed, sequence=False, anchors=None, tight=False, start=None):
+        """The hips stage on targets the prior completed (a copy; as is without a free root); tight, start: see
+        HipsReach.place (start: (K, 4), the sequence's own otherwise)."""
         out = np.array(completed, np.float64)
         if self.hips is None:
             return out
@@ -97,21 +93,25 @@ class FreeTargets:
         rows = np.nonzero(free[:, 0])[0]
         before = out[rows, 0].copy()
         local = None if anchors is None else np.asarray(anchors)[rows]
+        solution = np.zeros((len(rows), 4))
         if sequence:                             # one set for the clip
             u = None
             for i, row in enumerate(rows):
+                u = u if start is None else start[i:i + 1]
                 out[row:row + 1, 0], u = self.hips.place(out[row:row + 1], ~free[row], u,
-                                                         None if local is None else local[i:i + 1])
+                                                         None if local is None else local[i:i + 1], tight)
+                solution[i] = u
         else:
-            start = self.last if self.last is not None and len(self.last) == len(rows) else None
+            if start is None:
+                start = self.last if self.last is not None and len(self.last) == len(rows) else None
             placed = np.empty_like(before)
-            self.last = np.zeros((len(rows), 4))
             for pinned in np.unique(~free[rows], axis=0):           # characters with the same pinned set together
                 same = np.nonzero((~free[rows] == pinned).all(axis=1))[0]
-                placed[same], self.last[same] = self.hips.place(
+                placed[same], solution[same] = self.hips.place(
                     out[rows[same]], pinned, None if start is None else start[same],
-                    None if local is None else local[same])
+                    None if local is None else local[same], tight)
             out[rows, 0] = placed
+        self.last = solution
         # the root's change, applied to the free effectors (a rigid inverse: the rotation's transpose)
         inverse = np.broadcast_to(np.eye(4), before.shape).copy()
         inverse[:, :3, :3] = np.swapaxes(before[:, :3, :3], -1, -2)
@@ -137,6 +137,13 @@ class FreeTargets:
             local = quaternions_to_matrices(solver.q)
             pose = kinematics.forward(solver.skeleton, local, filled[:, 0, :3, :3], filled[:, 0, :3, 3])
             settings = {**settings, "contact": solver.settings[:, 2:4].copy(), "task": None}
-            filled = self.place(filled, sequence, self.hips.anchors_of(pose.positions, filled[:, 0]))
+            completed, started = filled, self.last
+            anchors = self.hips.anchors_of(pose.positions, completed[:, 0])
+            filled = self.place(completed, sequence, anchors)
         solver.step(filled, refine_iterations=refine_iterations, follow=self.follow, graph=False, **settings)
+        if self.hips is not None and refine_iterations > 0 and np.nanmax(solver.errors, initial=0.0) > solver.tolerance:
+            # a pinned target missed (the spine could not bring a shoulder the stage's slack further): the hips stage
+            # again with no slack, and the solve
+            filled = self.place(completed, sequence, anchors, True, started)
+            solver.step(filled, refine_iterations=refine_iterations, follow=self.follow, graph=False, **settings)
         return filled

@@ -20,10 +20,10 @@ from .onnx_export import (
     NUM_OUTPUTS,
     OUTPUT_NAME,
     PRIOR_KIND,
+    PRIOR_PORTS,
     build_onnx,
     build_prior_onnx,
     onnx_package,
-    prior_ports,
 )
 
 
@@ -154,8 +154,7 @@ def _load_prior_file(path, section, model):
         raise FileRefused(f"{base} needs its target prior {prior_file} beside it, which is missing: copy it along "
                           "or export the model again")
     proto, _data = _read_proto(prior_path)
-    history = section.get("history", []) if isinstance(section.get("history", []), list) else []
-    inits, meta = _check_interface(proto, prior_file, "a Neural IK target prior", PRIOR_KIND, prior_ports(history))
+    inits, meta = _check_interface(proto, prior_file, "a Neural IK target prior", PRIOR_KIND, PRIOR_PORTS)
     if meta.get("neural_ik.rig_fingerprint") != model.skeleton.fingerprint():
         raise FileRefused(f"{prior_file} is the target prior of another rig's model, not {base}'s")
     arrays = {key: numpy_helper.to_array(init) for key, init in inits.items()}

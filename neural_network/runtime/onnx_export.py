@@ -29,7 +29,7 @@ from ..data.features import INPUT_NAMES, LAYOUT_VERSION, NUM_INPUTS
 from ..data.files import FileRefused, atomic_write_bytes, save_json
 from ..model.checkpoint import load_prior, prior_arrays, prior_meta
 from ..model.model import check_model
-from ..model.prior import HEADING_WEIGHTS, NUM_PRIOR_OUTPUTS, TARGETS, num_inputs
+from ..model.prior import HEADING_WEIGHTS, NUM_PRIOR_INPUTS, NUM_PRIOR_OUTPUTS, TARGETS
 from ..skeleton.roles import NUM_ROLES, ROLES
 
 OPSET = 17
@@ -44,9 +44,7 @@ OUTPUT_MEANING = ("axis-angle delta per role and axis (x, y, z), roles in the li
 PRIOR_KIND = "neural_ik.prior.onnx"
 PRIOR_INPUT_NAME = "prior_inputs"
 PRIOR_OUTPUT_NAME = "prior_outputs"
-def prior_ports(history):
-    """The prior graph's (name, width) input and output, for a prior reading `history` moments of the past."""
-    return (PRIOR_INPUT_NAME, num_inputs(history)), (PRIOR_OUTPUT_NAME, NUM_PRIOR_OUTPUTS)
+PRIOR_PORTS = ((PRIOR_INPUT_NAME, NUM_PRIOR_INPUTS), (PRIOR_OUTPUT_NAME, NUM_PRIOR_OUTPUTS))
 PRIOR_FRAME = (
     "F, a rotation with columns x, y, z, at origin o: o = the mean position of the pinned targets, its z set to 0; "
     "x = the sum over pinned targets k of heading_weights[k] * (first column of R_k @ transpose(references[k])), its "
@@ -55,8 +53,7 @@ PRIOR_FRAME = (
 PRIOR_INPUT_LAYOUT = (
     "per target in the listed order, 9 numbers: transpose(F) @ (p_k - o) / height, then the first and second "
     "columns of transpose(F) @ R_k; all 9 zero for a free target. Then the free mask: 6 numbers, 1 for free, 0 for "
-    "pinned (at least one pinned). Then, for each moment of `history` (seconds back), each target's position then: "
-    "transpose(F) @ (p_k(t - s) - o) / height, 3 numbers per target, zero for a free target")
+    "pinned (at least one pinned)")
 PRIOR_OUTPUT_MEANING = (
     "per target in the listed order, 9 numbers (u, a, b) in the input's layout. A free target goes to position "
     "o + F @ (u * height) with rotation F @ [c1, c2, c1 cross c2], c1 = a / |a|, c2 = (b - (b . c1) c1) normalised; "
@@ -98,7 +95,7 @@ def prior_section(target_prior, prior_file):
     """The "neural_ik.prior" entry: where the prior's graph is and how to build its inputs and use its outputs."""
     section = {
         "file": prior_file,
-        "input": {"name": PRIOR_INPUT_NAME, "shape": ["batch", num_inputs(target_prior.history)], "dtype": "float32",
+        "input": {"name": PRIOR_INPUT_NAME, "shape": ["batch", NUM_PRIOR_INPUTS], "dtype": "float32",
                   "layout": PRIOR_INPUT_LAYOUT},
         "output": {"name": PRIOR_OUTPUT_NAME, "shape": ["batch", NUM_PRIOR_OUTPUTS], "dtype": "float32",
                    "meaning": PRIOR_OUTPUT_MEANING},
@@ -198,7 +195,7 @@ def build_prior_onnx(target_prior, rig_fingerprint):
     _dense_layers(target_prior.weights, PRIOR_INPUT_NAME, nodes, inits, prefix="prior_", output=PRIOR_OUTPUT_NAME)
     info = {"neural_ik.kind": PRIOR_KIND, "neural_ik.format_version": FORMAT_VERSION,
             "neural_ik.rig_fingerprint": rig_fingerprint}
-    return _finish(onnx, nodes, inits, "neural_ik_prior", prior_ports(target_prior.history),
+    return _finish(onnx, nodes, inits, "neural_ik_prior", PRIOR_PORTS,
                    "Neural IK target prior: the pinned targets in a ground frame and the free mask -> every target "
                    "in that frame (the sidecar's neural_ik.prior says how)", info)
 

@@ -53,7 +53,7 @@ def test_the_prior_graph_equals_the_numpy_prior_and_the_sidecar_describes_it(mod
     assert section["file"] == "m.prior.onnx"
     assert section["input"]["name"] == "prior_inputs" and section["input"]["shape"] == ["batch", 60]
     assert section["output"]["name"] == "prior_outputs" and section["output"]["shape"] == ["batch", 54]
-    assert section["layer_sizes"] == [60, 192, 192, 54] and section["targets"] == list(prior.TARGETS)
+    assert section["layer_sizes"] == [60, *prior.DEFAULT_PRIOR_HIDDEN, 54] and section["targets"] == list(prior.TARGETS)
     assert len(section["references"]) == 54 and section["height"] == HIPS_HEIGHT
     targets = _targets(model.skeleton, 300, seed=7)
     free = _free_sets(len(targets))

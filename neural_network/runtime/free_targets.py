@@ -51,7 +51,8 @@ class NoPrior(ValueError):
 
 
 class FreeTargets:
-    """The free set of K characters that share a model (one set for all), and the stage state between calls."""
+    """The free targets of K characters that share a model (one set for all, or one each), and the hips stage's last
+    solution between calls."""
 
     def __init__(self, model, free, prior=None):
         """free: (6,) bool or target names (one set for every character), or (K, 6) bool (one set each). prior: what

@@ -142,9 +142,14 @@ class FreeTargets:
             anchors = self.hips.anchors_of(pose.positions, completed[:, 0])
             filled = self.place(completed, sequence, anchors)
         solver.step(filled, refine_iterations=refine_iterations, follow=self.follow, graph=False, **settings)
-        if self.hips is not None and refine_iterations > 0 and np.nanmax(solver.errors, initial=0.0) > solver.tolerance:
-            # a pinned target missed (the spine could not bring a shoulder the stage's slack further): the hips stage
-            # again with no slack, and the solve
-            filled = self.place(completed, sequence, anchors, True, started)
+        missed = np.nanmax(np.nan_to_num(solver.errors, nan=0.0), axis=1) > solver.tolerance
+        if self.hips is not None and refine_iterations > 0 and missed.any():
+            # a pinned target missed (the spine could not bring a shoulder the stage's slack further): for those
+            # characters or frames the hips stage again with no slack, and the solve
+            loose = self.last
+            tight = self.place(completed, sequence, anchors, True, started)
+            filled[missed] = tight[missed]
+            rooted = np.broadcast_to(self.free, filled.shape[:2])[:, 0]          # the rows self.last holds
+            self.last = np.where(missed[rooted][:, None], self.last, loose)
             solver.step(filled, refine_iterations=refine_iterations, follow=self.follow, graph=False, **settings)
         return filled

@@ -723,8 +723,8 @@ def _demo_command(parser):
         save_blend_quietly(paths["heldout.blend"])
         say(f"(seed {args.seed}, {len(state.training.history)} epochs, {args.refine} refinement iterations: the "
             "README's 'nik.py demo' table under Measured figures)")
-        say(f"files in {args.out}: dataset.npz, model.npz (+ metrics.json, loss.svg), model.onnx (+ model.json),\n"
-            "    evaluation.json, evaluation.svg, train.blend, heldout.blend")
+        say(f"files in {args.out}: dataset.npz, model.npz (+ metrics.json, loss.svg), model.onnx (+ model.json,\n"
+            "    model.prior.onnx), evaluation.json, evaluation.svg, train.blend, heldout.blend")
     return run
 
 

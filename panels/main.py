@@ -10,7 +10,7 @@ import os
 import bpy
 
 from .. import state
-from ..blender.live.motion import LAYER_SLOTS, TARGET_LABELS, TARGET_SLOTS, target_source
+from ..blender.live.motion import LAYER_SLOTS, TARGET_LABELS, TARGET_SLOTS, free_flags, target_source
 from ..blender.live.tick import playing_action
 from ..blender.rig.bone_maps import driven_map_problems
 from ..blender.rig.control_rig import control_map_summary
@@ -366,8 +366,7 @@ def draw_best(layout, context, training):
                            f"{sources.get('own_frames', 0)} own and {sources['retargeted_frames']} retargeted frames",
                       icon="INFO")
     armature = chosen_armature(context)
-    free = [name for name, slot in zip(FREE_NAMES, LAYER_SLOTS)
-            if armature is not None and getattr(armature.neural_ik, slot).free]
+    free = [] if armature is None else [name for name, f in zip(FREE_NAMES, free_flags(armature)) if f]
     operator(layout, "evaluate", text=f"Evaluate (free: {', '.join(free)})" if free else "Evaluate", icon="GRAPH",
              free=",".join(free))
 

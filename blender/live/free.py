@@ -11,9 +11,10 @@ Stop puts every empty that live mode moved back where it was, unless the user pi
 import numpy as np
 from mathutils import Matrix
 
+from ...neural_network.ik.refine_memory import turned_toward
 from ...neural_network.runtime.free_targets import FreeTargets, NoPrior
 from ..errors import LiveStopped
-from .motion import LAYER_SLOTS, TARGET_LABELS
+from .motion import LAYER_SLOTS, TARGET_LABELS, free_flags
 
 GRABBED = 1e-4      # an empty this far (any matrix entry) from where the tick put it was moved by the user
 MAX_TURN = np.radians(14.0)   # the largest turn of a bone in one tick while targets are free (issue 33: 15)
@@ -21,21 +22,10 @@ MAX_TURN = np.radians(14.0)   # the largest turn of a bone in one tick while tar
 
 def limit_turns(q, previous, limit):
     """Turn each (K, 23, 4) quaternion of q that is more than `limit` radians from `previous` back toward it, in
-    place, to exactly `limit` (slerp)."""
-    dot = np.sum(q * previous, axis=-1)
-    sign = np.where(dot < 0, -1.0, 1.0)
-    half = np.arccos(np.clip(np.abs(dot), 0.0, 1.0))            # half the turn
-    over = 2.0 * half > limit
-    if not over.any():
-        return
-    t = limit / (2.0 * half[over])
-    a, b = previous[over] * sign[over][:, None], q[over]
-    s = np.sin(half[over])
-    q[over] = (np.sin((1.0 - t) * half[over])[:, None] * a + np.sin(t * half[over])[:, None] * b) / s[:, None]
-
-
-def free_flags(obj):
-    return np.array([getattr(obj.neural_ik, slot).free for slot in LAYER_SLOTS], bool)
+    place, to exactly `limit` (refine_memory.turned_toward, as the refinement's memory follows the network)."""
+    turned, angle = turned_toward(previous, q, limit)
+    over = angle > limit
+    q[over] = turned[over]
 
 
 class LiveFree:

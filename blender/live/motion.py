@@ -48,6 +48,11 @@ _FEET = list(foot_lock.FOOT_TARGETS)
 _UP = (0.0, 0.0, 1.0)
 
 
+def free_flags(obj):
+    """(6,) bool: the targets the armature leaves free (layer_<target>.free; the model places them)."""
+    return np.array([getattr(obj.neural_ik, slot).free for slot in LAYER_SLOTS], bool)
+
+
 def targets_from_action(obj, rig, action, frame_start, frame_end, fps):
     """(frames (F,), targets (F, 6, 4, 4) character space, hips rotation (F, 3, 3), hips position (F, 3), contacts
     (F, 2), task index, the pose_read.ActionSample) of an action's frames frame_start..frame_end (0: its own first /

@@ -37,7 +37,7 @@ from ...properties import get_bone_map
 from ..errors import LiveStopped
 from ..rig import control_rig, pose_read, rig_model
 from .free import LiveFree
-from .motion import TARGET_LABELS, TARGET_SLOTS, LiveMotion
+from .motion import TARGET_LABELS, TARGET_SLOTS, LiveMotion, free_flags
 from .refine import MathutilsRefiner
 
 HIPS_ROW = NUM_ROLES         # where LiveCharacter.write_other_bones puts the hips' quaternion after the roles'
@@ -48,11 +48,6 @@ _RAW_SETTINGS = attrgetter("ground_left", "ground_right", "contact_left", "conta
 def targets_of(obj):
     """The six target empties of an armature (None where unset)."""
     return [getattr(obj.neural_ik, slot) for slot in TARGET_SLOTS]
-
-
-def free_flags(obj):
-    """The six targets' Free settings (layer_<target>.free), as a list of bools."""
-    return [getattr(obj.neural_ik, slot.replace("target_", "layer_")).free for slot in TARGET_SLOTS]
 
 
 def missing_targets(obj):

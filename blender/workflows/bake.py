@@ -20,7 +20,7 @@ from ...neural_network.runtime.status import HELD, HELD_BAD_TARGETS, describe
 from ...neural_network.skeleton.roles import FOOT_ROLES, NUM_ROLES, ROLE_INDEX, TASKS
 from ..errors import LiveError
 from ..live.ground import Ground
-from ..live.motion import LAYER_SLOTS, TARGET_LABELS, targets_from_action
+from ..live.motion import LAYER_SLOTS, TARGET_LABELS, free_flags, targets_from_action
 from ..live.tick import LiveCharacter, missing_targets, targets_of
 from ..models import model_of, rig_of
 from ..rig import action_layouts, control_rig, evaluated_pose, pose_read, pose_write, rig_model
@@ -92,7 +92,7 @@ def bake_targets_from_empties(context, obj, rig, frame_start, frame_end):
 
 def free_set(obj):
     """(6,) bool: the targets the armature leaves free (layer_<target>.free). LiveError when all six are."""
-    free = np.array([getattr(obj.neural_ik, slot).free for slot in LAYER_SLOTS], bool)
+    free = free_flags(obj)
     if free.all():
         raise LiveError("all six targets are free: pin at least one")
     return free

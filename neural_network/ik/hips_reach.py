@@ -169,9 +169,6 @@ class HipsReach:
             if moving.all() or np.abs(step * scale[:, None]).max() < 1e-7:
                 break
         out = root.copy()
-        side = root[:, :3, :3] @ self.lateral
-        side[:, 2] = 0.0
-        side /= np.maximum(np.linalg.norm(side, axis=-1, keepdims=True), 1e-9)
         out[:, :3, :3] = axis_angle_to_matrix(side * u[:, 3:4]) @ root[:, :3, :3]
         out[:, :3, 3] = root[:, :3, 3] + u[:, :3]
         return out, u

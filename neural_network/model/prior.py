@@ -89,26 +89,22 @@ def prior_inputs(targets, free, references, height):
     """(N, 60) float32 inputs and the frames (origin, rotation) they are in; see the module docstring."""
     targets = np.asarray(targets, np.float64)
     free = np.broadcast_to(np.asarray(free, bool), targets.shape[:2])
-    origin, R = ground_frames(targets, free, references)
-    Rt = np.swapaxes(R, -1, -2)
-    n = len(targets)
-    local_positions = np.einsum("nab,nkb->nka", Rt, targets[:, :, :3, 3] - origin[:, None]) / height
-    local_rotations = Rt[:, None] @ targets[:, :, :3, :3]
-    per = np.concatenate([local_positions, local_rotations[:, :, :, 0], local_rotations[:, :, :, 1]], axis=-1)
-    per = per * ~free[..., None]
-    x = np.concatenate([per.reshape(n, NUM_PRIOR_OUTPUTS), free.astype(np.float64)], axis=1)
-    return x.astype(np.float32), (origin, R)
+    frames = ground_frames(targets, free, references)
+    per = target_outputs(targets, frames, height).reshape(len(targets), NUM_TARGETS, PER_TARGET) * ~free[..., None]
+    x = np.concatenate([per.reshape(len(targets), NUM_PRIOR_OUTPUTS), free], axis=1)
+    return x.astype(np.float32), frames
 
 
 def target_outputs(targets, frames, height):
-    """(N, 54) every target's position / height and 6D rotation in the given frames: the prior's training target."""
+    """(N, 54) every target's position / height and 6D rotation (first two columns) in the given frames: the
+    prior's training target, and its inputs before the free ones are zeroed."""
     origin, R = frames
     Rt = np.swapaxes(R, -1, -2)
-    n = len(targets)
-    positions = np.einsum("nab,nkb->nka", Rt, np.asarray(targets)[:, :, :3, 3] - origin[:, None]) / height
-    rotations = Rt[:, None] @ np.asarray(targets)[:, :, :3, :3]
+    targets = np.asarray(targets, np.float64)
+    positions = np.einsum("nab,nkb->nka", Rt, targets[:, :, :3, 3] - origin[:, None]) / height
+    rotations = Rt[:, None] @ targets[:, :, :3, :3]
     per = np.concatenate([positions, rotations[:, :, :, 0], rotations[:, :, :, 1]], axis=-1)
-    return per.reshape(n, NUM_PRIOR_OUTPUTS).astype(np.float32)
+    return per.reshape(len(targets), NUM_PRIOR_OUTPUTS).astype(np.float32)
 
 
 def rotations_from_6d(a, b):

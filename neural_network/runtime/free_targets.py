@@ -16,6 +16,7 @@ import numpy as np
 
 from ..geometry import kinematics
 from ..geometry.quaternion_math import quaternions_to_matrices
+from ..geometry.rotations import orthonormalize
 from ..ik.hips_reach import HipsReach
 from ..model.prior import free_mask
 
@@ -37,10 +38,8 @@ def smoothed(targets, free, window):
     flat = padded[:, slots, :3, :].reshape(len(padded), -1)
     mean = np.stack([np.convolve(flat[:, c], kernel, mode="valid") for c in range(flat.shape[1])], axis=1)
     mean = mean.reshape(len(out), len(slots), 3, 4)
-    u, _s, vt = np.linalg.svd(mean[..., :3])
-    u[np.linalg.det(u @ vt) < 0, :, -1] *= -1          # a rotation, not a reflection
     placed = out[:, slots]
-    placed[..., :3, :3] = u @ vt
+    placed[..., :3, :3] = orthonormalize(mean[..., :3])
     placed[..., :3, 3] = mean[..., 3]
     out[:, slots] = placed
     return out

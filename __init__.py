@@ -4,7 +4,8 @@ Blender-specific code lives in operators/, panels/, properties.py, state.py and 
 neural_network/ (pure NumPy) and never imports bpy.
 """
 
-from . import operators, panels, properties
+if __package__:   # pytest imports this file as a plain module when the checkout's folder is not a Python name
+    from . import operators, panels, properties
 
 
 def register():

@@ -92,12 +92,11 @@ def bench_rig(label, obj, mapping, repeats):
 
     from neural_ik.blender.rig import pose_read, rig_model
     from neural_ik.blender.workflows.extract import extract_dataset, usable_actions
-    from neural_ik.neural_network.data.dataset import standing_height
     from neural_ik.neural_network.geometry.rotations import angle_between
 
     rig = rig_model.read_rig(obj, mapping)
     actions = [a for a, _ in usable_actions(obj, rig)[0]]
-    height = standing_height(rig.skeleton)
+    height = rig.skeleton.height
     mask = rig.role_mask
     state = UserState(obj)
     folder = tempfile.mkdtemp(prefix="nik_bench_")

@@ -20,7 +20,7 @@ from addon_loader import load_package  # noqa: E402
 load_package()
 
 from neural_ik.neural_network.data import augment  # noqa: E402
-from neural_ik.neural_network.data.dataset import Dataset, standing_height  # noqa: E402
+from neural_ik.neural_network.data.dataset import Dataset  # noqa: E402
 from neural_ik.neural_network.model import checkpoint, prior  # noqa: E402
 from neural_ik.neural_network.model.trainer import TrainingArrays  # noqa: E402
 
@@ -42,7 +42,7 @@ def main():
     rows = [TrainingArrays(part) for part in (train, val)]
     targets = [prior.targets_of_rows(r.positions, r.global_rotations) for r in rows]
     model.prior = prior.train_prior(targets[0], targets[1], prior.references_of(model.feature_spec),
-                                    standing_height(model.skeleton), args.seconds, args.seed)
+                                    model.skeleton.height, args.seconds, args.seed)
     checkpoint.save_model(args.out, model)
     print(f"wrote {args.out}: {model.prior.meta}")
 

@@ -150,6 +150,30 @@ def test_skeleton_json_round_trip_and_fingerprint():
     assert moved.fingerprint() != skel.fingerprint()
 
 
+def test_height_is_the_standing_height_whatever_the_rest_pose():
+    """Every threshold (contacts, foot lock, the absurd-target check, damping) scales with Skeleton.height. A BVH rig's
+    rest pose may fold the legs up along the spine (Bandai's rest is 13 cm tall): the height comes from the bone
+    lengths, so a folded rest gives the height of the same body standing."""
+    from synthetic import humanoid_skeleton
+
+    skel = humanoid_skeleton(missing=())
+    skel.bridges[:] = np.eye(3)
+    rest = np.tile(np.eye(3), (1, NUM_ROLES, 1, 1))
+    standing = kinematics.forward(skel, rest, np.eye(3)[None], np.zeros((1, 3))).positions[0]
+    feet = [ROLE_INDEX["LeftFoot"], ROLE_INDEX["RightFoot"]]
+    extent = standing[ROLE_INDEX["Head"], 2] - standing[feet, 2].min()
+    assert skel.height == pytest.approx(extent, rel=0.05)
+    folded = rest.copy()
+    for side in ("Left", "Right"):
+        folded[0, ROLE_INDEX[side + "Thigh"]] = rotations.axis_angle_to_matrix(np.array([np.pi, 0.0, 0.0]))
+    pose = kinematics.forward(skel, folded, np.eye(3)[None], np.zeros((1, 3)))
+    before = skel.height
+    skel.rest_positions, skel.rest_rotations = pose.positions[0], pose.rotations[0]
+    z = skel.rest_positions[:, 2]
+    assert z.max() - z.min() < 0.6 * extent          # the folded rest's extent is no measure of the body
+    assert skel.height == pytest.approx(before)
+
+
 def test_right_jacobian_matches_finite_differences():
     """exp(v + e d) = exp(v) exp(e J(v) d) to first order, for turns from zero to nearly half a turn."""
     from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix, matrix_to_axis_angle, right_jacobian

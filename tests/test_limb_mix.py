@@ -123,7 +123,7 @@ def test_a_foot_keeps_its_contact_only_where_its_own_frame_had_it():
     height = mixed.positions[:, feet, 2] - mixed.ground
     flagged = mixed.contacts > 0.5
     assert flagged.any() and (own_contact[flagged] > 0.5).all()
-    tolerance = limb_mix.CONTACT_TOLERANCE * trainer.standing_height(source.skeleton)
+    tolerance = limb_mix.CONTACT_TOLERANCE * source.skeleton.height
     assert (np.abs(height - own_height)[flagged] < tolerance).all()
     dropped = (own_contact > 0.5) & ~flagged
     assert dropped.any() and (np.abs(height - own_height)[dropped] >= tolerance).all()

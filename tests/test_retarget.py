@@ -15,7 +15,6 @@ from other_skeletons import mixamo_named_demo_rig
 from synthetic import humanoid_skeleton
 
 from neural_ik.neural_network.data import retarget
-from neural_ik.neural_network.data.dataset import standing_height
 from neural_ik.neural_network.data.features import detect_contacts
 from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix, chordal_mean
 from neural_ik.neural_network.skeleton.roles import FOOT_ROLES, NUM_ROLES, ROLE_INDEX
@@ -239,7 +238,7 @@ def test_a_file_onto_its_own_skeleton_is_reproduced(empty_scene, tmp_path):
     assert json.loads(new["neural_ik_source"]) == {"kind": "library", "file": "demo_clip.bvh",
                                                     "skeleton": "demo_clip", "retargeted": True}
     _, carried = _sample(rig, new)
-    height = standing_height(rig_model.read_rig(rig, bone_maps.bone_map_of(rig)).skeleton)
+    height = rig_model.read_rig(rig, bone_maps.bone_map_of(rig)).skeleton.height
     n = min(len(reference.positions), len(carried.positions))
     assert np.nanmax(np.abs(carried.positions[:n] - reference.positions[:n])) < 1e-4 * height
 

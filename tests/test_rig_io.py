@@ -119,13 +119,12 @@ def check_against_blender(obj, dataset, frames_per_action, max_actions=4):
     import bpy
 
     from neural_ik.blender.rig import pose_read, rig_model
-    from neural_ik.neural_network.data.dataset import standing_height
     from neural_ik.neural_network.geometry import kinematics
     from neural_ik.neural_network.geometry.rotations import angle_between, axis_angle_to_matrix
 
     rig = rig_model.read_rig(obj, dataset.meta["bone_map"])
     mask = rig.role_mask
-    height = standing_height(dataset.skeleton)
+    height = dataset.skeleton.height
     names = dataset.action_names
     worst_pos = worst_rot = 0.0
     checked = 0

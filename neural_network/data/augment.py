@@ -22,7 +22,7 @@ import numpy as np
 from ..geometry import kinematics
 from ..geometry.rotations import axis_angle_to_matrix, chordal_mean, matrix_to_axis_angle
 from ..skeleton.roles import EFFECTOR_ROLES, NUM_ROLES, ROLES
-from .dataset import Dataset, standing_height, training_inputs
+from .dataset import Dataset, training_inputs
 from .features import root_frame
 
 REFLECT = np.diag([-1.0, 1.0, 1.0])     # S: the mirror plane of the motion, x = 0 in character space
@@ -141,7 +141,7 @@ def mirror_check(dataset, max_asymmetry=MAX_ASYMMETRY):
         mirrored = frames[p].T @ skeleton.offsets[j]
         asymmetry = max(asymmetry, float(np.linalg.norm(mirrored - skeleton.offsets[MIRROR_ROLES[j]])))
     mirror = Mirror(skeleton, frames, asymmetry)
-    limit = max_asymmetry * standing_height(skeleton)
+    limit = max_asymmetry * skeleton.height
     if asymmetry > limit:
         mirror.reason = (f"left and right sides differ by up to {asymmetry * 100:.1f} cm "
                          f"(more than {limit * 100:.1f} cm)")

@@ -38,17 +38,6 @@ OPTIONAL_ROW_ARRAYS = {
     "bridges": ((NUM_ROLES, 3, 3), np.float32),
     "offsets": ((NUM_ROLES, 3), np.float32),
 }
-_CHAINS = (("LeftThigh", "LeftShin", "LeftFoot"), ("Spine", "Spine1", "Spine2", "NeckLower", "NeckUpper", "Head"))
-
-
-def standing_height(skeleton):
-    """Pose-independent rig height in metres: leg chain plus spine chain lengths (rest poses of BVH rigs are not
-    standing poses, so the rest pose's vertical extent is no measure). At least 0.1."""
-    mask = skeleton.role_mask
-    total = 0.0
-    for chain in _CHAINS:
-        total += sum(float(np.linalg.norm(skeleton.offsets[ROLE_INDEX[r]])) for r in chain if mask[ROLE_INDEX[r]])
-    return max(total, 0.1)
 
 
 def task_index(name, override=None):
@@ -430,7 +419,6 @@ class DatasetBuilder:
     _buffers: dict = None
     _count: int = 0
     _ref_sums: np.ndarray = None     # (6, 3, 3) running sums of root-frame effector and hips orientations
-    _standing_height: float = None
 
     def _reserve(self, rows, moving):
         shapes = dict(ROW_ARRAYS)
@@ -534,9 +522,7 @@ class DatasetBuilder:
                                  "samples": int(counts[a]), "moving_links": bool(moving[a])})
 
     def _height(self):
-        if self._standing_height is None:
-            self._standing_height = standing_height(self.skeleton)
-        return self._standing_height
+        return self.skeleton.height
 
     def feature_spec(self):
         mean = self._ref_sums / self._count
@@ -565,7 +551,7 @@ class DatasetBuilder:
             "kind": KIND, "layout_version": DATASET_LAYOUT_VERSION, "input_layout_version": LAYOUT_VERSION,
             "skeleton": skel.to_json(), "feature_spec": spec.to_json(), "fps": float(self.fps),
             "actions": list(self.actions), "units": "m", "source": self.source,
-            "rig_height": standing_height(skel), "roles": list(ROLES),
+            "rig_height": skel.height, "roles": list(ROLES),
         }
         meta.update(extra_meta or {})
         self._buffers, self.actions, self._count = None, [], 0

@@ -26,7 +26,7 @@ import numpy as np
 from ..geometry import kinematics
 from ..geometry.rotations import axis_angle_to_matrix
 from ..skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, ROLE_INDEX
-from .dataset import Dataset, standing_height, training_inputs
+from .dataset import Dataset, training_inputs
 
 MIX_ACTION = "limb mix"
 CONTACT_TOLERANCE = 0.02      # of the rig's standing height
@@ -81,7 +81,7 @@ def mix_poses(dataset, base, source):
     leg_frame = source[:, list(LEG_PARTS)]                              # (count, 2): the frame each foot comes from
     own_height = recorded[leg_frame, [0, 1]]
     contacts = np.asarray(arrays["contacts"], np.float64)[leg_frame, [0, 1]]
-    contacts *= np.abs(height - own_height) < CONTACT_TOLERANCE * standing_height(skeleton)
+    contacts *= np.abs(height - own_height) < CONTACT_TOLERANCE * skeleton.height
 
     positions[:, ~mask] = np.nan
     phase, task = np.asarray(arrays["phase"])[base], np.asarray(arrays["task"])[base]

@@ -24,7 +24,6 @@ refinement's (refine.py). The anchors come from the mean pose, or better from a 
 
 import numpy as np
 
-from ..data.dataset import standing_height
 from ..geometry import kinematics
 from ..geometry.rotations import axis_angle_to_matrix
 from ..skeleton.roles import ROLE_INDEX
@@ -83,7 +82,7 @@ class HipsReach:
         lateral = anchors[2] - anchors[3]
         lateral /= max(np.linalg.norm(lateral), 1e-9)
         reaches *= np.where(np.isin(np.arange(len(LIMBS)), FEET), LEG_REACH, REACH)
-        return cls(anchors, reaches, carried, lateral, standing_height(skeleton))
+        return cls(anchors, reaches, carried, lateral, skeleton.height)
 
     def anchors_of(self, positions, root):
         """(K, 5, 3) the anchors in the root's frame where joint positions (K, 23, 3) put them."""

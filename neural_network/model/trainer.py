@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..data import augment, limb_mix
-from ..data.dataset import standing_height
 from ..data.features import NUM_INPUTS
 from ..data.files import FileRefused, load_npz, save_json, save_npz
 from ..geometry import kinematics
@@ -395,7 +394,7 @@ class Trainer:
         if start_from is not None:
             self.stats.update(starting_statistics(start_from, self.stats, dataset, config))
         self.train.attach_mean_pose(self.stats["mean_pose"])
-        unit = config.position_unit or standing_height(skeleton) / 30.0
+        unit = config.position_unit or skeleton.height / 30.0
         self.loss_context = losses.LossContext(
             skeleton, self.stats["mean_pose"], self.stats["limit_low"], self.stats["limit_high"],
             self.stats["contact_height"], unit,
@@ -411,7 +410,7 @@ class Trainer:
         self.recorded_rows = recorded_rows
         self.prior = None
         if config.prior_hidden:
-            self.prior = prior.PriorTraining(prior.references_of(dataset.feature_spec), standing_height(skeleton),
+            self.prior = prior.PriorTraining(prior.references_of(dataset.feature_spec), skeleton.height,
                                              config.seed, config.prior_hidden, config.learning_rate,
                                              None if start_from is None else start_from.prior)
             self.val_targets = prior.targets_of_rows(self.val.positions, self.val.global_rotations)

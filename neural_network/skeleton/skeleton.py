@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .roles import NUM_ROLES, ROLE_PARENTS, ROLES
+from .roles import NUM_ROLES, ROLE_INDEX, ROLE_PARENTS, ROLES
+
+# The bones whose lengths add up to a standing height: a leg (thigh, shin, ankle) and the spine up to the head
+STANDING_CHAINS = (("LeftThigh", "LeftShin", "LeftFoot"), ("Spine", "Spine1", "Spine2", "NeckLower", "NeckUpper", "Head"))
 
 
 def nearest_mapped_parents(role_mask):
@@ -63,9 +66,13 @@ class Skeleton:
 
     @property
     def height(self):
-        """Rest height of the mapped chain (top of the head chain minus the lowest foot), metres; at least 0.1."""
-        z = self.rest_positions[self.role_mask, 2]
-        return float(max(z.max() - z.min(), 0.1)) if len(z) else 1.0
+        """Standing height in metres, the measure every threshold scales with: the leg chain's and the spine chain's
+        bone lengths added, so it does not depend on the pose. (A rest pose's extent is no measure: a BVH rig's rest
+        pose may fold the legs along the spine; Bandai's is 13 cm tall.) At least 0.1."""
+        mask, total = self.role_mask, 0.0
+        for chain in STANDING_CHAINS:
+            total += sum(float(np.linalg.norm(self.offsets[ROLE_INDEX[r]])) for r in chain if mask[ROLE_INDEX[r]])
+        return max(total, 0.1)
 
     def levels(self):
         """Mapped non-hips roles grouped by depth, so FK can run one batched step per level."""

@@ -470,7 +470,7 @@ class DatasetBuilder:
         if n == 0 or np.any(counts <= 0):
             raise ValueError(f"an action of {', '.join(batch.names)} has no frames")
         mask = self.skeleton.role_mask
-        height = self._height()
+        height = self.skeleton.height
         positions = batch.positions
         ground = np.full((n, 2), float(ground_height))
         contacts = segment_contacts(positions[:, list(FOOT_ROLES)], ground, self.fps, height, batch.starts)
@@ -520,9 +520,6 @@ class DatasetBuilder:
             self.actions.append({"name": name, "frame_start": int(batch.frame_start[a]),
                                  "frame_end": int(batch.frame_end[a]), "task": TASKS[int(tasks[a])],
                                  "samples": int(counts[a]), "moving_links": bool(moving[a])})
-
-    def _height(self):
-        return self.skeleton.height
 
     def feature_spec(self):
         mean = self._ref_sums / self._count

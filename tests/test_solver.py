@@ -281,3 +281,33 @@ def test_given_contacts_with_nan_rows_are_detected_per_character(poses, engine):
         fast[:, :, 0, 3] += 0.3 * (tick + 1)
         np.testing.assert_allclose(mixed.solve(fast, refine_iterations=0).local,
                                    plain.solve(fast, refine_iterations=0).local, atol=1e-5)
+
+
+@pytest.mark.parametrize("engine", ["onnxruntime", "numpy"])
+def test_live_contacts_use_the_models_planted_ankle_height(poses, engine):
+    """A live tick has no clip to take the lowest ankle from: a foot is in contact when its ankle is less than 8 % of
+    the body's height above the height training saw planted ankles at (the model's), else, for a model saved
+    without it, the rest pose's. Held still 7 % above it: in contact; 9 %: not. (A random network: its pose depends
+    on the contact inputs.)"""
+    from dataclasses import replace
+
+    from neural_ik.neural_network.runtime.solver import planted_ankle_height
+    model = random_model(humanoid_skeleton())
+    planted_model = replace(model, feature_spec=replace(model.feature_spec, contact_height=(0.3, 0.3)))
+    for m, ankle in ((planted_model, 0.3), (model, planted_ankle_height(model))):
+        assert planted_ankle_height(m) == pytest.approx(ankle)
+        h = m.skeleton.height
+        for above, expected in ((0.07, 1.0), (0.09, 0.0)):
+            targets = poses[0][:1].copy()
+            targets[0, :, 2, 3] -= targets[0, 3:5, 2, 3].min() - ankle - above * h   # the lower foot that high
+            lower = 3 + int(np.argmin(targets[0, 3:5, 2, 3]))
+            solver = Solver(m, characters=1, engine=engine)
+            for _tick in range(3):
+                solver.solve(targets, ground=0.0, refine_iterations=0)
+            ref = Solver(m, characters=1, engine="numpy")
+            given = np.zeros((1, 2))
+            given[0, lower - 3] = expected
+            given[0, 4 - lower] = 0.0
+            np.testing.assert_allclose(solver.solve(targets, ground=0.0, refine_iterations=0).local,
+                                       ref.solve(targets, ground=0.0, contact=given, refine_iterations=0).local,
+                                       atol=1e-5)

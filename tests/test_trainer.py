@@ -147,6 +147,10 @@ def test_checkpoint_round_trip_and_refusals(data, tmp_path):
         checkpoint.load_model(rewrite("fp.npz", change_meta=lambda m: m.update(rig_fingerprint="0" * 16)))
     with pytest.raises(FileRefused, match="neural_ik.model"):
         checkpoint.load_model(rewrite("kind.npz", change_meta=lambda m: m.update(kind="neural_ik.dataset")))
+    for bad in ([0.1], [0.1, float("nan")], "low"):
+        with pytest.raises(FileRefused, match="contact_height"):
+            checkpoint.load_model(rewrite("contact.npz", change_meta=lambda m, bad=bad: m["feature_spec"].update(
+                contact_height=bad)))
     truncated = tmp_path / "truncated.npz"
     truncated.write_bytes(path.read_bytes()[: os.path.getsize(path) // 2])
     with pytest.raises(FileRefused, match="truncated"):
@@ -304,3 +308,23 @@ def test_a_run_started_from_a_model_begins_where_it_left_off_and_counts_time_fro
                            tmp_path / "late")
     result = late.run()
     assert result.stopped == "time limit" and result.seconds >= 6.0 and result.history == []
+
+
+def test_the_model_keeps_its_data_planted_ankle_height_through_files(data, tmp_path):
+    """What a contact flag means without the clip's lowest ankle (a live tick): the trained model's input layout holds
+    each ankle's median height over its ground in the training rows where that foot is planted, through the
+    checkpoint and the ONNX sidecar."""
+    from neural_ik.neural_network.runtime import model_files, onnx_export
+    from neural_ik.neural_network.skeleton.roles import FOOT_ROLES
+    tr = trainer.Trainer(data, trainer.TrainConfig(epochs=1, batch_size=64, patience=0), tmp_path)
+    result = tr.run()
+    model = checkpoint.load_model(result.paths["model"])
+    train = tr.train
+    planted = train.contacts > 0.5
+    expected = [np.median(train.positions[planted[:, k], f, 2] - train.ground[planted[:, k], k])
+                for k, f in enumerate(FOOT_ROLES)]
+    assert 0 < np.mean(train.contacts) < 1
+    np.testing.assert_allclose(model.feature_spec.contact_height, expected, atol=1e-6)
+    assert model.feature_spec.same_frames(data.feature_spec) and data.feature_spec.contact_height is None
+    again = model_files.model_from_onnx_proto(onnx_export.build_onnx(model))
+    assert again.feature_spec.contact_height == model.feature_spec.contact_height

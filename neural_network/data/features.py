@@ -49,11 +49,22 @@ class FeatureSpec:
     """Data-derived constants of the input layout; saved with datasets and models."""
     effector_reference: np.ndarray   # (5, 3, 3) reference orientation of each effector in the root frame
     hips_reference: np.ndarray       # (3, 3) reference orientation of the hips in the root frame
+    # Each ankle's height above the ground when its foot is planted (the training data's median; a model's spec has
+    # it, a dataset's does not): what a contact flag means without the clip's lowest ankle, as in a live tick.
+    contact_height: tuple = None
 
     def to_json(self):
-        return {"layout_version": LAYOUT_VERSION, "input_names": list(INPUT_NAMES),
-                "effector_reference": np.asarray(self.effector_reference).tolist(),
-                "hips_reference": np.asarray(self.hips_reference).tolist()}
+        out = {"layout_version": LAYOUT_VERSION, "input_names": list(INPUT_NAMES),
+               "effector_reference": np.asarray(self.effector_reference).tolist(),
+               "hips_reference": np.asarray(self.hips_reference).tolist()}
+        if self.contact_height is not None:
+            out["contact_height"] = [float(v) for v in self.contact_height]
+        return out
+
+    def same_frames(self, other):
+        """Whether `other` reads its inputs in the same reference frames (the planted ankle heights may differ)."""
+        return (np.array_equal(self.effector_reference, other.effector_reference)
+                and np.array_equal(self.hips_reference, other.hips_reference))
 
     @classmethod
     def from_json(cls, data):
@@ -65,6 +76,14 @@ class FeatureSpec:
                    np.asarray(data["hips_reference"], np.float64).reshape(3, 3))
         if not (np.all(np.isfinite(spec.effector_reference)) and np.all(np.isfinite(spec.hips_reference))):
             raise ValueError("input layout references hold non-finite numbers")
+        if data.get("contact_height") is not None:
+            try:
+                heights = np.asarray(data["contact_height"], np.float64)
+            except (TypeError, ValueError):
+                heights = np.full(1, np.nan)
+            if heights.shape != (2,) or not np.all(np.isfinite(heights)):
+                raise ValueError(f"contact_height must be two finite numbers, not {data['contact_height']!r}")
+            spec.contact_height = (float(heights[0]), float(heights[1]))
         return spec
 
 

@@ -244,7 +244,7 @@ def starting_statistics(model, stats, dataset, config):
     other inputs or other layer sizes."""
     if model.skeleton.fingerprint() != dataset.skeleton.fingerprint():
         raise ValueError("the model to start from belongs to another rig")
-    if model.feature_spec.to_json() != dataset.feature_spec.to_json():
+    if not model.feature_spec.same_frames(dataset.feature_spec):
         raise ValueError("the model to start from reads its inputs in other reference frames than the dataset")
     sizes = [NUM_INPUTS, *config.hidden, NUM_ROLES * 3]
     if [w.shape[1] for w in model.weights[::2]] != sizes[1:]:
@@ -437,7 +437,9 @@ class Trainer:
                 "losses": self.config.loss_weights.to_json(), "validation_actions": self._val_action_names(),
                 "train_frames": int(len(self.train)), "validation_frames": int(len(self.val)),
                 "mirror": self.mirror_note, "sources": self.sources}
-        return Model(skeleton=self.dataset.skeleton, feature_spec=self.dataset.feature_spec,
+        spec = dataclasses.replace(self.dataset.feature_spec,
+                                   contact_height=tuple(float(v) for v in self.stats["contact_height"]))
+        return Model(skeleton=self.dataset.skeleton, feature_spec=spec,
                      weights=[w.copy() for w in (weights or self.weights)],
                      input_mean=self.stats["input_mean"], input_std=self.stats["input_std"],
                      mean_pose=self.stats["mean_pose"], limit_low=self.stats["limit_low"],

@@ -73,6 +73,16 @@ def resolve_links(skeleton, links, k):
     return replace(skeleton, bridges=bridges, offsets=offsets), None
 
 
+def planted_ankle_height(model):
+    """The ankle's height above the ground when its foot is planted: the model's training data's (both feet's mean),
+    or, for a model saved before it was kept, the rest pose's ankle above its lowest mapped joint (0 on a rig whose
+    rest pose has no toes or sole below the ankle, where a planted mocap ankle sits about 12 cm up)."""
+    if model.feature_spec.contact_height is not None:
+        return float(np.mean(model.feature_spec.contact_height))
+    rest, mask = model.skeleton.rest_positions, model.skeleton.role_mask
+    return float(np.min(rest[list(FOOT_ROLES), 2]) - np.min(rest[mask, 2])) if mask.any() else 0.0
+
+
 class SolveResult:
     """One solve of K characters; owns its arrays. `local` (K, 23, 3, 3) is made from the quaternions on demand."""
 
@@ -154,9 +164,7 @@ class Solver:
         self.blend = np.ones(k)
         self.blending = False               # any character mid task blend
         self.started = False
-        rest = model.skeleton.rest_positions
-        feet = rest[list(FOOT_ROLES), 2]
-        self.ankle_height = float(np.min(feet) - np.min(rest[mask, 2])) if mask.any() else 0.0
+        self.ankle_height = planted_ankle_height(model)
         self.contact_lift = self.ankle_height + 0.08 * self.height     # a foot below its ground + this: in contact
         # buffers
         self.input_buffers = self.build_inputs.buffers(k)

@@ -377,14 +377,16 @@ class TargetReader:
         """(6, 4, 4) character i's empties as read this tick, in character space."""
         if self.runtime is None:
             return self.targets[i]
-        return self.armature_to_character[i, 0] @ np.swapaxes(self.matrices[i, 1:], -1, -2)
+        with np.errstate(invalid="ignore", over="ignore"):     # non-finite empties: the solver's check refuses them
+            return self.armature_to_character[i, 0] @ np.swapaxes(self.matrices[i, 1:], -1, -2)
 
     def put_targets(self, i, targets):
         """Make (6, 4, 4) character-space `targets` character i's targets this tick (instead of its empties')."""
         if self.runtime is None:
             self.targets[i] = targets
         else:
-            self.matrices[i, 1:] = np.swapaxes(self.character_to_world[i] @ targets, -1, -2)
+            with np.errstate(invalid="ignore", over="ignore"):     # as empty_targets
+                self.matrices[i, 1:] = np.swapaxes(self.character_to_world[i] @ targets, -1, -2)
 
     def _read_each(self):
         flat = self.matrices.reshape(-1, 4, 4)

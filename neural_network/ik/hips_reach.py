@@ -43,7 +43,6 @@ MAX_MOVE = 0.1        # the largest move of one step, in rig heights
 MAX_BEND = 0.3        # the largest bend of one step, radians
 HALVINGS = 6          # a step that does not lower the cost is halved at most this often
 FORWARD, BACKWARD = 1.6, 0.4      # radians: how far the root bends forward and back at most
-_UP = np.array([0.0, 0.0, 1.0])
 DAMPING = 1e-3
 # (target slot in the six targets, anchor role, the roles whose bone lengths make the reach)
 LIMBS = ((1, "LeftArm", ("LeftArm", "LeftForeArm", "LeftHand")),
@@ -121,23 +120,46 @@ class HipsReach:
         regularise[:, :3, :3] = np.eye(3) * move_weight
         regularise[:, 3, 3] = bend_weight
         crouch = CROUCH / LEG_REACH * reach
+        # the bend turns each anchor about the unit axis `side` (Rodrigues): arm = c arm0 + s (side x arm0)
+        # + (1 - c)(side . arm0) side, and side x arm = c (side x arm0) + s ((side . arm0) side - arm0); these
+        # products are fixed, so a residual costs a few elementwise operations (it runs a few times every live tick)
+        sides = side[:, None]
+        across = np.cross(sides, arm0)
+        along = (arm0 * sides).sum(-1, keepdims=True) * sides
+        base = root[:, None, :3, 3] - goal
+        r = np.empty((k, len(rows) + 4))
+        J = np.zeros((k, len(rows) + 4, 4))
+        J[:, len(rows):] = regularise
+        not_feet = ~feet
 
         def residuals(u):
-            """(r (K, m + 4), J (K, m + 4, 4)) at u: per limb its excess (weighted), then the costs."""
-            arm = np.einsum("kab,kmb->kma", axis_angle_to_matrix(side * u[:, 3:4]), arm0)
-            offset = root[:, None, :3, 3] + u[:, None, :3] + arm - goal
-            distance = np.linalg.norm(offset, axis=-1)
+            """(r (K, m + 4), J (K, m + 4, 4)) at u: per limb its excess (weighted), then the costs (new arrays)."""
+            c, s = np.cos(u[:, 3])[:, None, None], np.sin(u[:, 3])[:, None, None]
+            arm = c * (arm0 - along) + s * across + along
+            offset = base + u[:, None, :3] + arm
+            distance = np.sqrt((offset * offset).sum(-1))
             n = offset / np.maximum(distance, 1e-9)[..., None]
             over = np.maximum(distance - reach, 0.0)
-            under = np.where(feet, np.maximum(crouch - offset[..., 2], 0.0), 0.0)
-            r = np.concatenate([(over + under) * weight, u[:, :3] * move_weight, u[:, 3:] * bend_weight], axis=1)
+            under = np.maximum(crouch - offset[..., 2], 0.0)
+            under[:, not_feet] = 0.0
+            out_r, out_J = r.copy(), J.copy()
+            out_r[:, :len(rows)] = (over + under) * weight
+            out_r[:, len(rows):len(rows) + 3] = u[:, :3] * move_weight
+            out_r[:, -1] = u[:, 3] * bend_weight
             # per limb: d distance / d t = n, d distance / d bend = (side x arm) . n; a crouch: d height = z,
             # (side x arm)_z; signed as the residual grows
-            turning = np.cross(side[:, None], arm)
-            grad = np.where((under > 0)[..., None],
-                            -np.concatenate([np.broadcast_to(_UP, n.shape), turning[..., 2:]], axis=-1),
-                            np.concatenate([n, (turning * n).sum(-1, keepdims=True)], axis=-1) * (over > 0)[..., None])
-            return r, np.concatenate([grad * weight[:, None], regularise], axis=1)
+            turning = c * across + s * (along - arm0)
+            grad = out_J[:, :len(rows)]
+            reaching = (over > 0)[..., None]
+            grad[..., :3] = n * reaching
+            grad[..., 3:] = (turning * n).sum(-1, keepdims=True) * reaching
+            crouching = under > 0
+            if crouching.any():
+                grad[crouching] = 0.0
+                grad[crouching, 2] = -1.0
+                grad[crouching, 3] = -turning[crouching][:, 2]
+            grad *= weight[:, None]
+            return out_r, out_J
 
         r, J = residuals(u)
         cost = (r * r).sum(axis=1)

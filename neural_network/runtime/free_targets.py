@@ -105,7 +105,8 @@ class FreeTargets:
             if start is None:
                 start = self.last if self.last is not None and len(self.last) == len(rows) else None
             placed = np.empty_like(before)
-            for pinned in np.unique(~free[rows], axis=0):           # characters with the same pinned set together
+            sets = [~self.free] if self.free.ndim == 1 else np.unique(~free[rows], axis=0)
+            for pinned in sets:                                     # characters with the same pinned set together
                 same = np.nonzero((~free[rows] == pinned).all(axis=1))[0]
                 placed[same], solution[same] = self.hips.place(
                     out[rows[same]], pinned, None if start is None else start[same],

@@ -105,7 +105,8 @@ class FreeTargets:
             if start is None:
                 start = self.last if self.last is not None and len(self.last) == len(rows) else None
             placed = np.empty_like(before)
-            sets = [~self.free] if self.free.ndim == 1 else np.unique(~free[rows], axis=0)
+            one_set = len(rows) > 0 and (free[rows] == free[rows[0]]).all()
+            sets = [~free[rows[0]]] if one_set else np.unique(~free[rows], axis=0)
             for pinned in sets:                                     # characters with the same pinned set together
                 same = np.nonzero((~free[rows] == pinned).all(axis=1))[0]
                 placed[same], solution[same] = self.hips.place(

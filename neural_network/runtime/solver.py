@@ -32,6 +32,7 @@ from ..geometry.quaternion_math import (
 from ..geometry.rotations import matrix_to_quaternion
 from ..ik.refine import Refiner
 from ..ik.refine_memory import RefineMemory
+from ..ik.swivel import ArmSwivel
 from ..skeleton.roles import FOOT_ROLES, NUM_ROLES, TASKS
 from .engines import make_engine
 from .inputs import ABSURD_DISTANCE, NUM_TARGETS, InputBuilder
@@ -152,6 +153,7 @@ class Solver:
         self.mean_left = np.where(mask[:, None, None], left_matrices(mean_q), 0.0)
         self.unmapped_bias = np.where(mask[:, None], 0.0, np.array([1.0, 0.0, 0.0, 0.0]))
         self.any_unmapped = not mask.all()
+        self.swivel = ArmSwivel(skeleton, mean_q, model.limit_low, model.limit_high, self.refiner.slot_of)
         start = np.where(mask[:, None], mean_q, np.array([1.0, 0.0, 0.0, 0.0]))
         self._last_q = np.broadcast_to(start, (k, NUM_ROLES, 4)).copy()
         self.has_good = np.zeros(k, bool)   # False until a character's first usable tick
@@ -381,8 +383,7 @@ class Solver:
             effectors[follow] = placed[follow]
         if refine_iterations > 0:
             self.memory.dt = dt
-            self.errors = self.refiner.refine_quaternions(q, hips, t[:, 1:, :3, 3], t[:, 1:, :3, :3],
-                                                          iterations=refine_iterations, memory=self.memory)
+            self.errors = self._refine(q, hips, t[:, 1:, :3, 3], t[:, 1:, :3, :3], refine_iterations)
             check = q.sum() + self.errors.sum()
         elif measure_errors:
             world = self.refiner.chain_forward(q, hips)
@@ -405,6 +406,15 @@ class Solver:
             return
         self._hold(usable, refine_iterations > 0 or measure_errors, refine_iterations > 0)
 
+    def _refine(self, q, hips, positions, rotations, iterations):
+        """The refinement of q (K, 23, 4) in place, then the arms' swivel (ik/swivel.py; the hands stay exact);
+        returns the effector errors (K, 5)."""
+        errors = self.refiner.refine_quaternions(q, hips, positions, rotations, iterations=iterations,
+                                                 memory=self.memory)
+        if self.swivel.active:
+            self.swivel.settle(q, self.refiner.chain_forward(q, hips))
+        return errors
+
     def refine_toward(self, result, targets, refine_iterations, dt=1 / 60):
         """`result` (a solve without refinement) refined toward other targets (K, 6, 4, 4) than its network saw, as a
         new SolveResult. A bake that fits a clip to the ground or locks its feet solves the network on the clip's own
@@ -415,8 +425,7 @@ class Solver:
         q = result.quaternions.copy()
         self.memory.reset(None)          # the refinement starts afresh from the network's pose, frames in order
         self.memory.dt = dt
-        errors = self.refiner.refine_quaternions(q, t[:, 0], t[:, 1:, :3, 3], t[:, 1:, :3, :3],
-                                                 iterations=refine_iterations, memory=self.memory)
+        errors = self._refine(q, t[:, 0], t[:, 1:, :3, 3], t[:, 1:, :3, :3], refine_iterations)
         good = np.isfinite(q).all(axis=(1, 2)) & np.isfinite(errors).all(axis=1)
         if usable is not None:
             good &= usable
@@ -487,8 +496,7 @@ class Solver:
         hips, positions, rotations = rt.latest_target_parts()
         if refine_iterations > 0:
             self.memory.dt = dt
-            errors = self.refiner.refine_quaternions(q, hips, positions, rotations, iterations=refine_iterations,
-                                                     memory=self.memory)
+            errors = self._refine(q, hips, positions, rotations, refine_iterations)
         else:
             miss = self.refiner.chain_forward(q, hips)[:, self.effector_slots][..., :3, 3] - positions
             errors = np.sqrt(np.einsum("kei,kei->ke", miss, miss))

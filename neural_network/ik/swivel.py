@@ -1,0 +1,145 @@
+"""Arm swivel: after the refinement, turn each arm about its shoulder-hand line to where its shoulder and wrist sit
+nearest the model's mean pose.
+
+Why: on motion of styles the network never saw, the largest inner-joint error is the elbow's swivel (the turn of a
+bent arm about the line from the shoulder to the hand): on bent arms about 30 degrees off, the elbow 8-10 cm off, and
+the exact refinement keeps whatever swivel the network gave. The hand's orientation says much about the swivel (a
+forearm turned the wrong way leaves the wrist twisted), and that geometric reading holds for any style. Measured in
+docs/results.md ("Arm swivel").
+
+For one arm, with S the shoulder joint (the Arm role's head), H the hand (on its target after the refinement) and
+a = (H - S) / |H - S|, a turn R(phi) of the upper arm and the forearm together about a leaves the hand where it is
+and as it is turned. In local terms (G a role's world rotation, L its local one, r(axis, angle) a quaternion):
+
+    L_arm(phi) = L_arm * r(G_arm^T a, phi)        L_hand(phi) = L_hand * r(G_hand^T a, -phi)
+
+and the elbow's own rotation does not change. The turn minimises
+
+    f(phi) = |d_arm(phi) / w_arm|^2 + WRIST |d_hand(phi) / w_hand|^2 + STAY phi^2
+
+with d_j = log(M_j^T L_j) the role's delta from the model's mean pose and w_j half the role's range in the model's
+limits. One Gauss-Newton step from phi = 0 (d'(phi) = s J_r^-1(d) a, s = +1 for the arm and -1 for the hand; the
+step lands next to the network's swivel, so it moves continuously with the targets): taken if it lowers f without
+taking the shoulder or the wrist further past the model's limits than the refinement left them, else half of it,
+else none. More steps gain nothing measurable (docs/results.md).
+
+Per character in Python floats (two arms, a few dozen float operations each): cheaper than NumPy calls for the one
+character of a live tick, and the same numbers for a Bake's frames. Pure Python; no bpy.
+"""
+
+import math
+
+from ..geometry.quaternion_math import quaternion_axis_angle, quaternion_product
+from ..skeleton.roles import ROLE_INDEX
+
+WRIST = 2.0           # the wrist's weight against the shoulder's
+STAY = 1.0            # cost of a radian of turn away from the network's swivel (squared)
+MAX_STEP = 0.35       # radians, the largest turn
+FADE = (1.5, 2.5)     # the turn fades out as the shoulder or the wrist is this far from the mean (in half ranges)
+WRAP = (2.4, 2.9)     # ... or this many radians (a delta wraps at pi)
+LIMIT_BISECTIONS = 5  # a step that takes a joint further past its limits is cut to within 1/32 of where it would
+ARMS = tuple(tuple(ROLE_INDEX[side + name] for name in ("Arm", "ForeArm", "Hand")) for side in ("Left", "Right"))
+
+
+def _turn(axis, angle):
+    s = math.sin(0.5 * angle)
+    return (math.cos(0.5 * angle), axis[0] * s, axis[1] * s, axis[2] * s)
+
+
+def _inverse_jacobian_times(v, a):
+    """J_r^-1(v) a for an axis-angle v: a + v x a / 2 + c v x (v x a), c = 1/t^2 - (1 + cos t) / (2 t sin t)."""
+    t2 = v[0] * v[0] + v[1] * v[1] + v[2] * v[2]
+    if t2 < 1e-8:
+        c = 1.0 / 12.0
+    else:
+        t = math.sqrt(t2)
+        c = 1.0 / t2 - (1.0 + math.cos(t)) / (2.0 * t * math.sin(t)) if t < 3.14 else 1.0 / t2
+    x = (v[1] * a[2] - v[2] * a[1], v[2] * a[0] - v[0] * a[2], v[0] * a[1] - v[1] * a[0])
+    xx = (v[1] * x[2] - v[2] * x[1], v[2] * x[0] - v[0] * x[2], v[0] * x[1] - v[1] * x[0])
+    return tuple(a[i] + 0.5 * x[i] + c * xx[i] for i in range(3))
+
+
+class ArmSwivel:
+    """The swivel stage of one rig and model: which arms it turns, their mean-pose rotations, ranges and limits."""
+
+    def __init__(self, skeleton, mean_quaternions, limit_low, limit_high, slot_of):
+        mask = skeleton.role_mask
+        self.arms = []
+        for arm in ARMS:
+            if not all(mask[j] for j in arm):
+                continue
+            joints = []
+            for role, sign in ((arm[0], 1.0), (arm[2], -1.0)):
+                w, x, y, z = (float(c) for c in mean_quaternions[role])
+                low = tuple(float(v) for v in limit_low[role])
+                high = tuple(float(v) for v in limit_high[role])
+                scale = tuple(1.0 / max(0.5 * (h - lo), 0.05) for lo, h in zip(low, high))
+                joints.append((role, sign, (w, -x, -y, -z), tuple(s * s for s in scale), low, high,
+                               1.0 if sign > 0 else WRIST))
+            self.arms.append((slot_of[arm[0]], slot_of[arm[2]], joints))
+
+    @property
+    def active(self):
+        return bool(self.arms)
+
+    def settle(self, q, world, rows=None):
+        """Turn the arms of q (K, 23, 4) local quaternions in place; world (K, 24, 4, 4) the refiner's slot transforms
+        of q (Refiner.chain_forward). rows: the characters to settle (default all). Returns how many arms turned."""
+        turned = 0
+        for k in range(len(q)) if rows is None else rows:
+            for shoulder_slot, hand_slot, joints in self.arms:
+                turned += self._settle_arm(q[k], world[k, shoulder_slot, :3].tolist(),
+                                           world[k, hand_slot, :3].tolist(), joints)
+        return turned
+
+    @staticmethod
+    def _settle_arm(q, shoulder, hand, joints):
+        """One arm of one character: q (23, 4) in place; shoulder, hand: their world transforms' top rows (lists)."""
+        line = [hand[i][3] - shoulder[i][3] for i in range(3)]
+        length = math.sqrt(line[0] * line[0] + line[1] * line[1] + line[2] * line[2])
+        if length < 1e-9:
+            return 0
+        line = [c / length for c in line]
+        parts = []       # per joint: (role, sign, local axis, the delta quaternion at phi = 0, weights, low, high)
+        far = wrap = 0.0   # how far from the mean pose the shoulder and the wrist are (in half ranges; radians)
+        for (role, sign, mean_inverse, squares, low, high, weight), frame in zip(joints, (shoulder, hand)):
+            axis = tuple(frame[0][i] * line[0] + frame[1][i] * line[1] + frame[2][i] * line[2] for i in range(3))
+            local = tuple(q[role].tolist())
+            delta0 = quaternion_product(mean_inverse, local)
+            d = quaternion_axis_angle(delta0)
+            far = max(far, d[0] * d[0] * squares[0] + d[1] * d[1] * squares[1] + d[2] * d[2] * squares[2])
+            wrap = max(wrap, math.sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]))
+            parts.append((role, sign, axis, delta0, tuple(weight * c for c in squares), low, high, local))
+        # the turn fades out from FADE[0] to FADE[1] of that, where the mean pose says little (a hand held at an
+        # angle no clip made, or near the half turn where the deltas wrap) and the turn could flip from tick to tick
+        fade = min(1.0, (FADE[1] - math.sqrt(far)) / (FADE[1] - FADE[0]), (WRAP[1] - wrap) / (WRAP[1] - WRAP[0]))
+        if fade <= 0.0:
+            return 0
+
+        def cost(phi, gradient=False):
+            f, past, slope, curve = STAY * phi * phi, 0.0, STAY * phi, STAY
+            for _role, sign, axis, delta0, weights, low, high, _local in parts:
+                d = quaternion_axis_angle(quaternion_product(delta0, _turn(axis, sign * phi)))
+                for i in range(3):
+                    f += weights[i] * d[i] * d[i]
+                    past += max(d[i] - high[i], 0.0) + max(low[i] - d[i], 0.0)
+                if gradient:
+                    j = _inverse_jacobian_times(d, axis)
+                    for i in range(3):
+                        slope += weights[i] * d[i] * sign * j[i]
+                        curve += weights[i] * j[i] * j[i]
+            return f, past, slope, curve
+
+        _f, past0, slope, curve = cost(0.0, True)
+        phi = fade * max(-MAX_STEP, min(MAX_STEP, -slope / curve))
+        if cost(phi)[1] > past0 + 1e-9:        # the largest share of the step that goes no further past the limits
+            low, high = 0.0, 1.0
+            for _ in range(LIMIT_BISECTIONS):
+                middle = 0.5 * (low + high)
+                low, high = (middle, high) if cost(middle * phi)[1] <= past0 + 1e-9 else (low, middle)
+            phi *= low
+        if abs(phi) < 1e-7:
+            return 0
+        for role, sign, axis, _d, _w, _lo, _hi, local in parts:
+            q[role] = quaternion_product(local, _turn(axis, sign * phi))
+        return 1

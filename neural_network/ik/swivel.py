@@ -102,6 +102,7 @@ class ArmSwivel:
         line = [c / length for c in line]
         parts = []       # per joint: (role, sign, local axis, the delta quaternion at phi = 0, weights, low, high)
         far = wrap = 0.0   # how far from the mean pose the shoulder and the wrist are (in half ranges; radians)
+        slope, curve, margin, past0 = 0.0, STAY, math.inf, 0.0
         for (role, sign, mean_inverse, squares, low, high, weight), frame in zip(joints, (shoulder, hand)):
             axis = tuple(frame[0][i] * line[0] + frame[1][i] * line[1] + frame[2][i] * line[2] for i in range(3))
             local = tuple(q[role].tolist())
@@ -109,37 +110,38 @@ class ArmSwivel:
             d = quaternion_axis_angle(delta0)
             far = max(far, d[0] * d[0] * squares[0] + d[1] * d[1] * squares[1] + d[2] * d[2] * squares[2])
             wrap = max(wrap, math.sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]))
-            parts.append((role, sign, axis, delta0, tuple(weight * c for c in squares), low, high, local))
+            weights = tuple(weight * c for c in squares)
+            j = _inverse_jacobian_times(d, axis)           # the Gauss-Newton step's terms at phi = 0
+            for i in range(3):
+                slope += weights[i] * d[i] * sign * j[i]
+                curve += weights[i] * j[i] * j[i]
+                margin = min(margin, d[i] - low[i], high[i] - d[i])
+                past0 += max(d[i] - high[i], 0.0) + max(low[i] - d[i], 0.0)
+            parts.append((role, sign, axis, delta0, low, high, local))
         # the turn fades out from FADE[0] to FADE[1] of that, where the mean pose says little (a hand held at an
         # angle no clip made, or near the half turn where the deltas wrap) and the turn could flip from tick to tick
         fade = min(1.0, (FADE[1] - math.sqrt(far)) / (FADE[1] - FADE[0]), (WRAP[1] - wrap) / (WRAP[1] - WRAP[0]))
         if fade <= 0.0:
             return 0
 
-        def cost(phi, gradient=False):
-            f, past, slope, curve = STAY * phi * phi, 0.0, STAY * phi, STAY
-            for _role, sign, axis, delta0, weights, low, high, _local in parts:
+        def past(phi):
+            """How far the two joints are past the limits after a turn phi (summed over their axes)."""
+            out = 0.0
+            for _role, sign, axis, delta0, low, high, _local in parts:
                 d = quaternion_axis_angle(quaternion_product(delta0, _turn(axis, sign * phi)))
-                for i in range(3):
-                    f += weights[i] * d[i] * d[i]
-                    past += max(d[i] - high[i], 0.0) + max(low[i] - d[i], 0.0)
-                if gradient:
-                    j = _inverse_jacobian_times(d, axis)
-                    for i in range(3):
-                        slope += weights[i] * d[i] * sign * j[i]
-                        curve += weights[i] * j[i] * j[i]
-            return f, past, slope, curve
+                out += sum(max(d[i] - high[i], 0.0) + max(low[i] - d[i], 0.0) for i in range(3))
+            return out
 
-        _f, past0, slope, curve = cost(0.0, True)
         phi = fade * max(-MAX_STEP, min(MAX_STEP, -slope / curve))
-        if cost(phi)[1] > past0 + 1e-9:        # the largest share of the step that goes no further past the limits
+        # a turn by phi moves a delta by at most |phi|: within the margin no joint can cross a limit
+        if abs(phi) >= margin and past(phi) > past0 + 1e-9:   # the largest share that goes no further past
             low, high = 0.0, 1.0
             for _ in range(LIMIT_BISECTIONS):
                 middle = 0.5 * (low + high)
-                low, high = (middle, high) if cost(middle * phi)[1] <= past0 + 1e-9 else (low, middle)
+                low, high = (middle, high) if past(middle * phi) <= past0 + 1e-9 else (low, middle)
             phi *= low
         if abs(phi) < 1e-7:
             return 0
-        for role, sign, axis, _d, _w, _lo, _hi, local in parts:
+        for role, sign, axis, _d, _lo, _hi, local in parts:
             q[role] = quaternion_product(local, _turn(axis, sign * phi))
         return 1

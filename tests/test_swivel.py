@@ -144,3 +144,44 @@ def test_a_shoulder_or_wrist_far_from_anything_the_model_knows_is_left_alone(sta
     settled = q.copy()
     assert arm_stage.settle(settled, refiner.chain_forward(q, hips).copy()) == 0
     np.testing.assert_array_equal(settled, q)
+
+
+def test_with_a_memory_a_turn_moves_at_most_speed_times_dt_a_tick(stage):
+    """Live (and Bake, frame to frame) an arm's turn follows its target no faster than SPEED: the same arm turned
+    25 degrees one way, then the other, gives turns far apart alone and within SPEED * dt with a memory."""
+    from neural_ik.neural_network.ik.refine_memory import RefineMemory
+    skel, refiner, mean_q, low, high, arm_stage = stage
+    hips = np.eye(4)[None]
+    base = np.broadcast_to(mean_q, (1, 23, 4)).copy()
+    for side in ("Left", "Right"):
+        j = ROLE_INDEX[side + "ForeArm"]
+        base[0, j] = quaternion_product(tuple(base[0, j]), swivel._turn((0.0, 0.0, 1.0), np.radians(70)))
+    rest = refiner.chain_forward(base, hips).copy()
+
+    def turned(angle):
+        q = base.copy()
+        for side in ("Left", "Right"):
+            arm, hand = ROLE_INDEX[side + "Arm"], ROLE_INDEX[side + "Hand"]
+            s, h = rest[0, refiner.slot_of[arm]], rest[0, refiner.slot_of[hand]]
+            line = (h[:3, 3] - s[:3, 3]) / np.linalg.norm(h[:3, 3] - s[:3, 3])
+            q[0, arm] = quaternion_product(tuple(q[0, arm]), swivel._turn(tuple(s[:3, :3].T @ line), angle))
+            q[0, hand] = quaternion_product(tuple(q[0, hand]), swivel._turn(tuple(h[:3, :3].T @ line), -angle))
+        return q, refiner.chain_forward(q, hips).copy()
+
+    alone = []
+    for angle in (np.radians(25), np.radians(-25)):
+        memory = RefineMemory(1, 0)
+        q, world = turned(angle)
+        arm_stage.settle(q, world, memory)
+        alone.append(memory.swivel[0].copy())
+    assert np.abs(alone[1] - alone[0]).min() > 0.2
+    memory = RefineMemory(1, 0)
+    memory.dt = 1 / 60
+    for angle in (np.radians(25), np.radians(-25)):
+        q, world = turned(angle)
+        arm_stage.settle(q, world, memory)
+    np.testing.assert_allclose(np.abs(memory.swivel[0] - alone[0]), swivel.SPEED / 60, rtol=1e-9)
+    memory.reset()
+    q, world = turned(np.radians(-25))
+    arm_stage.settle(q, world, memory)                   # forgotten: the turn alone again
+    np.testing.assert_allclose(memory.swivel[0], alone[1], atol=1e-12)

@@ -49,7 +49,8 @@ class RefineMemory:
     """Per character: the spine and neck's deltas from the mean pose (the head stage's joints) that landed the head
     last tick, while they differ from the network's own (`head_active`); each limb's clavicle (the hips for a leg),
     upper and mid bones' local rotations last tick, the network's own and the refinement's correction between them
-    (network * c = solved) (`last`, (K, 3, 4, 3, 4); arms then legs, refine.CHAINS order; `limbs_known`)."""
+    (network * c = solved) (`last`, (K, 3, 4, 3, 4); arms then legs, refine.CHAINS order; `limbs_known`); the arms'
+    swivel turns (`swivel`, `swivel_known`: a turn moves at most `rate` a tick)."""
 
     @property
     def bones(self):
@@ -65,6 +66,8 @@ class RefineMemory:
         self.last = np.zeros((k, 3, 4, 3, 4))
         self.anything_known = False
         self.limbs_known = np.zeros(k, bool)
+        self.swivel = np.zeros((k, 2))          # the arms' swivel turns last tick (ik/swivel.py), radians
+        self.swivel_known = np.zeros(k, bool)
         self.dt = 1.0 / 60.0
 
     @classmethod
@@ -83,6 +86,7 @@ class RefineMemory:
         rows = slice(None) if rows is None else rows
         self.head_active[rows] = False
         self.limbs_known[rows] = False
+        self.swivel_known[rows] = False
         self.anything_known = bool(self.limbs_known.any())
 
     def remember_head(self, rows, solved, own):

@@ -35,6 +35,7 @@ from ..skeleton.roles import ROLE_INDEX
 WRIST = 2.0           # the wrist's weight against the shoulder's
 STAY = 1.0            # cost of a radian of turn away from the network's swivel (squared)
 MAX_STEP = 0.35       # radians, the largest turn
+SPEED = 1.0           # radians a second: how fast an arm's turn may change from tick to tick (or frame to frame)
 FADE = (1.5, 2.5)     # the turn fades out as the shoulder or the wrist is this far from the mean (in half ranges)
 WRAP = (2.4, 2.9)     # ... or this many radians (a delta wraps at pi)
 LIMIT_BISECTIONS = 5  # a step that takes a joint further past its limits is cut to within 1/32 of where it would
@@ -82,23 +83,34 @@ class ArmSwivel:
     def active(self):
         return bool(self.arms)
 
-    def settle(self, q, world, rows=None):
+    def settle(self, q, world, memory=None):
         """Turn the arms of q (K, 23, 4) local quaternions in place; world (K, 24, 4, 4) the refiner's slot transforms
-        of q (Refiner.chain_forward). rows: the characters to settle (default all). Returns how many arms turned."""
+        of q (Refiner.chain_forward). memory: the Solver's RefineMemory (refine_memory.py): an arm's turn moves at
+        most memory.rate from its last tick's (Bake: its last frame's), so it never flips between ticks. Returns how
+        many arms turned."""
         turned = 0
-        for k in range(len(q)) if rows is None else rows:
-            for shoulder_slot, hand_slot, joints in self.arms:
-                turned += self._settle_arm(q[k], world[k, shoulder_slot, :3].tolist(),
-                                           world[k, hand_slot, :3].tolist(), joints)
+        for k in range(len(q)):
+            row = 0 if memory is not None and memory.sequence else k
+            known = memory is not None and memory.swivel_known[row]
+            for a, (shoulder_slot, hand_slot, joints) in enumerate(self.arms):
+                last = float(memory.swivel[row, a]) if known else None
+                phi = self._settle_arm(q[k], world[k, shoulder_slot, :3].tolist(), world[k, hand_slot, :3].tolist(),
+                                       joints, last, None if memory is None else SPEED * memory.dt)
+                turned += phi != 0.0
+                if memory is not None:
+                    memory.swivel[row, a] = phi
+            if memory is not None:
+                memory.swivel_known[row] = True
         return turned
 
     @staticmethod
-    def _settle_arm(q, shoulder, hand, joints):
-        """One arm of one character: q (23, 4) in place; shoulder, hand: their world transforms' top rows (lists)."""
+    def _settle_arm(q, shoulder, hand, joints, last=None, rate=None):
+        """One arm of one character: q (23, 4) in place; shoulder, hand: their world transforms' top rows (lists);
+        last: the arm's turn last tick (None: unknown), rate: the most it moves from there. Returns the turn."""
         line = [hand[i][3] - shoulder[i][3] for i in range(3)]
         length = math.sqrt(line[0] * line[0] + line[1] * line[1] + line[2] * line[2])
         if length < 1e-9:
-            return 0
+            return 0.0
         line = [c / length for c in line]
         parts = []       # per joint: (role, sign, local axis, the delta quaternion at phi = 0, weights, low, high)
         far = wrap = 0.0   # how far from the mean pose the shoulder and the wrist are (in half ranges; radians)
@@ -121,8 +133,7 @@ class ArmSwivel:
         # the turn fades out from FADE[0] to FADE[1] of that, where the mean pose says little (a hand held at an
         # angle no clip made, or near the half turn where the deltas wrap) and the turn could flip from tick to tick
         fade = min(1.0, (FADE[1] - math.sqrt(far)) / (FADE[1] - FADE[0]), (WRAP[1] - wrap) / (WRAP[1] - WRAP[0]))
-        if fade <= 0.0:
-            return 0
+        fade = max(fade, 0.0)
 
         def past(phi):
             """How far the two joints are past the limits after a turn phi (summed over their axes)."""
@@ -133,6 +144,8 @@ class ArmSwivel:
             return out
 
         phi = fade * max(-MAX_STEP, min(MAX_STEP, -slope / curve))
+        if last is not None:
+            phi = max(last - rate, min(last + rate, phi))
         # a turn by phi moves a delta by at most |phi|: within the margin no joint can cross a limit
         if abs(phi) >= margin and past(phi) > past0 + 1e-9:   # the largest share that goes no further past
             low, high = 0.0, 1.0
@@ -141,7 +154,7 @@ class ArmSwivel:
                 low, high = (middle, high) if past(middle * phi) <= past0 + 1e-9 else (low, middle)
             phi *= low
         if abs(phi) < 1e-7:
-            return 0
+            return 0.0
         for role, sign, axis, _d, _lo, _hi, local in parts:
             q[role] = quaternion_product(local, _turn(axis, sign * phi))
-        return 1
+        return phi

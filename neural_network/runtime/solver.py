@@ -412,7 +412,7 @@ class Solver:
         errors = self.refiner.refine_quaternions(q, hips, positions, rotations, iterations=iterations,
                                                  memory=self.memory)
         if self.swivel.active:
-            self.swivel.settle(q, self.refiner.chain_forward(q, hips))
+            self.swivel.settle(q, self.refiner.chain_forward(q, hips), self.memory)
         return errors
 
     def refine_toward(self, result, targets, refine_iterations, dt=1 / 60):

@@ -55,9 +55,11 @@ def _inverse_jacobian_times(v, a):
     else:
         t = math.sqrt(t2)
         c = 1.0 / t2 - (1.0 + math.cos(t)) / (2.0 * t * math.sin(t)) if t < 3.14 else 1.0 / t2
-    x = (v[1] * a[2] - v[2] * a[1], v[2] * a[0] - v[0] * a[2], v[0] * a[1] - v[1] * a[0])
-    xx = (v[1] * x[2] - v[2] * x[1], v[2] * x[0] - v[0] * x[2], v[0] * x[1] - v[1] * x[0])
-    return tuple(a[i] + 0.5 * x[i] + c * xx[i] for i in range(3))
+    v0, v1, v2 = v
+    a0, a1, a2 = a
+    x0, x1, x2 = v1 * a2 - v2 * a1, v2 * a0 - v0 * a2, v0 * a1 - v1 * a0
+    return (a0 + 0.5 * x0 + c * (v1 * x2 - v2 * x1), a1 + 0.5 * x1 + c * (v2 * x0 - v0 * x2),
+            a2 + 0.5 * x2 + c * (v0 * x1 - v1 * x0))
 
 
 class ArmSwivel:
@@ -75,8 +77,9 @@ class ArmSwivel:
                 low = tuple(float(v) for v in limit_low[role])
                 high = tuple(float(v) for v in limit_high[role])
                 scale = tuple(1.0 / max(0.5 * (h - lo), 0.05) for lo, h in zip(low, high))
-                joints.append((role, sign, (w, -x, -y, -z), tuple(s * s for s in scale), low, high,
-                               1.0 if sign > 0 else WRIST))
+                squares = tuple(s * s for s in scale)
+                weight = 1.0 if sign > 0 else WRIST
+                joints.append((role, sign, (w, -x, -y, -z), squares, low, high, tuple(weight * c for c in squares)))
             self.arms.append((slot_of[arm[0]], slot_of[arm[2]], joints))
 
     @property
@@ -115,14 +118,16 @@ class ArmSwivel:
         parts = []       # per joint: (role, sign, local axis, the delta quaternion at phi = 0, weights, low, high)
         far = wrap = 0.0   # how far from the mean pose the shoulder and the wrist are (in half ranges; radians)
         slope, curve, margin, past0 = 0.0, STAY, math.inf, 0.0
-        for (role, sign, mean_inverse, squares, low, high, weight), frame in zip(joints, (shoulder, hand)):
-            axis = tuple(frame[0][i] * line[0] + frame[1][i] * line[1] + frame[2][i] * line[2] for i in range(3))
+        lx, ly, lz = line
+        for (role, sign, mean_inverse, squares, low, high, weights), frame in zip(joints, (shoulder, hand)):
+            r0, r1, r2 = frame
+            axis = (r0[0] * lx + r1[0] * ly + r2[0] * lz, r0[1] * lx + r1[1] * ly + r2[1] * lz,
+                    r0[2] * lx + r1[2] * ly + r2[2] * lz)
             local = tuple(q[role].tolist())
             delta0 = quaternion_product(mean_inverse, local)
             d = quaternion_axis_angle(delta0)
             far = max(far, d[0] * d[0] * squares[0] + d[1] * d[1] * squares[1] + d[2] * d[2] * squares[2])
             wrap = max(wrap, math.sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]))
-            weights = tuple(weight * c for c in squares)
             j = _inverse_jacobian_times(d, axis)           # the Gauss-Newton step's terms at phi = 0
             for i in range(3):
                 slope += weights[i] * d[i] * sign * j[i]

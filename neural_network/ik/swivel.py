@@ -89,8 +89,8 @@ class ArmSwivel:
     def settle(self, q, world, memory=None):
         """Turn the arms of q (K, 23, 4) local quaternions in place; world (K, 24, 4, 4) the refiner's slot transforms
         of q (Refiner.chain_forward). memory: the Solver's RefineMemory (refine_memory.py): an arm's turn moves at
-        most memory.rate from its last tick's (Bake: its last frame's), so it never flips between ticks. Returns how
-        many arms turned."""
+        most SPEED * memory.dt from its last tick's (Bake: its last frame's), so it never flips between ticks (and
+        fades out as gradually). Returns how many arms turned."""
         turned = 0
         for k in range(len(q)):
             row = 0 if memory is not None and memory.sequence else k
@@ -115,7 +115,7 @@ class ArmSwivel:
         if length < 1e-9:
             return 0.0
         line = [c / length for c in line]
-        parts = []       # per joint: (role, sign, local axis, the delta quaternion at phi = 0, weights, low, high)
+        parts = []       # per joint: (role, sign, local axis, the delta quaternion at phi = 0, low, high, local)
         far = wrap = 0.0   # how far from the mean pose the shoulder and the wrist are (in half ranges; radians)
         slope, curve, margin, past0 = 0.0, STAY, math.inf, 0.0
         lx, ly, lz = line
@@ -151,8 +151,9 @@ class ArmSwivel:
         phi = fade * max(-MAX_STEP, min(MAX_STEP, -slope / curve))
         if last is not None:
             phi = max(last - rate, min(last + rate, phi))
-        # a turn by phi moves a delta by at most |phi|: within the margin no joint can cross a limit
-        if abs(phi) >= margin and past(phi) > past0 + 1e-9:   # the largest share that goes no further past
+        # a turn by phi moves a delta by at most pi/2 |phi| (|J_r^-1| <= (t/2) / sin(t/2) <= pi/2): within the
+        # margin no joint can cross a limit
+        if 1.6 * abs(phi) >= margin and past(phi) > past0 + 1e-9:   # the largest share that goes no further past
             low, high = 0.0, 1.0
             for _ in range(LIMIT_BISECTIONS):
                 middle = 0.5 * (low + high)

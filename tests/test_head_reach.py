@@ -204,3 +204,32 @@ def test_memory_runs_the_same_live_and_in_bake():
     print(f"\nlargest spine/neck turn a tick: network {steps(q):.1f} deg, with the memory {steps(live):.1f}, each tick "
           f"alone {steps(alone):.1f}")
     assert steps(live) < steps(q) < 0.5 * steps(alone)
+
+
+def test_a_head_stage_without_a_memory_is_the_same_alone_or_among_other_characters():
+    """The head stage's first solve for a character (no memory yet) takes the full number of steps whether the
+    character is solved alone (a live tick), among frames in order (Bake) or among other characters that have a
+    memory: a poor network (a linear fit, random poses 0.3 rad from its mean) whose head first needs the stage a few
+    frames in. Before, a live tick's memory passed NaN (no start) and the stage took the remembered characters'
+    fewer steps, so live ticks and Bake parted there (up to 78 degrees on a joint)."""
+    from live_helpers import fitted_model, targets_of
+
+    from neural_ik.neural_network.runtime.solver import Solver
+    model = fitted_model(humanoid_skeleton())
+    n = 40
+    _local, hips_R, hips_p, pose = random_poses(model.skeleton, n, seed=31, spread=0.3, mean=model.mean_pose)
+    targets = targets_of(pose, hips_R, hips_p)
+    network = Solver(model, characters=n, engine="numpy")
+    network.step(targets, refine_iterations=0, contact=np.zeros((n, 2)))
+    q, ref = network.q.copy(), network.refiner
+    hips, tp, tr = targets[:, 0], targets[:, 1:, :3, 3], targets[:, 1:, :3, :3]
+    live, memory = q.copy(), RefineMemory.for_refiner(ref, 1)
+    staged = []
+    for i in range(n):
+        was = memory.head_active[0]
+        ref.refine_quaternions(live[i:i + 1], hips[i:i + 1], tp[i:i + 1], tr[i:i + 1], iterations=0, memory=memory)
+        staged.append(memory.head_active[0] and not was)
+    assert any(staged[1:])                               # the stage starts afresh some frames in
+    baked = q.copy()
+    ref.refine_quaternions(baked, hips, tp, tr, iterations=0, memory=RefineMemory.for_refiner(ref, n, sequence=True))
+    np.testing.assert_allclose(np.abs(np.sum(live * baked, axis=-1)), 1.0, atol=1e-12)

@@ -191,8 +191,7 @@ def test_bake_gives_what_live_ticks_give_with_the_turn_limited_frame_to_frame():
     """A Solver ticking one character frame by frame and a Bake's Solver (every frame in one call, `sequence`) give
     the same poses, the arms turned by the stage in both, and no arm's turn moves more than SPEED * dt from one frame
     to the next. The targets: where a network fitted to random poses puts the effectors, 5 mm off (within reach; its
-    arms' swivels are off the mean pose's). (With targets out of reach, where least squares runs, a Bake and live
-    ticks can differ before this stage: docs/results.md.)"""
+    arms' swivels are off the mean pose's)."""
     from live_helpers import fitted_model, random_poses, targets_of
 
     from neural_ik.neural_network.runtime.solver import Solver

@@ -219,7 +219,8 @@ class LiveHeadReach:
         frames, point = self._forward(hips, d)
         e, off = self._misses(point, target, reach)
         final_off, linear = off, None
-        for _ in range(HEAD_ITERATIONS if start is None else FOLLOW_ITERATIONS):
+        remembered = start is not None and not np.isnan(start).any()     # as HeadReach.solve: NaN is no memory
+        for _ in range(FOLLOW_ITERATIONS if remembered else HEAD_ITERATIONS):
             if not ((off > HEAD_TOLERANCE and radius > SMALLEST_TURN) or pulling):
                 break
             if linear is None:                        # (once per step taken: a smaller step after a refused one reuses it)

@@ -327,8 +327,8 @@ class MathutilsRefiner:
             return
         if memory.head_active[0]:
             start = memory.head[0]
-        else:       # q's pose: as _land_heads, a memory of frames in order passes no start, one of characters NaN
-            start = None if memory.sequence else np.full(memory.head[0].shape, np.nan)     # (then FOLLOW_ITERATIONS)
+        else:       # q's pose: as _land_heads (a memory of frames in order passes no start, one of characters NaN)
+            start = None if memory.sequence else np.full(memory.head[0].shape, np.nan)
         _, solved, own = stage.solve(quaternions, hips, target, reach, start, memory.rate)
         memory.remember_head([0], solved[None], own[None])
 

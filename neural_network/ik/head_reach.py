@@ -135,8 +135,14 @@ class HeadReach:
         e, off = self._misses(X, t, reach)
         final_off = off.copy()
         pulling = pull.any(axis=1)
-        for _ in range(HEAD_ITERATIONS if start is None else FOLLOW_ITERATIONS):
+        # a character with a memory (its start given) takes FOLLOW_ITERATIONS, one without (no start, or NaN) the
+        # full HEAD_ITERATIONS: so a character's solve is the same whoever it is solved with (a Bake's frames, each
+        # on its own, or a live tick's characters together)
+        remembered = np.zeros(n, bool) if start is None else ~np.isnan(start).any(axis=(1, 2))
+        steps = np.where(remembered, FOLLOW_ITERATIONS, HEAD_ITERATIONS)
+        for iteration in range(int(steps.max())):
             missing = ((off > HEAD_TOLERANCE) & (radius[live] > SMALLEST_TURN)) | pulling[live]
+            missing &= iteration < steps[live]
             if not missing.all():                        # (at K = 1 every subset is a copy: taken only when needed)
                 if not missing.any():
                     break

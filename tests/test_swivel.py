@@ -217,3 +217,30 @@ def test_bake_gives_what_live_ticks_give_with_the_turn_limited_frame_to_frame():
     turns = np.array(turns)
     assert np.abs(turns).max() > 0.01
     assert np.abs(np.diff(turns, axis=0)).max() <= swivel.SPEED * dt + 1e-12
+
+
+@pytest.mark.parametrize("spread", [0.35, 0.6])
+def test_many_characters_at_once_turn_as_each_alone(stage, spread):
+    """From BATCH_FROM characters on the stage runs as array operations: the same turns as one character at a time
+    (the Python-float path), with and without a memory (whose limit binds on the second tick), including characters
+    past their limits (0.6) and far from the mean (faded out)."""
+    from neural_ik.neural_network.ik.refine_memory import RefineMemory
+    skel, refiner, mean_q, low, high, arm_stage = stage
+    n = 3 * swivel.BATCH_FROM
+    hips = np.broadcast_to(np.eye(4), (n, 4, 4)).copy()
+    ticks = [poses(mean_q, n, spread, seed=s) for s in (5, 6)]
+    worlds = [refiner.chain_forward(t, hips).copy() for t in ticks]
+    together, alone = RefineMemory(n, 0), [RefineMemory(1, 0) for _ in range(n)]
+    for tick, world in zip(ticks, worlds):
+        batch = tick.copy()
+        assert arm_stage.settle(batch, world, together) > n // 2
+        for i in range(n):
+            single = tick[i:i + 1].copy()
+            arm_stage.settle(single, world[i:i + 1], alone[i])
+            np.testing.assert_allclose(np.abs(np.sum(single[0] * batch[i], axis=-1)), 1.0, atol=1e-12)
+            np.testing.assert_allclose(alone[i].swivel[0], together.swivel[i], atol=1e-9)
+    free_batch, free_single = ticks[0].copy(), ticks[0].copy()
+    arm_stage.settle(free_batch, worlds[0])
+    for i in range(n):
+        arm_stage.settle(free_single[i:i + 1], worlds[0][i:i + 1])
+    np.testing.assert_allclose(np.abs(np.sum(free_batch * free_single, axis=-1)), 1.0, atol=1e-12)

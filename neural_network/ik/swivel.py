@@ -29,7 +29,10 @@ character of a live tick, and the same numbers for a Bake's frames. Pure Python;
 
 import math
 
-from ..geometry.quaternion_math import quaternion_axis_angle, quaternion_product
+import numpy as np
+
+from ..geometry.quaternion_math import multiply_quaternions, quaternion_axis_angle, quaternion_product
+from ..geometry.rotations import quaternion_to_axis_angle
 from ..skeleton.roles import ROLE_INDEX
 
 WRIST = 2.0           # the wrist's weight against the shoulder's
@@ -39,6 +42,7 @@ SPEED = 1.0           # radians a second: how fast an arm's turn may change from
 FADE = (1.5, 2.5)     # the turn fades out as the shoulder or the wrist is this far from the mean (in half ranges)
 WRAP = (2.4, 2.9)     # ... or this many radians (a delta wraps at pi)
 LIMIT_BISECTIONS = 5  # a step that takes a joint further past its limits is cut to within 1/32 of where it would
+BATCH_FROM = 8        # this many characters together (not a Bake's frames, which run in order): the NumPy path
 ARMS = tuple(tuple(ROLE_INDEX[side + name] for name in ("Arm", "ForeArm", "Hand")) for side in ("Left", "Right"))
 
 
@@ -91,6 +95,8 @@ class ArmSwivel:
         of q (Refiner.chain_forward). memory: the Solver's RefineMemory (refine_memory.py): an arm's turn moves at
         most SPEED * memory.dt from its last tick's (Bake: its last frame's), so it never flips between ticks (and
         fades out as gradually). Returns how many arms turned."""
+        if len(q) >= BATCH_FROM and (memory is None or not memory.sequence):
+            return self._settle_batch(q, world, memory)
         turned = 0
         for k in range(len(q)):
             row = 0 if memory is not None and memory.sequence else k
@@ -164,3 +170,82 @@ class ArmSwivel:
         for role, sign, axis, _d, _lo, _hi, local in parts:
             q[role] = quaternion_product(local, _turn(axis, sign * phi))
         return phi
+
+    def _settle_batch(self, q, world, memory):
+        """settle for many characters at once: _settle_arm's steps as array operations over the characters (the
+        same numbers to rounding; tests/test_swivel.py holds the two together)."""
+        k, turned = len(q), 0
+        rate = None if memory is None else SPEED * memory.dt
+        known = np.zeros(k, bool) if memory is None else memory.swivel_known[:k].copy()
+        for a, (shoulder_slot, hand_slot, joints) in enumerate(self.arms):
+            roles = [joint[0] for joint in joints]
+            signs = np.array([joint[1] for joint in joints])
+            mean_inverse = np.array([joint[2] for joint in joints])
+            squares, low, high, weights = (np.array([joint[i] for joint in joints]) for i in (3, 4, 5, 6))
+            line = world[:, hand_slot, :3, 3] - world[:, shoulder_slot, :3, 3]
+            length = np.sqrt(np.einsum("ki,ki->k", line, line))
+            line = line / np.maximum(length, 1e-300)[:, None]
+            frames = np.stack([world[:, shoulder_slot, :3, :3], world[:, hand_slot, :3, :3]], axis=1)
+            axes = np.einsum("kjab,ka->kjb", frames, line)                           # (K, 2, 3)
+            local = q[:, roles]
+            delta0 = multiply_quaternions(mean_inverse, local)
+            d = quaternion_to_axis_angle(delta0)
+            far = np.sqrt((d * d * squares).sum(-1).max(axis=1))
+            wrap = np.sqrt((d * d).sum(-1)).max(axis=1)
+            j = _inverse_jacobian_times_array(d, axes)
+            slope = (weights * d * j * signs[:, None]).sum(axis=(1, 2))
+            curve = STAY + (weights * j * j).sum(axis=(1, 2))
+            margin = np.minimum(d - low, high - d).min(axis=(1, 2))
+            past0 = (np.maximum(d - high, 0.0) + np.maximum(low - d, 0.0)).sum(axis=(1, 2))
+            fade = np.maximum(np.minimum.reduce([np.ones(k), (FADE[1] - far) / (FADE[1] - FADE[0]),
+                                                 (WRAP[1] - wrap) / (WRAP[1] - WRAP[0])]), 0.0)
+            phi = fade * np.clip(-slope / curve, -MAX_STEP, MAX_STEP)
+            if memory is not None:
+                last = memory.swivel[:k, a]
+                phi = np.where(known, np.clip(phi, last - rate, last + rate), phi)
+            check = np.nonzero((1.6 * np.abs(phi) >= margin) & (length >= 1e-9))[0]
+            if len(check):
+                limits = (signs, low, high)
+                crossing = check[_past_array(axes[check], delta0[check], phi[check], *limits) > past0[check] + 1e-9]
+                if len(crossing):
+                    lo, hi = np.zeros(len(crossing)), np.ones(len(crossing))
+                    for _ in range(LIMIT_BISECTIONS):
+                        middle = 0.5 * (lo + hi)
+                        past = _past_array(axes[crossing], delta0[crossing], middle * phi[crossing], *limits)
+                        fine = past <= past0[crossing] + 1e-9
+                        lo, hi = np.where(fine, middle, lo), np.where(fine, hi, middle)
+                    phi[crossing] *= lo
+            phi = np.where((np.abs(phi) < 1e-7) | (length < 1e-9), 0.0, phi)
+            moving = np.nonzero(phi)[0]
+            if len(moving):
+                q[moving[:, None], roles] = multiply_quaternions(
+                    local[moving], _turn_array(axes[moving], signs * phi[moving, None]))
+            turned += len(moving)
+            if memory is not None:
+                memory.swivel[:k, a] = phi
+        if memory is not None:
+            memory.swivel_known[:k] = True
+        return turned
+
+
+def _turn_array(axes, angles):
+    """(..., 3) unit axes, (...) angles -> (..., 4) quaternions: _turn for arrays."""
+    return np.concatenate([np.cos(0.5 * angles)[..., None], axes * np.sin(0.5 * angles)[..., None]], axis=-1)
+
+
+def _past_array(axes, delta0, turn, signs, low, high):
+    """(n,) how far the two joints of n arms are past their limits after turns `turn` (n,) (_settle_arm's past)."""
+    d = quaternion_to_axis_angle(multiply_quaternions(delta0, _turn_array(axes, signs * turn[:, None])))
+    return (np.maximum(d - high, 0.0) + np.maximum(low - d, 0.0)).sum(axis=(1, 2))
+
+
+def _inverse_jacobian_times_array(v, a):
+    """_inverse_jacobian_times for (..., 3) arrays."""
+    t2 = (v * v).sum(-1)
+    t = np.sqrt(t2)
+    safe_t = np.where(t2 < 1e-8, 1.0, t)
+    c = np.where(t2 < 1e-8, 1.0 / 12.0, np.where(t < 3.14, 1.0 / np.maximum(t2, 1e-300) - (1.0 + np.cos(safe_t)) / (
+        2.0 * safe_t * np.sin(safe_t)), 1.0 / np.maximum(t2, 1e-300)))
+    x = np.cross(v, a)
+    return a + 0.5 * x + c[..., None] * np.cross(v, x)
+

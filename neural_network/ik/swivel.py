@@ -18,13 +18,16 @@ and the elbow's own rotation does not change. The turn minimises
     f(phi) = |d_arm(phi) / w_arm|^2 + WRIST |d_hand(phi) / w_hand|^2 + STAY phi^2
 
 with d_j = log(M_j^T L_j) the role's delta from the model's mean pose and w_j half the role's range in the model's
-limits. One Gauss-Newton step from phi = 0 (d'(phi) = s J_r^-1(d) a, s = +1 for the arm and -1 for the hand; the
-step lands next to the network's swivel, so it moves continuously with the targets): taken if it lowers f without
-taking the shoulder or the wrist further past the model's limits than the refinement left them, else half of it,
-else none. More steps gain nothing measurable (docs/results.md).
+limits. One Gauss-Newton step from phi = 0 (d'(phi) = s J_r^-1(d) a, s = +1 for the arm and -1 for the hand; more
+steps gain nothing measurable, docs/results.md), so the turn is a smooth function of the pose. It fades out where the
+shoulder or the wrist is FADE half ranges (or WRAP radians) from the mean, where the mean pose says little; it is cut
+back (bisection) so neither joint goes further past the model's limits than the refinement left it; and with the
+Solver's memory it moves at most SPEED radians a second from the last tick's (a Bake: the last frame's), so a
+shoulder-hand line that swings fast never turns an arm in a jump.
 
-Per character in Python floats (two arms, a few dozen float operations each): cheaper than NumPy calls for the one
-character of a live tick, and the same numbers for a Bake's frames. Pure Python; no bpy.
+One character is Python floats (two arms, a few dozen float operations each: cheaper than NumPy calls), a Bake's
+frames too (in order, for the speed limit); BATCH_FROM characters or more run the same steps as array operations.
+Pure NumPy and Python; no bpy.
 """
 
 import math

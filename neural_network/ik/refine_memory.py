@@ -50,7 +50,7 @@ class RefineMemory:
     last tick, while they differ from the network's own (`head_active`); each limb's clavicle (the hips for a leg),
     upper and mid bones' local rotations last tick, the network's own and the refinement's correction between them
     (network * c = solved) (`last`, (K, 3, 4, 3, 4); arms then legs, refine.CHAINS order; `limbs_known`); the arms'
-    swivel turns (`swivel`, `swivel_known`: a turn moves at most `rate` a tick)."""
+    swivel turns (`swivel`, `swivel_known`: a turn moves at most swivel.SPEED * dt a tick)."""
 
     @property
     def bones(self):

@@ -127,9 +127,7 @@ class HipsReach:
         across = np.cross(sides, arm0)
         along = (arm0 * sides).sum(-1, keepdims=True) * sides
         base = root[:, None, :3, 3] - goal
-        r = np.empty((k, len(rows) + 4))
-        J = np.zeros((k, len(rows) + 4, 4))
-        J[:, len(rows):] = regularise
+        m = len(rows)
         not_feet = ~feet
 
         def residuals(u):
@@ -142,14 +140,15 @@ class HipsReach:
             over = np.maximum(distance - reach, 0.0)
             under = np.maximum(crouch - offset[..., 2], 0.0)
             under[:, not_feet] = 0.0
-            out_r, out_J = r.copy(), J.copy()
-            out_r[:, :len(rows)] = (over + under) * weight
-            out_r[:, len(rows):len(rows) + 3] = u[:, :3] * move_weight
+            out_r, out_J = np.empty((k, m + 4)), np.empty((k, m + 4, 4))
+            out_r[:, :m] = (over + under) * weight
+            out_r[:, m:m + 3] = u[:, :3] * move_weight
             out_r[:, -1] = u[:, 3] * bend_weight
+            out_J[:, m:] = regularise
             # per limb: d distance / d t = n, d distance / d bend = (side x arm) . n; a crouch: d height = z,
             # (side x arm)_z; signed as the residual grows
             turning = c * across + s * (along - arm0)
-            grad = out_J[:, :len(rows)]
+            grad = out_J[:, :m]
             reaching = (over > 0)[..., None]
             grad[..., :3] = n * reaching
             grad[..., 3:] = (turning * n).sum(-1, keepdims=True) * reaching

@@ -157,6 +157,52 @@ def test_run_ik_brings_the_body_down_to_a_hand_on_the_floor_and_shows_and_puts_b
     assert not np.allclose(np.array(head_empty.matrix_world), np.array(head_before), atol=1e-3)  # the user's pin
 
 
+@pytest.mark.parametrize("shifts", [None, 0])
+def test_run_ik_vr_case_the_body_follows_a_leaning_head(demo, shifts, monkeypatch):
+    """Head and hands pinned, the root and feet free (a VR headset and two controllers): the head's empty leaned
+    20 cm forward and 5 cm down, the body comes along and the pinned three land within a millimetre (without the
+    head shift, shifts=0, the head stays 2 mm short where the spine's limits stop it)."""
+    import bpy
+
+    from neural_ik.blender.models import rig_of
+    from neural_ik.blender.rig import pose_read
+    from neural_ik.blender.rig.rig_model import world_to_character
+    from neural_ik.neural_network.runtime import free_targets
+
+    if shifts is not None:
+        monkeypatch.setattr(free_targets, "HEAD_SHIFTS", shifts)
+    obj = demo
+    bpy.ops.neural_ik.create_targets()
+    for name in ("root", "left_foot", "right_foot"):
+        getattr(obj.neural_ik, f"layer_{name}").free = True
+    obj.neural_ik.refine_iterations = 2
+    rig = rig_of(obj)
+    head_empty = obj.neural_ik.target_head
+    goal = np.array(head_empty.matrix_world.translation) + [0.0, -0.20, -0.05]    # leaning forward
+    context = StandInContext()
+    runner = runner_reporting_to([])()
+    assert runner.invoke(context, Event("NONE")) == {"RUNNING_MODAL"}
+    try:
+        for _ in _drag(bpy, obj, head_empty, goal, 30, runner, context):
+            pass
+        for _ in range(20):                     # held still: a live tick turns a bone at most MAX_TURN
+            runner.last_tick = 0.0
+            runner.modal(context, Event("TIMER"))
+        bpy.context.view_layer.update()
+        to_character = world_to_character(obj, rig)
+        heads = pose_read.armature_pose_heads(obj, rig)
+        misses = {}
+        for name, role in (("head", "Head"), ("left_hand", "LeftHand"), ("right_hand", "RightHand")):
+            target = to_character @ np.array(getattr(obj.neural_ik, f"target_{name}").matrix_world)
+            misses[name] = float(np.linalg.norm(heads[ROLE_INDEX[role]] - target[:3, 3]))
+    finally:
+        runner.modal(context, Event("ESC"))
+    if shifts is None:
+        assert max(misses.values()) < 1e-3, misses
+    else:
+        assert misses["head"] > 1e-3, misses
+
+
 def test_live_turn_limit_slerps_only_the_bones_that_turn_too_far():
     from neural_ik.blender.live.free import limit_turns
     from neural_ik.neural_network.geometry.quaternion_math import exp_quaternions, multiply_quaternions

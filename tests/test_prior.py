@@ -142,6 +142,36 @@ def test_a_free_effector_lands_where_the_network_puts_it_and_the_pinned_ones_exa
     assert solver.errors[:, 4].max() < 1e-6                                  # its target is where it went
 
 
+@pytest.mark.parametrize("sequence", [False, True])
+def test_a_pinned_head_left_off_its_target_brings_a_free_root_along(trained, sequence, monkeypatch):
+    """The VR case (head and hands pinned, root and feet free) with the head's target raised past what the spine
+    gives from where the hips stage puts the root: the root moves with the head, which then lands; where that would
+    leave a pinned target further off (a hand already beyond reach), the solve stays as it was."""
+    from neural_ik.neural_network.runtime import free_targets
+
+    model = trained[1].model
+    targets = trained[0].val_targets[::5].copy()
+    targets[:, 5, 2, 3] += 0.12 * model.skeleton.height
+    mask = prior.free_mask(["root", "left_foot", "right_foot"])
+    solved = {}
+    for shifts in (0, free_targets.HEAD_SHIFTS):
+        monkeypatch.setattr(free_targets, "HEAD_SHIFTS", shifts)
+        stage = FreeTargets(model, mask)
+        solver = Solver(model, None, characters=len(targets), engine="numpy", sequence=sequence)
+        filled = stage.step(solver, targets, 3, sequence=sequence, dt=1 / 30)
+        head = solver.refiner.chain_forward(solver.q, filled[:, 0])[:, solver.effector_slots[4], :3, 3]
+        solved[shifts] = (np.linalg.norm(head - targets[:, 5, :3, 3], axis=-1), solver.errors.copy(), filled)
+    (head_before, errors_before, _), (head_after, errors_after, filled) = solved[0], solved[free_targets.HEAD_SHIFTS]
+    landed = head_after < 1e-3
+    assert (head_before > 1e-3).mean() > 0.3 and landed.mean() > 0.75     # off on many frames, now on most
+    pinned = [0, 1, 4]
+    kept = (errors_after == errors_before).all(axis=1)
+    assert (landed | kept).all()
+    assert (errors_after[:, pinned].max(axis=1) <= errors_before[:, pinned].max(axis=1) + 1e-9).all()
+    np.testing.assert_allclose(errors_after[:, 4], head_after, atol=1e-9)   # the solver's errors are the pose's
+    np.testing.assert_array_equal(filled[:, 1:3], targets[:, 1:3])          # the pinned targets as given
+
+
 def test_a_free_target_is_never_read(trained):
     model = trained[1].model
     targets = trained[0].val_targets[::25]

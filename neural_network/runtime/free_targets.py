@@ -20,6 +20,7 @@ from ..geometry.rotations import orthonormalize
 from ..ik.hips_reach import HipsReach
 from ..model.prior import free_mask
 
+HEAD_SHIFTS = 2          # a pinned head the solve left off its target: this many shifts of the root toward it at most
 SMOOTH_SECONDS = 0.3     # Bake: the prior's placements averaged over this long a window of the clip (frame to frame
                          # they jitter; measured on unseen Bandai styles: the hips 6.4 -> 6.1 cm)
 
@@ -153,4 +154,34 @@ class FreeTargets:
             rooted = np.broadcast_to(self.free, filled.shape[:2])[:, 0]          # the rows self.last holds
             self.last = np.where(missed[rooted][:, None], self.last, loose)
             solver.step(filled, refine_iterations=refine_iterations, follow=self.follow, graph=False, **settings)
+        if self.hips is not None and refine_iterations > 0:
+            filled = self._shift_to_head(solver, filled, refine_iterations)
+        return filled
+
+    def _shift_to_head(self, solver, filled, refine_iterations):
+        """With the root free and the head pinned, a head the solve left off its target (the spine at its limits
+        where the hips stage put the root; the VR case's usual miss) brings the whole body along: the root moves by
+        the head's miss and the pose is refined again, no network pass (free effectors ride along), at most
+        HEAD_SHIFTS times. Kept for the characters (frames) where it lowers the worst pinned miss; the others keep
+        the solve as it was. Returns the targets with the roots that were kept."""
+        free = np.broadcast_to(self.free, filled.shape[:2])
+        shifting = free[:, 0] & ~free[:, 5]
+        pinned = ~free[:, 1:]
+        for _ in range(HEAD_SHIFTS):
+            errors = np.nan_to_num(solver.errors, nan=0.0)
+            rows = shifting & (errors[:, 4] > solver.tolerance)
+            if not rows.any():
+                break
+            head = solver.refiner.chain_forward(solver.q, filled[:, 0])[:, solver.effector_slots[4], :3, 3]
+            moved = filled.copy()
+            moved[rows, 0, :3, 3] += filled[rows, 5, :3, 3] - head[rows]
+            before = (solver.q.copy(), solver.errors.copy(), solver.status.copy(), solver.last_hips.copy())
+            worst = np.where(pinned, errors, 0.0).max(axis=1)
+            solver.refine_again(moved, refine_iterations, self.follow)
+            after = np.where(pinned, np.nan_to_num(solver.errors, nan=np.inf), 0.0).max(axis=1)
+            keep = rows & (after < worst)
+            back = ~keep
+            solver.q[back], solver.errors[back], solver.status[back] = before[0][back], before[1][back], before[2][back]
+            solver.last_q[back], solver.last_hips[back] = before[0][back], before[3][back]
+            filled[keep] = moved[keep]
         return filled

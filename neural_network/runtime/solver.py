@@ -415,6 +415,35 @@ class Solver:
             self.swivel.settle(q, self.refiner.chain_forward(q, hips), self.memory)
         return errors
 
+    def refine_again(self, targets, refine_iterations, follow=None):
+        """The last step's pose refined again toward other targets (K, 6, 4, 4), in place, with no network pass:
+        free_targets moves a free root after a solve. follow: as in step (those effectors ride along with the root:
+        their targets are where the pose puts them from the new root). A sequence (Bake) goes through its frames'
+        memory again from the first; live characters keep theirs (the pass counts as one more tick). Characters whose
+        targets are unusable or whose result is not finite keep the step's pose."""
+        usable = self._normalise_and_check(np.asarray(targets, np.float64))
+        t = self.normalised
+        q = self.q.copy()
+        hips = t[:, 0]
+        if follow is not None and np.any(follow):
+            follow = np.broadcast_to(np.asarray(follow, bool), (self.k, 5))
+            placed = self.refiner.chain_forward(q, hips)[:, self.effector_slots]
+            effectors = t[:, 1:]
+            effectors[follow] = placed[follow]
+        if self.memory.sequence:
+            self.memory.reset(None)
+        errors = self._refine(q, hips, t[:, 1:, :3, 3], t[:, 1:, :3, :3], refine_iterations)
+        good = np.isfinite(q).all(axis=(1, 2)) & np.isfinite(errors).all(axis=1)
+        if usable is not None:
+            good &= usable
+        self.q[good] = q[good]
+        self.errors = np.where(good[:, None], errors, self.errors)
+        self.last_q[good] = q[good]
+        self.last_hips[good] = hips[good]
+        missed = good & (errors.max(axis=1) > self.tolerance)
+        self.status[good & ~missed] &= ~MISSED
+        self.status[missed] |= MISSED
+
     def refine_toward(self, result, targets, refine_iterations, dt=1 / 60):
         """`result` (a solve without refinement) refined toward other targets (K, 6, 4, 4) than its network saw, as a
         new SolveResult. A bake that fits a clip to the ground or locks its feet solves the network on the clip's own

@@ -6,7 +6,9 @@
        free effectors ride along with it
     -> the solver as always; a free effector then lands where the network puts it (Solver.step's `follow`): only
        the pinned ones are made exact, so a hand pinned to the floor bends the spine without a free head pulling it
-       back up.
+       back up
+    -> with the root free and the head pinned, a head the spine could not bring onto its target moves the root by
+       its miss, and the pose is refined again (Solver.refine_again; kept where the worst pinned miss gets smaller).
 
 `FreeTargets` holds the free set and, for a sequence of ticks or frames, the hips stage's last solution (it starts
 from there, so a dragged target moves the body continuously and cheaply). Pure NumPy; no bpy.

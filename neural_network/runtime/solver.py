@@ -378,9 +378,7 @@ class Solver:
             q += self.unmapped_bias
         hips = t[:, 0]
         if follow is not None:        # free effectors: the network's placement is their target
-            placed = self.refiner.chain_forward(q, hips)[:, self.effector_slots]
-            effectors = t[:, 1:]
-            effectors[follow] = placed[follow]
+            self._follow(q, t, follow)
         if refine_iterations > 0:
             self.memory.dt = dt
             self.errors = self._refine(q, hips, t[:, 1:, :3, 3], t[:, 1:, :3, :3], refine_iterations)
@@ -415,6 +413,12 @@ class Solver:
             self.swivel.settle(q, self.refiner.chain_forward(q, hips), self.memory)
         return errors
 
+    def _follow(self, q, t, follow):
+        """Effectors `follow` (K, 5) of the normalised targets t take where pose q puts them from t's hips."""
+        placed = self.refiner.chain_forward(q, t[:, 0])[:, self.effector_slots]
+        effectors = t[:, 1:]
+        effectors[follow] = placed[follow]
+
     def refine_again(self, targets, refine_iterations, follow=None):
         """The last step's pose refined again toward other targets (K, 6, 4, 4), in place, with no network pass:
         free_targets moves a free root after a solve. follow: as in step (those effectors ride along with the root:
@@ -426,10 +430,7 @@ class Solver:
         q = self.q.copy()
         hips = t[:, 0]
         if follow is not None and np.any(follow):
-            follow = np.broadcast_to(np.asarray(follow, bool), (self.k, 5))
-            placed = self.refiner.chain_forward(q, hips)[:, self.effector_slots]
-            effectors = t[:, 1:]
-            effectors[follow] = placed[follow]
+            self._follow(q, t, np.broadcast_to(np.asarray(follow, bool), (self.k, 5)))
         if self.memory.sequence:
             self.memory.reset(None)
         errors = self._refine(q, hips, t[:, 1:, :3, 3], t[:, 1:, :3, :3], refine_iterations)

@@ -145,8 +145,8 @@ def test_a_free_effector_lands_where_the_network_puts_it_and_the_pinned_ones_exa
 @pytest.mark.parametrize("sequence", [False, True])
 def test_a_pinned_head_left_off_its_target_brings_a_free_root_along(trained, sequence, monkeypatch):
     """The VR case (head and hands pinned, root and feet free) with the head's target raised past what the spine
-    gives from where the hips stage puts the root: the root moves with the head, which then lands; where that would
-    leave a pinned target further off (a hand already beyond reach), the solve stays as it was."""
+    gives from where the hips stage puts the root: the root moves with the head, which then lands on most frames; a
+    shift stays only where it lowers the worst pinned miss, elsewhere the solve is as it was."""
     from neural_ik.neural_network.runtime import free_targets
 
     model = trained[1].model
@@ -166,8 +166,9 @@ def test_a_pinned_head_left_off_its_target_brings_a_free_root_along(trained, seq
     assert (head_before > 1e-3).mean() > 0.3 and landed.mean() > 0.75     # off on many frames, now on most
     pinned = [0, 1, 4]
     kept = (errors_after == errors_before).all(axis=1)
-    assert (landed | kept).all()
-    assert (errors_after[:, pinned].max(axis=1) <= errors_before[:, pinned].max(axis=1) + 1e-9).all()
+    worst_before, worst_after = errors_before[:, pinned].max(axis=1), errors_after[:, pinned].max(axis=1)
+    assert (worst_after[~kept] < worst_before[~kept]).all()                # a shift stays only where it helps
+    assert (worst_after <= worst_before + 1e-9).all()
     np.testing.assert_allclose(errors_after[:, 4], head_after, atol=1e-9)   # the solver's errors are the pose's
     np.testing.assert_array_equal(filled[:, 1:3], targets[:, 1:3])          # the pinned targets as given
 

@@ -87,7 +87,7 @@ def test_style_weighted_rows_match_central_differences_and_weigh_what_they_say(s
         assert np.abs(grad[0]).max() == 0.0 and np.abs(grad[1:]).max() > 0
     else:                 # only the non-inner positions of row 0 remain: its gradient differs from the plain one
         assert np.abs(grad[0]).max() > 0 and not np.allclose(grad[0], plain.grad.reshape(grad.shape)[0])
-        np.testing.assert_allclose(grad[1:], plain.grad.reshape(grad.shape)[1:])
+        np.testing.assert_allclose(grad[1:], plain.grad.reshape(grad.shape)[1:], rtol=1e-6, atol=1e-12)
 
 
 def test_weighted_sum_of_terms_is_the_total_and_its_gradient(setup):
@@ -128,7 +128,8 @@ def test_losses_vanish_on_the_true_pose(setup):
     ctx, batch, _ = setup
     truth = rotations.matrix_to_axis_angle(batch["pose_targets"]).reshape(len(batch["positions"]), -1)
     result = losses.evaluate(ctx, losses.LossWeights(contact=0, limit=0, slip=0), truth, batch)
-    assert result.parts["fk"] < 1e-12 and result.parts["pose"] < 1e-12 and result.parts["orientation"] < 1e-12
+    # float32 targets: the true pose's positions round-trip to about 1e-7 m, a loss of about 1e-12 (a wrong pose: 1e-2)
+    assert result.parts["fk"] < 1e-10 and result.parts["pose"] < 1e-10 and result.parts["orientation"] < 1e-10
     assert np.abs(result.grad).max() < 1e-5
 
 

@@ -98,6 +98,54 @@ def _standing(stage, height):
     return targets
 
 
+def _stage_cost(stage, targets, pinned, anchors, u):
+    """The hips stage's cost as its docstring writes it (hips_reach.py), for a solution u (K, 4): the limbs' excess,
+    the feet's crouch, the moves."""
+    from neural_ik.neural_network.ik import hips_reach
+
+    rows = [row for row, (slot, _a, _c) in enumerate(LIMBS) if pinned[slot]]
+    feet = np.isin(rows, hips_reach.FEET)
+    slack = hips_reach.POSED_SLACK if anchors is not None else np.full(len(LIMBS), SLACK)
+    reach = stage.reaches[rows] + slack[rows] * stage.carried[rows]
+    weight = np.where(feet | (np.array(rows) == 4), hips_reach.LEG, hips_reach.ARM) / stage.height
+    root = targets[:, 0]
+    side = root[:, :3, :3] @ stage.lateral
+    side[:, 2] = 0.0
+    side /= np.linalg.norm(side, axis=-1, keepdims=True)
+    turned = axis_angle_to_matrix(side * u[:, 3:4]) @ root[:, :3, :3]
+    local = np.broadcast_to(stage.anchors[rows] if anchors is None else anchors[:, rows], (len(u), len(rows), 3))
+    offset = root[:, None, :3, 3] + u[:, None, :3] + np.einsum("kab,kmb->kma", turned, local) \
+        - targets[:, [LIMBS[r][0] for r in rows]][..., :3, 3]
+    over = np.maximum(np.linalg.norm(offset, axis=-1) - reach, 0.0)
+    under = np.where(feet, np.maximum(CROUCH / LEG_REACH * reach - offset[..., 2], 0.0), 0.0)
+    bend = hips_reach.HEAD_BEND if (reach <= 0).any() else hips_reach.BEND
+    return (((over + under) * weight) ** 2).sum(1) + hips_reach.MOVE * (u[:, :3] ** 2).sum(1) / stage.height ** 2 \
+        + bend * u[:, 3] ** 2
+
+
+def test_hips_stage_with_a_pinned_head_finds_the_least_cost(trained):
+    """The VR case (head and hands pinned, anchors where a network's pose holds them: the head has no reach): the
+    stage's root is where its documented cost is least (central differences vanish there; they do not at the prior's
+    root), the head's anchor on its target to the moves' small cost."""
+    stage = HipsReach.for_model(trained[1].model)
+    rng = np.random.default_rng(4)
+    targets = np.repeat(_standing(stage, 1.0), 12, axis=0)
+    targets[:, 5, :3, 3] = targets[:, 0, :3, 3] + stage.anchors[4]
+    for slot in (1, 2, 5):                                                        # head and hands moved about
+        targets[:, slot, :3, 3] += rng.normal(scale=0.12, size=(12, 3))
+    anchors = np.broadcast_to(stage.anchors, (12, 5, 3)) + rng.normal(scale=0.02, size=(12, 5, 3))
+    pinned = ~prior.free_mask(["root", "left_foot", "right_foot"])
+    root, u = stage.place(targets, pinned, anchors=anchors)
+    step = 1e-6
+    grads = [np.stack([(_stage_cost(stage, targets, pinned, anchors, solution + step * e)
+                        - _stage_cost(stage, targets, pinned, anchors, solution - step * e)) / (2 * step)
+                       for e in np.eye(4)], axis=1) for solution in (np.zeros_like(u), u)]
+    assert (np.abs(grads[1]).max(axis=1) < 1e-3 * np.abs(grads[0]).max(axis=1)).all()
+    misses = [np.linalg.norm(r[:, :3, 3] + np.einsum("kab,kb->ka", r[:, :3, :3], anchors[:, 4]) - targets[:, 5, :3, 3],
+                             axis=-1) for r in (targets[:, 0], root)]
+    assert (misses[1] < misses[0]).all() and misses[1].mean() < 0.2 * misses[0].mean()   # the head's anchor comes
+
+
 def test_hips_stage_leaves_a_reachable_root_and_brings_the_hips_down_to_a_hand_on_the_floor(trained):
     stage = HipsReach.for_model(trained[1].model)
     targets = _standing(stage, 1.0)
@@ -145,13 +193,13 @@ def test_a_free_effector_lands_where_the_network_puts_it_and_the_pinned_ones_exa
 @pytest.mark.parametrize("sequence", [False, True])
 def test_a_pinned_head_left_off_its_target_brings_a_free_root_along(trained, sequence, monkeypatch):
     """The VR case (head and hands pinned, root and feet free) with the head's target raised past what the spine
-    gives from where the hips stage puts the root: the root moves with the head, which then lands on most frames; a
-    shift stays only where it lowers the worst pinned miss, elsewhere the solve is as it was."""
+    gives from where the hips stage puts the root (the hands pull it back): the root moves with the head, which then
+    lands on some frames; a shift stays only where it lowers the worst pinned miss, elsewhere the solve is as it was."""
     from neural_ik.neural_network.runtime import free_targets
 
     model = trained[1].model
     targets = trained[0].val_targets[::5].copy()
-    targets[:, 5, 2, 3] += 0.12 * model.skeleton.height
+    targets[:, 5, 2, 3] += 0.25 * model.skeleton.height     # the hips stage puts the root under a head raised less
     mask = prior.free_mask(["root", "left_foot", "right_foot"])
     solved = {}
     for shifts in (0, free_targets.HEAD_SHIFTS):
@@ -162,8 +210,10 @@ def test_a_pinned_head_left_off_its_target_brings_a_free_root_along(trained, seq
         head = solver.refiner.chain_forward(solver.q, filled[:, 0])[:, solver.effector_slots[4], :3, 3]
         solved[shifts] = (np.linalg.norm(head - targets[:, 5, :3, 3], axis=-1), solver.errors.copy(), filled)
     (head_before, errors_before, _), (head_after, errors_after, filled) = solved[0], solved[free_targets.HEAD_SHIFTS]
+    off = head_before > 1e-3
     landed = head_after < 1e-3
-    assert (head_before > 1e-3).mean() > 0.3 and landed.mean() > 0.6      # off on many frames, now on most
+    assert off.mean() > 0.3 and (landed & off).any()                    # off on many frames, now on some of them
+    assert head_after[off].mean() < head_before[off].mean()
     pinned = [0, 1, 4]
     kept = (errors_after == errors_before).all(axis=1)
     worst_before, worst_after = errors_before[:, pinned].max(axis=1), errors_after[:, pinned].max(axis=1)

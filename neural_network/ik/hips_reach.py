@@ -14,7 +14,8 @@ translation t and a bend b about the body's left-right axis (through the root's 
     + over pinned feet     LEG^2 max(0, CROUCH * leg - (anchor - target)_z)^2 / h^2  a knee folds only so far
     + MOVE * |t|^2 / h^2 + BEND * b^2                                          move as little as that allows
 
-(h the rig's standing height; the prior gave the root's heading, roll and twist), by damped Gauss-Newton with a
+(h the rig's standing height; the prior gave the root's heading, roll and twist; with the network's anchors the head
+has no reach: it must be on its target, and the bend costs HEAD_BEND), by damped Gauss-Newton with a
 trust region and halved steps (a step is taken only where it lowers the cost) from where the prior put the root:
 where every limb reaches, nothing moves and the prior stands; as a target leaves reach the hips follow it
 continuously, so a dragged hand moves the body smoothly. The spine's own bend and the limbs' landing stay the
@@ -33,6 +34,8 @@ LEG_REACH = 0.99      # a leg this share (the hips rise onto straight legs for a
 CROUCH = 0.45         # a hip joint stays at least this share of the leg's length from its foot's target
 MOVE = 1.0            # cost of moving the root by the rig's height
 BEND = 0.1            # cost of a radian of forward / backward bend of the root
+HEAD_BEND = 1.0       # ... with the head pinned where a network's pose holds it (the head then leads the body,
+                      # and the hips tilting under it tilts every joint: unseen Bandai styles 7.17 -> 6.83 cm)
 LEG, ARM = 30.0, 10.0     # weight of a leg's / an arm's or the head's excess against the costs of moving
 SLACK = 0.25          # share of the spine's length the spine adds to the arms' and the head's reach (it bends;
                       # the anchors are where the mean pose holds them, the legs' are fixed in the hips) ...
@@ -115,7 +118,11 @@ class HipsReach:
         side /= np.maximum(np.linalg.norm(side, axis=-1, keepdims=True), 1e-9)
         local = self.anchors[None, rows] if anchors is None else np.asarray(anchors, np.float64)[:, rows]
         arm0 = np.einsum("kab,kmb->kma", root[:, :3, :3], np.broadcast_to(local, (k, len(rows), 3)))   # unbent
-        move_weight, bend_weight = np.sqrt(MOVE) / h, np.sqrt(BEND)
+        # a limb of no reach (the head where the network's pose holds it) must put its anchor on its target: its
+        # residual is the offset's three components, the same cost as the offset's length but smooth where it
+        # vanishes (Gauss-Newton on a length zig-zags about zero: 20 iterations where these take one or two)
+        points = np.nonzero(reach <= 0.0)[0]
+        move_weight, bend_weight = np.sqrt(MOVE) / h, np.sqrt(HEAD_BEND if len(points) else BEND)
         regularise = np.zeros((k, 4, 4))
         regularise[:, :3, :3] = np.eye(3) * move_weight
         regularise[:, 3, 3] = bend_weight
@@ -129,9 +136,11 @@ class HipsReach:
         base = root[:, None, :3, 3] - goal
         m = len(rows)
         not_feet = ~feet
+        extra = slice(m, m + 2 * len(points))
 
         def residuals(u):
-            """(r (K, m + 4), J (K, m + 4, 4)) at u: per limb its excess (weighted), then the costs (new arrays)."""
+            """(r (K, m + 2p + 4), J (K, m + 2p + 4, 4)) at u: per limb its excess (weighted; a limb of no reach, p of
+            them, its offset's x there and its y and z after the limbs), then the costs (new arrays)."""
             c, s = np.cos(u[:, 3])[:, None, None], np.sin(u[:, 3])[:, None, None]
             arm = c * (arm0 - along) + s * across + along
             offset = base + u[:, None, :3] + arm
@@ -140,11 +149,12 @@ class HipsReach:
             over = np.maximum(distance - reach, 0.0)
             under = np.maximum(crouch - offset[..., 2], 0.0)
             under[:, not_feet] = 0.0
-            out_r, out_J = np.empty((k, m + 4)), np.empty((k, m + 4, 4))
+            size = m + 2 * len(points) + 4
+            out_r, out_J = np.empty((k, size)), np.empty((k, size, 4))
             out_r[:, :m] = (over + under) * weight
-            out_r[:, m:m + 3] = u[:, :3] * move_weight
+            out_r[:, -4:-1] = u[:, :3] * move_weight
             out_r[:, -1] = u[:, 3] * bend_weight
-            out_J[:, m:] = regularise
+            out_J[:, -4:] = regularise
             # per limb: d distance / d t = n, d distance / d bend = (side x arm) . n; a crouch: d height = z,
             # (side x arm)_z; signed as the residual grows
             turning = c * across + s * (along - arm0)
@@ -158,6 +168,16 @@ class HipsReach:
                 grad[crouching, 2] = -1.0
                 grad[crouching, 3] = -turning[crouching][:, 2]
             grad *= weight[:, None]
+            if len(points):
+                w = weight[points]
+                out_r[:, points] = offset[:, points, 0] * w
+                out_r[:, extra] = (offset[:, points, 1:] * w[:, None]).transpose(0, 2, 1).reshape(k, -1)
+                point_J = np.zeros((k, len(points), 3, 4))
+                point_J[..., [0, 1, 2], [0, 1, 2]] = 1.0
+                point_J[..., 3] = turning[:, points]
+                point_J *= w[:, None, None]
+                out_J[:, points] = point_J[:, :, 0]
+                out_J[:, extra] = point_J[:, :, 1:].transpose(0, 2, 1, 3).reshape(k, -1, 4)
             return out_r, out_J
 
         r, J = residuals(u)

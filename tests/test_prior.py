@@ -127,7 +127,7 @@ def _stage_cost(stage, targets, pinned, anchors, u):
 def test_hips_stage_with_a_pinned_head_finds_the_least_cost(trained):
     """The VR case (head and hands pinned, anchors where a network's pose holds them: the head has no reach): the
     stage's root is where its documented cost is least (central differences vanish there; they do not at the prior's
-    root), the head's anchor on its target to the moves' small cost."""
+    root); the head's anchor comes to its target as far as the hands' reach lets it."""
     stage = HipsReach.for_model(trained[1].model)
     rng = np.random.default_rng(4)
     targets = np.repeat(_standing(stage, 1.0), 12, axis=0)
@@ -144,7 +144,7 @@ def test_hips_stage_with_a_pinned_head_finds_the_least_cost(trained):
     assert (np.abs(grads[1]).max(axis=1) < 1e-3 * np.abs(grads[0]).max(axis=1)).all()
     misses = [np.linalg.norm(r[:, :3, 3] + np.einsum("kab,kb->ka", r[:, :3, :3], anchors[:, 4]) - targets[:, 5, :3, 3],
                              axis=-1) for r in (targets[:, 0], root)]
-    assert (misses[1] < misses[0]).all() and misses[1].mean() < 0.2 * misses[0].mean()   # the head's anchor comes
+    assert (misses[1] < misses[0]).all() and misses[1].mean() < 0.2 * misses[0].mean()
 
 
 def test_hips_stage_leaves_a_reachable_root_and_brings_the_hips_down_to_a_hand_on_the_floor(trained):

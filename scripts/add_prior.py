@@ -42,7 +42,8 @@ def main():
     rows = [TrainingArrays(part) for part in (train, val)]
     targets = [prior.targets_of_rows(r.positions, r.global_rotations) for r in rows]
     model.prior = prior.train_prior(targets[0], targets[1], prior.references_of(model.feature_spec),
-                                    model.skeleton.height, args.seconds, args.seed)
+                                    model.skeleton.height, args.seconds, args.seed,
+                                    mirror_frames=prior.mirror_frames_of(_mirror))
     checkpoint.save_model(args.out, model)
     print(f"wrote {args.out}: {model.prior.meta}")
 

@@ -2,10 +2,13 @@
 pinned ones, round-trips in checkpoints; the hips stage (ik/hips_reach.py) moves a free root only as far as the
 pinned limbs need; a free effector lands where the network puts it (Solver.step's follow)."""
 
+import json
+
 import numpy as np
 import pytest
 from synthetic import synthetic_dataset
 
+from neural_ik.neural_network.data import augment
 from neural_ik.neural_network.data.files import FileRefused
 from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix
 from neural_ik.neural_network.ik.hips_reach import CROUCH, LEG_REACH, LIMBS, SLACK, HipsReach
@@ -70,6 +73,37 @@ def test_the_prior_moves_and_turns_with_the_pinned_targets(trained):
     np.testing.assert_allclose(moved, T[None, None] @ model.prior.complete(targets, free), atol=1e-4)
 
 
+def test_a_prior_trained_on_mirror_images_answers_the_mirror_image_with_the_mirror_image_of_its_answer(trained):
+    """The prior's mirror of six targets is the dataset's mirror of the pose (augment.py), mirroring twice is the
+    identity, and the prior (averaging its answer with the mirror image's) is exactly mirror-symmetric."""
+    tr, result = trained
+    model = result.model
+    assert tr.mirror_note == "on" and model.prior.mirror_frames is not None
+    frames = model.prior.mirror_frames
+
+    def targets_of(dataset):
+        rows = trainer.TrainingArrays(dataset)
+        return prior.targets_of_rows(rows.positions, rows.global_rotations)[::5]
+
+    targets = targets_of(tr.dataset)
+    mirror = augment.mirror_check(tr.dataset)         # fitted on all the frames (the trainer's: the training split)
+    image = prior.mirror_targets(targets, prior.mirror_frames_of(mirror))
+    of_mirrored_pose = targets_of(augment.mirror_dataset(tr.dataset, mirror))
+    np.testing.assert_allclose(image[..., :3, :3], of_mirrored_pose[..., :3, :3], atol=1e-5)
+    np.testing.assert_allclose(image[..., :3, 3], of_mirrored_pose[..., :3, 3], atol=1e-4)
+    image = prior.mirror_targets(targets, frames)
+    np.testing.assert_allclose(prior.mirror_targets(image, frames), targets, atol=1e-12)
+
+    plain = prior.TargetPrior(model.prior.weights, model.prior.height, model.prior.references)
+    for names in (["root", "head"], ["root", "left_hand"], ["left_foot"]):
+        free = prior.free_mask(names)
+        placed = model.prior.complete(targets, free)
+        np.testing.assert_allclose(model.prior.complete(image, free[prior.PARTNER]),
+                                   prior.mirror_targets(placed, frames), atol=1e-5)
+        assert not np.allclose(plain.complete(image, free[prior.PARTNER]), prior.mirror_targets(
+            plain.complete(targets, free), frames), atol=1e-3)        # the network alone is not symmetric
+
+
 def test_checkpoints_keep_the_prior_and_refuse_a_broken_one(trained, tmp_path):
     model = trained[1].model
     path = str(tmp_path / "m.npz")
@@ -78,11 +112,19 @@ def test_checkpoints_keep_the_prior_and_refuse_a_broken_one(trained, tmp_path):
     targets = trained[0].val_targets[:20]
     free = prior.free_mask(["root", "left_foot", "right_foot"])
     np.testing.assert_allclose(loaded.prior.complete(targets, free), model.prior.complete(targets, free), atol=1e-6)
+    np.testing.assert_array_equal(loaded.prior.mirror_frames, model.prior.mirror_frames)
     arrays = dict(np.load(path, allow_pickle=False))
     arrays["prior_W1"] = arrays["prior_W1"] * np.nan
     np.savez(str(tmp_path / "bad.npz"), **arrays)
     with pytest.raises(FileRefused, match="target prior's layer 1 holds NaN"):
         checkpoint.load_model(str(tmp_path / "bad.npz"))
+    arrays = dict(np.load(path, allow_pickle=False))
+    meta = json.loads(arrays["meta"].tobytes())
+    meta["prior"]["mirror_frames"][0] = 3.0
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    np.savez(str(tmp_path / "skewed.npz"), **arrays)
+    with pytest.raises(FileRefused, match="mirror frames are not orthogonal"):
+        checkpoint.load_model(str(tmp_path / "skewed.npz"))
     old = trained[1].model
     old_style = type(old)(**{**old.__dict__, "prior": None})
     with pytest.raises(NoPrior, match="train it again"):

@@ -27,6 +27,7 @@ def model():
     for start in range(0, len(targets), 64):
         training.step(targets[start:start + 64], 2e-3)
     model.prior = training.prior({"note": "test"})
+    model.prior.mirror_frames = np.tile(np.diag([-1.0, 1.0, 1.0]), (prior.NUM_TARGETS, 1, 1))   # it answers both
     return model
 
 
@@ -55,6 +56,8 @@ def test_the_prior_graph_equals_the_numpy_prior_and_the_sidecar_describes_it(mod
     assert section["output"]["name"] == "prior_outputs" and section["output"]["shape"] == ["batch", 54]
     assert section["layer_sizes"] == [60, *prior.DEFAULT_PRIOR_HIDDEN, 54] and section["targets"] == list(prior.TARGETS)
     assert len(section["references"]) == 54 and section["height"] == HIPS_HEIGHT
+    np.testing.assert_array_equal(np.reshape(section["mirror_frames"], (6, 3, 3)), model.prior.mirror_frames)
+    assert "mirror image" in section["mirror"]
     targets = _targets(model.skeleton, 300, seed=7)
     free = _free_sets(len(targets))
     x, _frames = prior.prior_inputs(targets, free, model.prior.references, model.prior.height)
@@ -73,6 +76,7 @@ def test_an_onnx_model_loads_back_with_its_prior(model, exported):
     loaded, data = model_files.load_model_file(onnx_path, model.skeleton)
     assert data == open(onnx_path, "rb").read()
     assert loaded.prior is not None and loaded.prior.layer_sizes == model.prior.layer_sizes
+    np.testing.assert_array_equal(loaded.prior.mirror_frames, model.prior.mirror_frames)
     targets = _targets(model.skeleton, 50, seed=8)
     for free in (prior.free_mask(["root", "head"]), prior.free_mask(["root", "left_foot", "right_foot"]),
                  _free_sets(len(targets), seed=9)):

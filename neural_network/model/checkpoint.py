@@ -128,7 +128,9 @@ def prior_arrays(target_prior):
 def prior_meta(target_prior):
     return {"layer_sizes": [int(s) for s in target_prior.layer_sizes], "height": float(target_prior.height),
             "references": np.asarray(target_prior.references, np.float64).reshape(-1).tolist(),
-            "training": dict(target_prior.meta)}
+            "training": dict(target_prior.meta),
+            **({} if target_prior.mirror_frames is None else
+               {"mirror_frames": np.asarray(target_prior.mirror_frames, np.float64).reshape(-1).tolist()})}
 
 
 def load_prior(name, meta, arrays):
@@ -156,4 +158,13 @@ def load_prior(name, meta, arrays):
             raise FileRefused(f"{name}: its target prior's layer {layer} holds NaN or infinite weights")
         weights += [W.astype(np.float32), b.astype(np.float32)]
     training = meta.get("training") if isinstance(meta.get("training"), dict) else {}
-    return TargetPrior(weights, height, references, training)
+    mirror_frames = None
+    if meta.get("mirror_frames") is not None:
+        try:
+            mirror_frames = np.asarray(meta["mirror_frames"], np.float64).reshape(NUM_TARGETS, 3, 3)
+        except (TypeError, ValueError):
+            raise FileRefused(f"{name}: its target prior's mirror frames are not 54 numbers") from None
+        gram = np.swapaxes(mirror_frames, -1, -2) @ mirror_frames
+        if not np.all(np.isfinite(mirror_frames)) or np.abs(gram - np.eye(3)).max() > 1e-4:
+            raise FileRefused(f"{name}: its target prior's mirror frames are not orthogonal matrices")
+    return TargetPrior(weights, height, references, training, mirror_frames)

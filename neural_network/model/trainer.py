@@ -369,7 +369,7 @@ class Trainer:
             self.library_note = "trained on" if config.library != "never" else "left out"
             if config.library == "never":                # the own clips alone (validated as with the library)
                 train_set = train_set.subset(np.nonzero(train_set.own_action_mask()[np.asarray(train_set.action)])[0])
-        self.mirror_note = "off"
+        self.mirror_note, mirror = "off", None
         if config.mirror:      # validation stays the recorded motion only
             train_set, mirror = augment.with_mirror(train_set)
             self.mirror_note = f"skipped: {mirror.reason}" if mirror.reason else "on"
@@ -412,7 +412,8 @@ class Trainer:
         if config.prior_hidden:
             self.prior = prior.PriorTraining(prior.references_of(dataset.feature_spec), skeleton.height,
                                              config.seed, config.prior_hidden, config.learning_rate,
-                                             None if start_from is None else start_from.prior)
+                                             None if start_from is None else start_from.prior,
+                                             prior.mirror_frames_of(mirror))
             self.val_targets = prior.targets_of_rows(self.val.positions, self.val.global_rotations)
         self.history = []
         self.start_epoch = 0

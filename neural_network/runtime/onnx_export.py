@@ -58,6 +58,12 @@ PRIOR_OUTPUT_MEANING = (
     "per target in the listed order, 9 numbers (u, a, b) in the input's layout. A free target goes to position "
     "o + F @ (u * height) with rotation F @ [c1, c2, c1 cross c2], c1 = a / |a|, c2 = (b - (b . c1) c1) normalised; "
     "pinned targets keep their own")
+PRIOR_MIRROR = (
+    "where mirror_frames is given ((6, 3, 3) row-major, one per target): also build the inputs of the targets' mirror "
+    "image (each target k moved to its partner's slot - the hands swap, the feet swap - with position (-x, y, z) and "
+    "rotation diag(-1, 1, 1) @ R_k @ mirror_frames[k]; the free mask swapped the same way), run the prior on them, "
+    "place its targets, take them back through the same mirror (it is its own inverse), and average with the plain "
+    "answer: positions by their mean, rotations by the rotation nearest their mean matrix (SVD)")
 
 # ---- export ------------------------------------------------------------------------------------------------
 
@@ -104,6 +110,8 @@ def prior_section(target_prior, prior_file):
         "heading_weights": HEADING_WEIGHTS.tolist(),
         "activation": "tanh",
     }
+    if target_prior.mirror_frames is not None:
+        section["mirror"] = PRIOR_MIRROR
     section.update(prior_meta(target_prior))     # layer_sizes, height, references (54, row-major), training
     return section
 

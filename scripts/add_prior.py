@@ -6,6 +6,11 @@
 Trains neural_network.model.prior on the dataset's frames (whole actions held out for validation, as Train does; the
 mirror images added) for --seconds, and writes the checkpoint with the prior beside the unchanged network (the same
 six-target figures). Train does this itself for every new model; this is for the shipped demo model.
+
+    .venv/bin/python scripts/add_prior.py --model weights/demo.npz --dataset D --mirror-frames-only --out weights/demo.npz
+
+keeps the prior's weights and gives it the rig's mirror frames fitted on the dataset (a prior made before it answered
+the mirror image too; the shipped one got its frames this way from the demo rig's procedural clips, seed 0).
 """
 
 import argparse
@@ -32,18 +37,27 @@ def main():
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--mirror-frames-only", action="store_true",
+                        help="keep the prior's weights, only fit the rig's mirror frames on the dataset")
     args = parser.parse_args()
     model = checkpoint.load_model(args.model)
     dataset = Dataset.load(args.dataset)
     if dataset.skeleton.fingerprint() != model.skeleton.fingerprint():
         sys.exit("add_prior: error: the dataset is of another rig than the model")
     train, val = dataset.split_by_action(seed=args.seed, val_fraction=0.1)
-    train, _mirror = augment.with_mirror(train)
+    train, mirror = augment.with_mirror(train)
+    if args.mirror_frames_only:
+        if model.prior is None or not mirror.ok:
+            sys.exit(f"add_prior: error: {'the model has no prior' if model.prior is None else mirror.reason}")
+        model.prior.mirror_frames = prior.mirror_frames_of(mirror)
+        checkpoint.save_model(args.out, model)
+        print(f"wrote {args.out}: the prior's weights unchanged, mirror frames fitted on {len(train) // 2} frames")
+        return
     rows = [TrainingArrays(part) for part in (train, val)]
     targets = [prior.targets_of_rows(r.positions, r.global_rotations) for r in rows]
     model.prior = prior.train_prior(targets[0], targets[1], prior.references_of(model.feature_spec),
                                     model.skeleton.height, args.seconds, args.seed,
-                                    mirror_frames=prior.mirror_frames_of(_mirror))
+                                    mirror_frames=prior.mirror_frames_of(mirror))
     checkpoint.save_model(args.out, model)
     print(f"wrote {args.out}: {model.prior.meta}")
 

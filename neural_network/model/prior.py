@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..data.augment import MIRROR_ROLES, REFLECT
 from ..geometry.rotations import orthonormalize
 from ..skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX
 from . import network
@@ -51,8 +52,7 @@ MASK_PATTERNS = (
     (("root", "head", "right_hand"), 0.04),
 )
 _UP = np.array([0.0, 0.0, 1.0])
-PARTNER = [0, 2, 1, 4, 3, 5]                     # each target's mirror image: left and right swap
-_REFLECT = np.diag([-1.0, 1.0, 1.0])             # augment.REFLECT: the mirror plane x = 0
+PARTNER = [TARGET_ROLES.index(MIRROR_ROLES[role]) for role in TARGET_ROLES]   # each target's mirror: left <-> right
 
 
 def free_mask(names):
@@ -120,7 +120,7 @@ def mirror_targets(targets, mirror_frames):
     (6, 3, 3): augment's T_j of each target's role), left and right swapped. Mirroring twice is the identity."""
     image = np.array(targets, np.float64)
     image[:, :, :3, 3] = targets[:, :, :3, 3] * [-1.0, 1.0, 1.0]
-    image[:, :, :3, :3] = _REFLECT @ targets[:, :, :3, :3] @ mirror_frames[None]
+    image[:, :, :3, :3] = REFLECT @ targets[:, :, :3, :3] @ mirror_frames[None]
     return image[:, PARTNER]
 
 

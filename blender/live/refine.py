@@ -373,12 +373,13 @@ class MathutilsRefiner:
         return upper_local, mid_local, end_local, abs(d - dc)
 
     def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4,
-                           memory=None):
+                           memory=None, follow=None):
         """Refiner.refine_quaternions (same arguments, same result to single precision) for one character; any
         other K, and rigs it does not cover, by the NumPy refiner."""
         r = self.numpy
         if len(q) != 1 or not self.covers() or (r.links.per_character and len(r.link_bridges) != 1):
-            result = r.refine_quaternions(q, hips, target_positions, target_rotations, iterations, tolerance, memory)
+            result = r.refine_quaternions(q, hips, target_positions, target_rotations, iterations, tolerance, memory,
+                                          follow)
             self.last_least_squares = r.last_least_squares
             return result
         if self._links is not r.links:
@@ -449,7 +450,7 @@ class MathutilsRefiner:
         self.last_least_squares = 0
         if iterations > 0 and worst > tolerance:                # least squares: the NumPy refiner's last stage
             errors = r.least_squares_after_closed_form(q, hips, target_positions, target_rotations, errors,
-                                                       iterations, tolerance)
+                                                       iterations, tolerance, follow)
             self.last_least_squares = r.last_least_squares
         if memory is not None:                  # the limbs' memory: the NumPy refiner's, re-solving limbs here
             stale = self.last_least_squares > 0    # least squares moved bones this character's frames do not show

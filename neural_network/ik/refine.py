@@ -370,13 +370,15 @@ class Refiner:
         return self.reach_assist.rows_beyond_reach(ws.t_square, ws.assist_distances)
 
     def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4,
-                           memory=None):
+                           memory=None, follow=None):
         """Run-time refinement on (K, 23, 4) local quaternions (modified in place); hips (K, 4, 4) transforms.
 
         Closed form for everyone (after the reach assist, and the head stage for characters whose head it leaves off);
         least squares (`iterations` steps) then the closed form again only for characters the closed form leaves more
         than `tolerance` metres away, when that brings them closer. memory: the characters' RefineMemory (what the
-        previous tick settled on; updated), or None (each tick on its own). Returns errors (K, 5).
+        previous tick settled on; updated), or None (each tick on its own). follow: (K, 5) bool, free effectors
+        (their targets are where the network put them): least squares leaves them out and they ride along with what
+        it moves (their targets in target_positions follow). Returns errors (K, 5).
         """
         network_limbs = None if memory is None else q[:, self.limb_roles]
         world = self.chain_forward(q, hips)
@@ -397,7 +399,7 @@ class Refiner:
         self._chain_shape(ws)
         errors = self._solve_chains(q, ws, target_positions, target_rotations)
         errors = self.least_squares_after_closed_form(q, hips, target_positions, target_rotations, errors, iterations,
-                                                      tolerance)
+                                                      tolerance, follow)
         if memory is not None:
             self._follow_limbs(q, network_limbs, hips, target_positions, target_rotations, errors, memory)
         return errors
@@ -510,10 +512,11 @@ class Refiner:
                 assist.apply(q, hips, world, target_positions, again, self.chain_forward)
 
     def least_squares_after_closed_form(self, q, hips, target_positions, target_rotations, errors, iterations=2,
-                                        tolerance=1e-4):
+                                        tolerance=1e-4, follow=None):
         """refine_quaternions' last stage, on the closed form's result q (K, 23, 4) and its errors (K, 5): least
         squares (`iterations` steps) then the closed form again for the characters left more than `tolerance` away,
-        kept where that brings them closer. Returns the errors; sets last_least_squares."""
+        kept where that brings them closer. follow: as in refine_quaternions (a free head does not hold the spine back
+        from a pinned hand). Returns the errors; sets last_least_squares."""
         self.last_least_squares = 0
         if iterations <= 0 or not errors.max() > tolerance:
             return errors
@@ -523,10 +526,13 @@ class Refiner:
         q_more, hips_more, tp = q[need], hips[need], target_positions[need]
         if len(self.unmapped):
             q_more[:, self.unmapped] = (1.0, 0.0, 0.0, 0.0)
+        riding = None if follow is None or not follow[need].any() else follow[need]
         for _ in range(iterations):
-            if self.least_squares_quaternions(q_more, hips_more, tp, links) < tolerance:
+            if self.least_squares_quaternions(q_more, hips_more, tp, links, riding) < tolerance:
                 break
         world = self.chain_forward(q_more, hips_more, links)
+        if riding is not None:                 # the free effectors go where least squares took them
+            tp[riding] = world[:, self.chain_slots[:, 3]][:, :, :3, 3][riding]
         if self.head_reach is not None:        # least squares moved the spine for the arms: the head again
             upper, end = self.chain_slots[4, 1], self.chain_slots[4, 3]
             rows = self._heads_off(world[:, upper, :3, 3], world[:, end, :3, 3], tp[:, 4], links, tolerance)
@@ -537,12 +543,14 @@ class Refiner:
         better = more.max(axis=1) < errors[need].max(axis=1)
         q[need[better]] = q_more[better]
         errors[need[better]] = more[better]
+        if riding is not None:
+            target_positions[need[better]] = tp[better]
         return errors
 
-    def least_squares_quaternions(self, q, hips, target_positions, links=None):
+    def least_squares_quaternions(self, q, hips, target_positions, links=None, riding=None):
         """One least-squares step (what least_squares_step does with rotation matrices) in place on the joints of
         q (K, 23, 4), on the chain layout. Returns the largest effector error (per axis) before the step, like
-        least_squares_step. links: as in chain_forward."""
+        least_squares_step. links: as in chain_forward; riding: (K, 5) bool, effectors left out (free ones)."""
         links = self.links if links is None else links
         k, m = len(q), len(self.joints)
         X = self.chain_forward(q, hips, links)[:, self.least_squares_slots]       # (K, M + 5, 4, 4)
@@ -556,6 +564,9 @@ class Refiner:
         np.matmul((X[:, :m, :3, 3] @ SKEW).reshape(k, m, 3, 3), R_j, out=crossed.transpose(0, 2, 1, 3))
         J = crossed.reshape(k, 1, 3, 3 * m) - (x_e @ SKEW).reshape(k, 5, 3, 3) @ rotations.reshape(k, 1, 3, 3 * m)
         J *= self.jacobian_factors
+        if riding is not None:
+            J[riding] = 0.0
+            err[riding] = 0.0
         scaled = J.reshape(k, 15, 3 * m)
         H = scaled @ np.swapaxes(scaled, -1, -2)
         H += self.damping_matrix

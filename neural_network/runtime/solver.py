@@ -381,7 +381,7 @@ class Solver:
             self._follow(q, t, follow)
         if refine_iterations > 0:
             self.memory.dt = dt
-            self.errors = self._refine(q, hips, t[:, 1:, :3, 3], t[:, 1:, :3, :3], refine_iterations)
+            self.errors = self._refine(q, hips, t[:, 1:, :3, 3], t[:, 1:, :3, :3], refine_iterations, follow)
             check = q.sum() + self.errors.sum()
         elif measure_errors:
             world = self.refiner.chain_forward(q, hips)
@@ -404,11 +404,11 @@ class Solver:
             return
         self._hold(usable, refine_iterations > 0 or measure_errors, refine_iterations > 0)
 
-    def _refine(self, q, hips, positions, rotations, iterations):
+    def _refine(self, q, hips, positions, rotations, iterations, follow=None):
         """The refinement of q (K, 23, 4) in place, then the arms' swivel (ik/swivel.py; the hands stay exact);
-        returns the effector errors (K, 5)."""
+        follow: (K, 5) the free effectors (Refiner.refine_quaternions). Returns the effector errors (K, 5)."""
         errors = self.refiner.refine_quaternions(q, hips, positions, rotations, iterations=iterations,
-                                                 memory=self.memory)
+                                                 memory=self.memory, follow=follow)
         if self.swivel.active:
             self.swivel.settle(q, self.refiner.chain_forward(q, hips), self.memory)
         return errors
@@ -429,11 +429,13 @@ class Solver:
         t = self.normalised
         q = self.q.copy()
         hips = t[:, 0]
-        if follow is not None and np.any(follow):
-            self._follow(q, t, np.broadcast_to(np.asarray(follow, bool), (self.k, 5)))
+        follow = None if follow is None or not np.any(follow) else np.broadcast_to(np.asarray(follow, bool),
+                                                                                    (self.k, 5))
+        if follow is not None:
+            self._follow(q, t, follow)
         if self.memory.sequence:
             self.memory.reset(None)
-        errors = self._refine(q, hips, t[:, 1:, :3, 3], t[:, 1:, :3, :3], refine_iterations)
+        errors = self._refine(q, hips, t[:, 1:, :3, 3], t[:, 1:, :3, :3], refine_iterations, follow)
         good = np.isfinite(q).all(axis=(1, 2)) & np.isfinite(errors).all(axis=1)
         if usable is not None:
             good &= usable

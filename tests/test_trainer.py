@@ -52,29 +52,6 @@ def test_training_reduces_the_fk_loss_tenfold(data, tmp_path):
     assert np.allclose(trainer.validation_metrics(best, tr.val)["effector_cm_mean"], result.metrics["effector_cm_mean"])
 
 
-def test_a_trained_model_turns_its_knees_about_one_axis(data, tmp_path):
-    """The saved model's limits close each knee's two narrower axes (its widest, the bend, keeps the data's range), so
-    the network's knee turns only about its bend; the training loss keeps the data's limits."""
-    from neural_ik.neural_network.geometry.rotations import matrix_to_axis_angle
-    from neural_ik.neural_network.skeleton.roles import ROLES
-
-    tr = trainer.Trainer(data, trainer.TrainConfig(epochs=3, batch_size=64, patience=0), tmp_path)
-    model = checkpoint.load_model(tr.run().paths["model"])
-    local = model.solve_local(tr.val.inputs)
-    low, high = tr.stats["limit_low"], tr.stats["limit_high"]
-    for name in ("LeftShin", "RightShin"):
-        j = ROLES.index(name)
-        bend = int(np.argmax(high[j] - low[j]))
-        closed = np.arange(3) != bend
-        assert (model.limit_low[j, bend], model.limit_high[j, bend]) == (low[j, bend], high[j, bend])
-        assert not model.limit_low[j, closed].any() and not model.limit_high[j, closed].any()
-        assert (high[j, closed] - low[j, closed] > 2 * tr.config.limit_margin).all()    # the data turns them a little
-        delta = matrix_to_axis_angle(model.mean_pose[j].T.astype(np.float64) @ local[:, j])
-        assert np.abs(delta[:, closed]).max() < 1e-4 and np.abs(delta[:, bend]).max() > 0.05
-    np.testing.assert_array_equal(tr.loss_context.limit_low, low)
-    np.testing.assert_array_equal(tr.loss_context.limit_high, high)
-
-
 def test_held_out_actions_never_share_frames_with_training(data, tmp_path):
     tr = trainer.Trainer(data, trainer.TrainConfig(seed=4, val_fraction=0.3), tmp_path)
     assert len(tr.val) > 0 and len(tr.train) > 0

@@ -6,11 +6,6 @@
 
 Deltas are axis-angle offsets from the training set's mean local pose, never from rest: BVH rigs rest far from a
 T-pose and their rotations from rest sit near pi, where axis-angle wraps.
-
-The knees are hinges (hinge_limits): a trained model's limits close each knee's two narrower axes, so the network's
-knee turns only about its bend axis. On unseen motion a network turns a knee sideways where no clip does, and the
-refinement's two-bone solve carried that further (Bandai, 35 held-out clips, six pinned targets: inner joints 1.42 ->
-1.34 cm, the left knee 1.89 -> 1.10 cm; docs/results.md).
 """
 
 from dataclasses import dataclass, field
@@ -22,18 +17,6 @@ from ..data.files import FileRefused
 from ..geometry.rotations import axis_angle_to_matrix
 from ..skeleton.roles import NUM_ROLES, ROLES
 from ..skeleton.skeleton import Skeleton
-
-HINGES = ("LeftShin", "RightShin")      # roles that turn about one axis from their mean pose
-
-
-def hinge_limits(limit_low, limit_high):
-    """Copies of (23, 3) limits with each hinge's two narrower axes closed to 0 (its widest range is its bend)."""
-    low, high = np.array(limit_low, np.float32), np.array(limit_high, np.float32)
-    for name in HINGES:
-        j = ROLES.index(name)
-        closed = np.arange(3) != int(np.argmax(high[j] - low[j]))
-        low[j, closed] = high[j, closed] = 0.0
-    return low, high
 
 
 @dataclass

@@ -30,7 +30,7 @@ from ..geometry.rotations import angle_between, axis_angle_to_matrix, chordal_me
 from ..report.plot_svg import loss_curve_svg
 from ..skeleton.roles import EFFECTOR_ROLES, FOOT_ROLES, INNER_ROLES, NUM_ROLES
 from . import checkpoint, losses, network, prior
-from .model import Model, hinge_limits
+from .model import Model
 
 MODEL_FILE = "model.npz"
 STATE_FILE = "training_state.npz"
@@ -440,11 +440,11 @@ class Trainer:
                 "mirror": self.mirror_note, "sources": self.sources}
         spec = dataclasses.replace(self.dataset.feature_spec,
                                    contact_height=tuple(float(v) for v in self.stats["contact_height"]))
-        limit_low, limit_high = hinge_limits(self.stats["limit_low"], self.stats["limit_high"])   # (the loss: the data's)
         return Model(skeleton=self.dataset.skeleton, feature_spec=spec,
                      weights=[w.copy() for w in (weights or self.weights)],
                      input_mean=self.stats["input_mean"], input_std=self.stats["input_std"],
-                     mean_pose=self.stats["mean_pose"], limit_low=limit_low, limit_high=limit_high, meta=meta,
+                     mean_pose=self.stats["mean_pose"], limit_low=self.stats["limit_low"],
+                     limit_high=self.stats["limit_high"], meta=meta,
                      prior=None if self.prior is None else self.prior.prior())
 
     def _val_action_names(self):

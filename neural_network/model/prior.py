@@ -165,15 +165,15 @@ class TargetPrior:
             return targets
         targets[free] = np.eye(4)                # never read: whatever a free target held (NaN included) is gone
         if self.mirror_frames is None:
-            placed = self.place_all(targets, free)
-        else:                                    # its answer and the mirror image's, mirrored back, averaged
-            both = self.place_all(np.concatenate([targets, mirror_targets(targets, self.mirror_frames)]),
-                                  np.concatenate([free, free[:, PARTNER]]))
-            n = len(targets)
-            placed, image = both[:n], mirror_targets(both[n:], self.mirror_frames)
-            placed[..., :3, 3] = 0.5 * (placed[..., :3, 3] + image[..., :3, 3])
-            placed[..., :3, :3] = orthonormalize(placed[..., :3, :3] + image[..., :3, :3])   # the chordal mean
-        targets[free] = placed[free]
+            targets[free] = self.place_all(targets, free)[free]
+            return targets
+        # its answer and the mirror image's, mirrored back, averaged (the free targets only)
+        both = self.place_all(np.concatenate([targets, mirror_targets(targets, self.mirror_frames)]),
+                              np.concatenate([free, free[:, PARTNER]]))
+        own, image = both[:len(targets)][free], mirror_targets(both[len(targets):], self.mirror_frames)[free]
+        own[:, :3, 3] = 0.5 * (own[:, :3, 3] + image[:, :3, 3])
+        own[:, :3, :3] = orthonormalize(own[:, :3, :3] + image[:, :3, :3])    # the chordal mean
+        targets[free] = own
         return targets
 
     def place_all(self, targets, free):

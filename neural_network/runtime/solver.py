@@ -325,7 +325,7 @@ class Solver:
         the pinned ones are made exact); the NumPy path takes such ticks. graph=False: the NumPy path even with a
         run-time graph (whose world matrices the targets given here would not be: free_targets passes its own)."""
         k = self.k
-        follow = None if follow is None or not np.any(follow) else np.broadcast_to(np.asarray(follow, bool), (k, 5))
+        follow = self._follow_mask(follow)
         if task is not None:
             self.set_task(task)
         elif not self.started:
@@ -413,6 +413,10 @@ class Solver:
             self.swivel.settle(q, self.refiner.chain_forward(q, hips), self.memory)
         return errors
 
+    def _follow_mask(self, follow):
+        """(K, 5) bool from step's follow ((5,) or (K, 5)), or None when no effector follows."""
+        return None if follow is None or not np.any(follow) else np.broadcast_to(np.asarray(follow, bool), (self.k, 5))
+
     def _follow(self, q, t, follow):
         """Effectors `follow` (K, 5) of the normalised targets t take where pose q puts them from t's hips."""
         placed = self.refiner.chain_forward(q, t[:, 0])[:, self.effector_slots]
@@ -429,8 +433,7 @@ class Solver:
         t = self.normalised
         q = self.q.copy()
         hips = t[:, 0]
-        follow = None if follow is None or not np.any(follow) else np.broadcast_to(np.asarray(follow, bool),
-                                                                                    (self.k, 5))
+        follow = self._follow_mask(follow)
         if follow is not None:
             self._follow(q, t, follow)
         if self.memory.sequence:

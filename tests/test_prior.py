@@ -269,16 +269,18 @@ def test_a_pinned_head_left_off_its_target_brings_a_free_root_along(trained, seq
         filled = stage.step(solver, targets, 3, sequence=sequence, dt=1 / 30)
         head = solver.refiner.chain_forward(solver.q, filled[:, 0])[:, solver.effector_slots[4], :3, 3]
         solved[shifts] = (np.linalg.norm(head - targets[:, 5, :3, 3], axis=-1), solver.errors.copy(), filled)
-    (head_before, errors_before, _), (head_after, errors_after, filled) = solved[0], solved[free_targets.HEAD_SHIFTS]
+    (head_before, errors_before, unshifted), (head_after, errors_after, filled) = solved[0], solved[free_targets.HEAD_SHIFTS]
     off = head_before > 1e-3
     landed = head_after < 1e-3
     assert off.mean() > 0.3 and (landed & off).any()                    # off on many frames, now on some of them
     assert head_after[off].mean() < head_before[off].mean()
     pinned = [0, 1, 4]
-    kept = (errors_after == errors_before).all(axis=1)
+    # the two runs agree to rounding only (NumPy's SIMD sums depend on memory alignment), so "as it was" is 1e-9
+    shifted = np.linalg.norm(filled[:, 0, :3, 3] - unshifted[:, 0, :3, 3], axis=-1) > 1e-6
+    assert shifted.any()
+    np.testing.assert_allclose(errors_after[~shifted], errors_before[~shifted], rtol=0, atol=1e-9)
     worst_before, worst_after = errors_before[:, pinned].max(axis=1), errors_after[:, pinned].max(axis=1)
-    assert (worst_after[~kept] < worst_before[~kept]).all()                # a shift stays only where it helps
-    assert (worst_after <= worst_before + 1e-9).all()
+    assert (worst_after[shifted] < worst_before[shifted]).all()            # a shift stays only where it helps
     np.testing.assert_allclose(errors_after[:, 4], head_after, atol=1e-9)   # the solver's errors are the pose's
     np.testing.assert_array_equal(filled[:, 1:3], targets[:, 1:3])          # the pinned targets as given
 

@@ -48,7 +48,7 @@ def test_the_inverse_jacobian_is_the_log_maps_derivative():
             return np.array(quaternion_axis_angle(quaternion_product(base, swivel._turn(tuple(a), t))))
 
         numeric = (log_at(h) - log_at(-h)) / (2 * h)
-        np.testing.assert_allclose(swivel._inverse_jacobian_times(tuple(v), tuple(a)), numeric, atol=1e-6)
+        np.testing.assert_allclose(swivel._inverse_jacobian_times_array(v, a), numeric, atol=1e-6)
 
 
 def test_hands_stay_where_and_as_they_are_and_only_the_upper_arms_and_hands_turn(stage):

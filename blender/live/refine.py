@@ -123,6 +123,7 @@ class MathutilsRefiner:
     def __init__(self, refiner):
         self.numpy = refiner
         self.last_least_squares = 0
+        self.last_arm_frames = None     # the arms' slot frames after the last call (one character, no least squares)
         self._links = None
 
     def __getattr__(self, name):                 # chain_forward, chain_slots, set_links, ... : the NumPy refiner's
@@ -338,7 +339,8 @@ class MathutilsRefiner:
         psi) are world rotations; a joint whose world rotation R = (its parent's world and rest-pose bridge) @ q
         turns by (n, phi) gets the local q @ (the same turn about R^T n), as in reach_assist, so the upper and mid
         bones' locals need neither their parents' frames nor their bridges; the end's is conj(its new world) times
-        the target's rotation."""
+        the target's rotation. Also returns the upper bone's world turn and the end's new place from the upper
+        bone's head (turn @ p) for _arm_frames."""
         slots, roles, end_bridge, sum_squares, inverse, reach_max, reach_min, straight, l1 = chain
         upper, mid = world[slots[0]], world[slots[1]]
         a, b = upper.translation, mid.translation
@@ -370,7 +372,17 @@ class MathutilsRefiner:
         upper_local = Quaternion(quaternions[roles[0]]) @ Quaternion(axis @ upper.to_3x3(), psi)
         mid_local = Quaternion(quaternions[roles[1]]) @ Quaternion(normal @ R_mid, phi)
         end_local = (turn @ bend @ R_mid.to_quaternion() @ end_bridge).conjugated() @ target_rotation
-        return upper_local, mid_local, end_local, abs(d - dc)
+        return upper_local, mid_local, end_local, abs(d - dc), turn, turn @ p
+
+    def _arm_frames(self, frames, c, world, turn, reach, target_rotation):
+        """The arm swivel's frames (ik/swivel.py) of chain c after its closed form, with no forward pass: the upper
+        bone (the Arm slot) keeps its head and turns by `turn`; the end (the Hand slot) sits at its head + `reach`,
+        turned as its target (the closed form gave it the target's rotation). frames: slot -> (rotation, position)."""
+        slots = self.chains[c].slots
+        upper = world[slots[0]]
+        head = upper.translation
+        frames[slots[0]] = (turn.to_matrix() @ upper.to_3x3(), head)
+        frames[slots[2]] = (target_rotation, head + reach)
 
     def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4,
                            memory=None, follow=None):
@@ -380,7 +392,7 @@ class MathutilsRefiner:
         if len(q) != 1 or not self.covers() or (r.links.per_character and len(r.link_bridges) != 1):
             result = r.refine_quaternions(q, hips, target_positions, target_rotations, iterations, tolerance, memory,
                                           follow)
-            self.last_least_squares = r.last_least_squares
+            self.last_least_squares, self.last_arm_frames = r.last_least_squares, None
             return result
         if self._links is not r.links:
             self._constants()
@@ -433,9 +445,13 @@ class MathutilsRefiner:
         rotations = target_rotations[0].tolist()
         solved = [x for role in assisted for x in quaternions[role]]           # flat: one np.put writes them all
         errors = []
+        frames = {}
         for c, chain in enumerate(self.chains):
-            upper, mid, end, error = self._solve_chain(chain, world, quaternions, target_vectors[c],
-                                                       Matrix(rotations[c]).to_quaternion())
+            rotation = Matrix(rotations[c])
+            upper, mid, end, error, turn, reach = self._solve_chain(chain, world, quaternions, target_vectors[c],
+                                                                    rotation.to_quaternion())
+            if c < 2:
+                self._arm_frames(frames, c, world, turn, reach, rotation)
             solved.extend(upper)
             solved.extend(mid)
             solved.extend(end)
@@ -452,6 +468,7 @@ class MathutilsRefiner:
             errors = r.least_squares_after_closed_form(q, hips, target_positions, target_rotations, errors,
                                                        iterations, tolerance, follow)
             self.last_least_squares = r.last_least_squares
+        self.last_arm_frames = None if self.last_least_squares else frames     # least squares moved what they show
         if memory is not None:                  # the limbs' memory: the NumPy refiner's, re-solving limbs here
             stale = self.last_least_squares > 0    # least squares moved bones this character's frames do not show
 
@@ -463,8 +480,11 @@ class MathutilsRefiner:
                     for role, net, turn in zip(roles, network[0, c].tolist(), start[0, c].tolist()):
                         quaternions[role] = list(Quaternion(net) @ Quaternion(turn))
                     self.forward(quaternions, world, self.limb_steps[c])
-                    upper, mid, end, errors[0, c] = self._solve_chain(self.chains[c], world, quaternions, target_vectors[c],
-                                                                      Matrix(rotations[c]).to_quaternion())
+                    rotation = Matrix(rotations[c])
+                    upper, mid, end, errors[0, c], turn, reach = self._solve_chain(
+                        self.chains[c], world, quaternions, target_vectors[c], rotation.to_quaternion())
+                    if c < 2:
+                        self._arm_frames(frames, c, world, turn, reach, rotation)
                     np.put(q, [4 * role + i for role in roles[:1] + self.written[3 * c:3 * c + 3] for i in range(4)],
                            [*quaternions[roles[0]], *upper, *mid, *end])
             r._follow_limbs(q, network, hips, target_positions, target_rotations, errors, memory,

@@ -54,21 +54,6 @@ def _turn(axis, angle):
     return (math.cos(0.5 * angle), axis[0] * s, axis[1] * s, axis[2] * s)
 
 
-def _inverse_jacobian_times(v, a):
-    """J_r^-1(v) a for an axis-angle v: a + v x a / 2 + c v x (v x a), c = 1/t^2 - (1 + cos t) / (2 t sin t)."""
-    t2 = v[0] * v[0] + v[1] * v[1] + v[2] * v[2]
-    if t2 < 1e-8:
-        c = 1.0 / 12.0
-    else:
-        t = math.sqrt(t2)
-        c = 1.0 / t2 - (1.0 + math.cos(t)) / (2.0 * t * math.sin(t)) if t < 3.14 else 1.0 / t2
-    v0, v1, v2 = v
-    a0, a1, a2 = a
-    x0, x1, x2 = v1 * a2 - v2 * a1, v2 * a0 - v0 * a2, v0 * a1 - v1 * a0
-    return (a0 + 0.5 * x0 + c * (v1 * x2 - v2 * x1), a1 + 0.5 * x1 + c * (v2 * x0 - v0 * x2),
-            a2 + 0.5 * x2 + c * (v0 * x1 - v1 * x0))
-
-
 class ArmSwivel:
     """The swivel stage of one rig and model: which arms it turns, their mean-pose rotations, ranges and limits."""
 
@@ -93,12 +78,14 @@ class ArmSwivel:
     def active(self):
         return bool(self.arms)
 
-    def settle(self, q, world, memory=None):
+    def settle(self, q, world, memory=None, frames=None):
         """Turn the arms of q (K, 23, 4) local quaternions in place; world (K, 24, 4, 4) the refiner's slot transforms
         of q (Refiner.chain_forward). memory: the Solver's RefineMemory (refine_memory.py): an arm's turn moves at
         most SPEED * memory.dt from its last tick's (Bake: its last frame's), so it never flips between ticks (and
-        fades out as gradually). Returns how many arms turned."""
-        if len(q) >= BATCH_FROM and (memory is None or not memory.sequence):
+        fades out as gradually). frames: for one character, the shoulder and hand slots' frames the refinement
+        already knows (MathutilsRefiner.last_arm_frames: slot -> (3x3 rotation, position), any indexable rows);
+        world is then not read. Returns how many arms turned."""
+        if frames is None and len(q) >= BATCH_FROM and (memory is None or not memory.sequence):
             return self._settle_batch(q, world, memory)
         turned = 0
         for k in range(len(q)):
@@ -106,8 +93,12 @@ class ArmSwivel:
             known = memory is not None and memory.swivel_known[row]
             for a, (shoulder_slot, hand_slot, joints) in enumerate(self.arms):
                 last = float(memory.swivel[row, a]) if known else None
-                phi = self._settle_arm(q[k], world[k, shoulder_slot, :3].tolist(), world[k, hand_slot, :3].tolist(),
-                                       joints, last, None if memory is None else SPEED * memory.dt)
+                if frames is None:
+                    shoulder = (world[k, shoulder_slot, :3, :3].tolist(), world[k, shoulder_slot, :3, 3].tolist())
+                    hand = (world[k, hand_slot, :3, :3].tolist(), world[k, hand_slot, :3, 3].tolist())
+                else:
+                    shoulder, hand = frames[shoulder_slot], frames[hand_slot]
+                phi = self._settle_arm(q[k], shoulder, hand, joints, last, None if memory is None else SPEED * memory.dt)
                 turned += phi != 0.0
                 if memory is not None:
                     memory.swivel[row, a] = phi
@@ -117,60 +108,63 @@ class ArmSwivel:
 
     @staticmethod
     def _settle_arm(q, shoulder, hand, joints, last=None, rate=None):
-        """One arm of one character: q (23, 4) in place; shoulder, hand: their world transforms' top rows (lists);
-        last: the arm's turn last tick (None: unknown), rate: the most it moves from there. Returns the turn."""
-        line = [hand[i][3] - shoulder[i][3] for i in range(3)]
-        length = math.sqrt(line[0] * line[0] + line[1] * line[1] + line[2] * line[2])
+        """One arm of one character: q (23, 4) in place; shoulder, hand: their world (rotation rows, position);
+        last: the arm's turn last tick (None: unknown), rate: the most it moves from there. Returns the turn.
+        Written out in floats (the quaternion product, the log map and J_r^-1 inline, as _settle_batch's array
+        functions): the live tick runs it every tick for both arms, and the calls were half its cost."""
+        (sx, sy, sz), (hx, hy, hz) = shoulder[1], hand[1]
+        lx, ly, lz = hx - sx, hy - sy, hz - sz                      # the shoulder-hand line
+        length = math.sqrt(lx * lx + ly * ly + lz * lz)
         if length < 1e-9:
             return 0.0
-        line = [c / length for c in line]
-        parts = []       # per joint: (role, sign, local axis, the delta quaternion at phi = 0, low, high, local)
-        far = wrap = 0.0   # how far from the mean pose the shoulder and the wrist are (in half ranges; radians)
-        slope, curve, margin, past0 = 0.0, STAY, math.inf, 0.0
-        lx, ly, lz = line
-        for (role, sign, mean_inverse, squares, low, high, weights), frame in zip(joints, (shoulder, hand)):
+        lx, ly, lz = lx / length, ly / length, lz / length
+        parts = []       # per joint: (role, sign, local axis, the delta quaternion at phi = 0, low, high, local, delta)
+        far = wrap = 0.0   # how far from the mean pose the shoulder and the wrist are (half ranges, radians; squared)
+        slope, curve, margin = 0.0, STAY, math.inf
+        for (role, sign, (mw, mx, my, mz), (s0, s1, s2), low, high, (w0, w1, w2)), frame in zip(
+                joints, (shoulder[0], hand[0])):
             r0, r1, r2 = frame
-            axis = (r0[0] * lx + r1[0] * ly + r2[0] * lz, r0[1] * lx + r1[1] * ly + r2[1] * lz,
-                    r0[2] * lx + r1[2] * ly + r2[2] * lz)
-            local = tuple(q[role].tolist())
-            delta0 = quaternion_product(mean_inverse, local)
-            d = quaternion_axis_angle(delta0)
-            far = max(far, d[0] * d[0] * squares[0] + d[1] * d[1] * squares[1] + d[2] * d[2] * squares[2])
-            wrap = max(wrap, math.sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]))
-            j = _inverse_jacobian_times(d, axis)           # the Gauss-Newton step's terms at phi = 0
-            for i in range(3):
-                slope += weights[i] * d[i] * sign * j[i]
-                curve += weights[i] * j[i] * j[i]
-                margin = min(margin, d[i] - low[i], high[i] - d[i])
-                past0 += max(d[i] - high[i], 0.0) + max(low[i] - d[i], 0.0)
-            parts.append((role, sign, axis, delta0, low, high, local))
+            a0, a1, a2 = (r0[0] * lx + r1[0] * ly + r2[0] * lz, r0[1] * lx + r1[1] * ly + r2[1] * lz,
+                          r0[2] * lx + r1[2] * ly + r2[2] * lz)       # the line in the joint's frame: G^T a
+            local = q[role].tolist()
+            w, x, y, z = local
+            delta0 = (mw * w - mx * x - my * y - mz * z, mw * x + mx * w + my * z - mz * y,    # M^-1 L
+                      mw * y - mx * z + my * w + mz * x, mw * z + mx * y - my * x + mz * w)
+            qw, qx, qy, qz = delta0
+            s = math.sqrt(qx * qx + qy * qy + qz * qz)                  # d = log(M^-1 L), angle in [0, pi]
+            scale = math.copysign(2.0 * math.atan2(s, abs(qw)) / max(s, 1e-300), qw)
+            d0, d1, d2 = qx * scale, qy * scale, qz * scale
+            t2 = d0 * d0 + d1 * d1 + d2 * d2
+            far = max(far, d0 * d0 * s0 + d1 * d1 * s1 + d2 * d2 * s2)
+            wrap = max(wrap, t2)
+            # j = J_r^-1(d) a = a + d x a / 2 + c d x (d x a), c = 1/t^2 - (1 + cos t) / (2 t sin t)
+            if t2 < 1e-8:
+                c = 1.0 / 12.0
+            else:
+                t = math.sqrt(t2)
+                c = 1.0 / t2 - (1.0 + math.cos(t)) / (2.0 * t * math.sin(t)) if t < 3.14 else 1.0 / t2
+            x0, x1, x2 = d1 * a2 - d2 * a1, d2 * a0 - d0 * a2, d0 * a1 - d1 * a0
+            j0 = a0 + 0.5 * x0 + c * (d1 * x2 - d2 * x1)
+            j1 = a1 + 0.5 * x1 + c * (d2 * x0 - d0 * x2)
+            j2 = a2 + 0.5 * x2 + c * (d0 * x1 - d1 * x0)
+            slope += sign * (w0 * d0 * j0 + w1 * d1 * j1 + w2 * d2 * j2)    # the Gauss-Newton step's terms
+            curve += w0 * j0 * j0 + w1 * j1 * j1 + w2 * j2 * j2
+            margin = min(margin, d0 - low[0], d1 - low[1], d2 - low[2], high[0] - d0, high[1] - d1, high[2] - d2)
+            parts.append((role, sign, (a0, a1, a2), delta0, low, high, local, (d0, d1, d2)))
         # the turn fades out from FADE[0] to FADE[1] of that, where the mean pose says little (a hand held at an
         # angle no clip made, or near the half turn where the deltas wrap) and the turn could flip from tick to tick
-        fade = min(1.0, (FADE[1] - math.sqrt(far)) / (FADE[1] - FADE[0]), (WRAP[1] - wrap) / (WRAP[1] - WRAP[0]))
-        fade = max(fade, 0.0)
-
-        def past(phi):
-            """How far the two joints are past the limits after a turn phi (summed over their axes)."""
-            out = 0.0
-            for _role, sign, axis, delta0, low, high, _local in parts:
-                d = quaternion_axis_angle(quaternion_product(delta0, _turn(axis, sign * phi)))
-                out += sum(max(d[i] - high[i], 0.0) + max(low[i] - d[i], 0.0) for i in range(3))
-            return out
-
-        phi = fade * max(-MAX_STEP, min(MAX_STEP, -slope / curve))
+        fade = min(1.0, (FADE[1] - math.sqrt(far)) / (FADE[1] - FADE[0]),
+                   (WRAP[1] - math.sqrt(wrap)) / (WRAP[1] - WRAP[0]))
+        phi = max(fade, 0.0) * max(-MAX_STEP, min(MAX_STEP, -slope / curve))
         if last is not None:
             phi = max(last - rate, min(last + rate, phi))
         # a turn by phi moves a delta by at most pi/2 |phi| (|J_r^-1| <= (t/2) / sin(t/2) <= pi/2): within the
         # margin no joint can cross a limit
-        if 1.6 * abs(phi) >= margin and past(phi) > past0 + 1e-9:   # the largest share that goes no further past
-            low, high = 0.0, 1.0
-            for _ in range(LIMIT_BISECTIONS):
-                middle = 0.5 * (low + high)
-                low, high = (middle, high) if past(middle * phi) <= past0 + 1e-9 else (low, middle)
-            phi *= low
+        if 1.6 * abs(phi) >= margin:
+            phi = _within_limits(parts, phi)
         if abs(phi) < 1e-7:
             return 0.0
-        for role, sign, axis, _d, _lo, _hi, local in parts:
+        for role, sign, axis, _delta0, _low, _high, local, _d in parts:
             q[role] = quaternion_product(local, _turn(axis, sign * phi))
         return phi
 
@@ -231,6 +225,28 @@ class ArmSwivel:
         return turned
 
 
+def _past(d, low, high):
+    """How far an axis-angle d is past the limits (summed over its axes)."""
+    return sum(max(d[i] - high[i], 0.0) + max(low[i] - d[i], 0.0) for i in range(3))
+
+
+def _within_limits(parts, phi):
+    """_settle_arm's turn phi, or the largest share of it (bisection) that takes neither joint further past the
+    limits (summed over their axes) than the refinement left them."""
+    def past(turn):
+        return sum(_past(quaternion_axis_angle(quaternion_product(delta0, _turn(axis, sign * turn))), low, high)
+                   for _role, sign, axis, delta0, low, high, _local, _d in parts)
+
+    past0 = sum(_past(d, low, high) for *_, low, high, _local, d in parts) + 1e-9
+    if past(phi) <= past0:
+        return phi
+    low, high = 0.0, 1.0
+    for _ in range(LIMIT_BISECTIONS):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if past(middle * phi) <= past0 else (low, middle)
+    return phi * low
+
+
 def _turn_array(axes, angles):
     """(..., 3) unit axes, (...) angles -> (..., 4) quaternions: _turn for arrays."""
     return np.concatenate([np.cos(0.5 * angles)[..., None], axes * np.sin(0.5 * angles)[..., None]], axis=-1)
@@ -243,7 +259,7 @@ def _past_array(axes, delta0, turn, signs, low, high):
 
 
 def _inverse_jacobian_times_array(v, a):
-    """_inverse_jacobian_times for (..., 3) arrays."""
+    """J_r^-1(v) a for (..., 3) axis-angles v: a + v x a / 2 + c v x (v x a), c = 1/t^2 - (1 + cos t) / (2 t sin t)."""
     t2 = (v * v).sum(-1)
     t = np.sqrt(t2)
     safe_t = np.where(t2 < 1e-8, 1.0, t)

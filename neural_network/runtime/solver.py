@@ -410,7 +410,9 @@ class Solver:
         errors = self.refiner.refine_quaternions(q, hips, positions, rotations, iterations=iterations,
                                                  memory=self.memory, follow=follow)
         if self.swivel.active:
-            self.swivel.settle(q, self.refiner.chain_forward(q, hips), self.memory)
+            frames = self.refiner.last_arm_frames       # one character in mathutils: known without a forward pass
+            self.swivel.settle(q, None if frames is not None else self.refiner.chain_forward(q, hips), self.memory,
+                               frames)
         return errors
 
     def _follow_mask(self, follow):

@@ -396,8 +396,6 @@ class MathutilsRefiner:
             return result
         if self._links is not r.links:
             self._constants()
-        if r.hinges is not None:                                        # knees as hinges first, as there
-            r.hinges.close(q)
         network = None if memory is None else q[:, r.limb_roles]       # for the limbs' memory
         quaternions = q[0].tolist()
         world = [Matrix(hips[0].tolist())] * 3 + [None] * (len(self.slots) - 3)

@@ -66,7 +66,6 @@ from ..geometry.quaternion_math import (
 from ..geometry.rotations import axis_angle_to_matrix, matrix_to_axis_angle, quaternion_to_axis_angle
 from ..skeleton.roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLES
 from .head_reach import HeadReach
-from .hinges import Hinges
 from .reach_assist import ReachAssist
 from .refine_layout import CHAINS, FOUR_ONES, LEVELS, MATRIX_TO_SQUARES_WITH_BIAS, ChainLinks, Workspace
 from .refine_memory import corrections
@@ -120,8 +119,6 @@ class Refiner:
         self._least_squares_constants()
         self.reach_assist = ReachAssist.for_refiner(self, CHAINS, mask, parents)     # None: no chain may be assisted
         self.head_reach = HeadReach.for_refiner(self)                                  # None: no joint below the head
-        hinges = Hinges(mask, matrices_to_quaternions(self.mean_pose), self.limit_low, self.limit_high)
-        self.hinges = hinges if hinges.active else None                                # the knees' bend axes first
         # the memory's bones of each arm and leg: the upper bone's parent (a clavicle; the hips, which never turn, for a
         # leg), the upper and the mid bone
         self.limb_roles = np.array([[ROLE_INDEX[chain[0]] for chain in CHAINS[:4]], *self.chain_roles[:4, :2].T]).T
@@ -377,16 +374,13 @@ class Refiner:
                            memory=None, follow=None):
         """Run-time refinement on (K, 23, 4) local quaternions (modified in place); hips (K, 4, 4) transforms.
 
-        Knees as hinges first (hinges.py), then the closed form for everyone (after the reach assist, and the head
-        stage for characters whose head it leaves off);
+        Closed form for everyone (after the reach assist, and the head stage for characters whose head it leaves off);
         least squares (`iterations` steps) then the closed form again only for characters the closed form leaves more
         than `tolerance` metres away, when that brings them closer. memory: the characters' RefineMemory (what the
         previous tick settled on; updated), or None (each tick on its own). follow: (K, 5) bool, free effectors
         (their targets are where the network put them): least squares leaves them out and they ride along with what
         it moves (their targets in target_positions follow). Returns errors (K, 5).
         """
-        if self.hinges is not None:
-            self.hinges.close(q)
         network_limbs = None if memory is None else q[:, self.limb_roles]
         world = self.chain_forward(q, hips)
         ws = self._workspace(len(q))

@@ -16,7 +16,9 @@ takes them:
 3. the rest of the upper body's forward pass (again after a clavicle turn);
 4. the closed form per chain: the elbow/knee bends about the limb plane's normal so the end reaches |t - a|
    clipped to the limb's reach, the upper bone turns the smallest way onto the target, the end takes the target's
-   orientation; the local quaternions follow from the turns (see _solve_chain).
+   orientation; the local quaternions follow from the turns (see _solve_chain). Each arm's new shoulder and hand
+   frames follow from the same turns (_arm_frames): the arm swivel after the refinement (ik/swivel.py) reads them
+   from `last_arm_frames` instead of a forward pass.
 
 A character whose head the assist leaves off its target (or whose memory holds a spine of its own) goes through the
 head stage after step 2 (live/head.py: HeadReach.solve for one character in mathutils, with the refiner's memory as

@@ -189,6 +189,33 @@ def test_hips_stage_with_a_pinned_head_finds_the_least_cost(trained):
     assert (misses[1] < misses[0]).all() and misses[1].mean() < 0.2 * misses[0].mean()
 
 
+def test_hips_stage_holds_the_bend_at_its_bound_and_moves_the_root_the_rest_of_the_way(trained):
+    """A pinned head far behind the body (where a 1.2 rad backward bend would put it) with the hands pinned ahead:
+    the bend stops at its bound (BACKWARD) and the root's move still goes where the cost is least, the gradient
+    vanishing along the move and the cost falling only past the bound. (Before, the clipped Gauss-Newton step
+    lowered no cost and the stage stopped halfway: the move's gradient still 30-45 % of its start.)"""
+    from neural_ik.neural_network.ik import hips_reach
+
+    stage = HipsReach.for_model(trained[1].model)
+    targets = _standing(stage, 1.0)
+    side = targets[0, 0, :3, :3] @ stage.lateral
+    side[2] = 0.0
+    side /= np.linalg.norm(side)
+    forward = np.cross(stage.lateral, [0.0, 0.0, 1.0])
+    targets[0, 5, :3, 3] = targets[0, 0, :3, 3] + axis_angle_to_matrix(-1.2 * side) @ stage.anchors[4]
+    targets[0, 1:3, :3, 3] += 0.2 * forward / np.linalg.norm(forward)
+    anchors = stage.anchors[None].copy()
+    pinned = ~prior.free_mask(["root", "left_foot", "right_foot"])
+    _root, u = stage.place(targets, pinned, anchors=anchors)
+    assert u[0, 3] == -hips_reach.BACKWARD
+    step = 1e-6
+    grads = [np.array([(_stage_cost(stage, targets, pinned, anchors, solution + step * e)
+                        - _stage_cost(stage, targets, pinned, anchors, solution - step * e))[0] / (2 * step)
+                       for e in np.eye(4)]) for solution in (np.zeros_like(u), u)]
+    assert np.abs(grads[1][:3]).max() < 1e-3 * np.abs(grads[0][:3]).max(), grads
+    assert grads[1][3] > 0.0                       # bending further back would lower the cost: the bound holds it
+
+
 def test_hips_stage_leaves_a_reachable_root_and_brings_the_hips_down_to_a_hand_on_the_floor(trained):
     stage = HipsReach.for_model(trained[1].model)
     targets = _standing(stage, 1.0)

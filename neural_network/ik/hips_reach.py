@@ -186,7 +186,14 @@ class HipsReach:
             if cost.max() < 1e-18:               # every limb reaches and nothing moved: the prior stands
                 break
             Jt = np.swapaxes(J, 1, 2)
-            step = np.linalg.solve(Jt @ J + DAMPING * np.eye(4), Jt @ r[..., None])[..., 0]
+            normal, gradient = Jt @ J + DAMPING * np.eye(4), Jt @ r[..., None]
+            step = np.linalg.solve(normal, gradient)[..., 0]
+            # a bend on its bound that the step would take past it: the move alone (else the clipped trial is no
+            # Gauss-Newton step, no halving lowers the cost, and the root stops short of where the move alone goes)
+            held = ((u[:, 3] <= -BACKWARD) & (step[:, 3] > 0.0)) | ((u[:, 3] >= FORWARD) & (step[:, 3] < 0.0))
+            if held.any():
+                step[held, :3] = np.linalg.solve(normal[held, :3, :3], gradient[held, :3])[..., 0]
+                step[held, 3] = 0.0
             if np.abs(step).max() < 1e-9:
                 break
             # a trust region (the hinges change where they bite, so long steps overshoot), then halved until the

@@ -166,10 +166,13 @@ def _stage_cost(stage, targets, pinned, anchors, u):
         + bend * u[:, 3] ** 2
 
 
-def test_hips_stage_with_a_pinned_head_finds_the_least_cost(trained):
+def test_hips_stage_with_a_pinned_head_finds_the_least_cost(trained, monkeypatch):
     """The VR case (head and hands pinned, anchors where a network's pose holds them: the head has no reach): the
-    stage's root is where its documented cost is least (central differences vanish there; they do not at the prior's
-    root); the head's anchor comes to its target as far as the hands' reach lets it."""
+    stage's root is where its documented cost is least (central differences vanish there, but for a bend held at
+    its bound, whose slope points past it; they do not at the prior's root), within 0.1 % of the cost ten times the
+    iterations reach; the head's anchor comes to its target as far as the hands' reach lets it."""
+    from neural_ik.neural_network.ik import hips_reach
+
     stage = HipsReach.for_model(trained[1].model)
     rng = np.random.default_rng(4)
     targets = np.repeat(_standing(stage, 1.0), 12, axis=0)
@@ -183,14 +186,23 @@ def test_hips_stage_with_a_pinned_head_finds_the_least_cost(trained):
     grads = [np.stack([(_stage_cost(stage, targets, pinned, anchors, solution + step * e)
                         - _stage_cost(stage, targets, pinned, anchors, solution - step * e)) / (2 * step)
                        for e in np.eye(4)], axis=1) for solution in (np.zeros_like(u), u)]
-    assert (np.abs(grads[1]).max(axis=1) < 1e-3 * np.abs(grads[0]).max(axis=1)).all()
+    low, high = u[:, 3] <= -hips_reach.BACKWARD, u[:, 3] >= hips_reach.FORWARD
+    assert (grads[1][low, 3] > 0.0).all() and (grads[1][high, 3] < 0.0).all()
+    slope = np.where((low | high)[:, None] & (np.arange(4) == 3), 0.0, grads[1])
+    # a limb right at its reach is a kink the Gauss-Newton steps close in on slowly: within 1 % of the starting slope
+    # (a stage that stops short leaves 30 % or more)
+    assert (np.abs(slope).max(axis=1) < 1e-2 * np.abs(grads[0]).max(axis=1)).all()
+    monkeypatch.setattr(hips_reach, "ITERATIONS", 10 * hips_reach.ITERATIONS)
+    _root, longer = stage.place(targets, pinned, anchors=anchors)
+    costs = [_stage_cost(stage, targets, pinned, anchors, solution) for solution in (u, longer)]
+    assert (costs[0] <= 1.001 * costs[1]).all()
     misses = [np.linalg.norm(r[:, :3, 3] + np.einsum("kab,kb->ka", r[:, :3, :3], anchors[:, 4]) - targets[:, 5, :3, 3],
                              axis=-1) for r in (targets[:, 0], root)]
     assert (misses[1] < misses[0]).all() and misses[1].mean() < 0.2 * misses[0].mean()
 
 
 def test_hips_stage_holds_the_bend_at_its_bound_and_moves_the_root_the_rest_of_the_way(trained):
-    """A pinned head far behind the body (where a 1.2 rad backward bend would put it) with the hands pinned ahead:
+    """A pinned head far behind the body (where a 1.6 rad backward bend would put it) with the hands pinned ahead:
     the bend stops at its bound (BACKWARD) and the root's move still goes where the cost is least, the gradient
     vanishing along the move and the cost falling only past the bound. (Before, the clipped Gauss-Newton step
     lowered no cost and the stage stopped halfway: the move's gradient still 30-45 % of its start.)"""
@@ -202,8 +214,8 @@ def test_hips_stage_holds_the_bend_at_its_bound_and_moves_the_root_the_rest_of_t
     side[2] = 0.0
     side /= np.linalg.norm(side)
     forward = np.cross(stage.lateral, [0.0, 0.0, 1.0])
-    targets[0, 5, :3, 3] = targets[0, 0, :3, 3] + axis_angle_to_matrix(-1.2 * side) @ stage.anchors[4]
-    targets[0, 1:3, :3, 3] += 0.2 * forward / np.linalg.norm(forward)
+    targets[0, 5, :3, 3] = targets[0, 0, :3, 3] + axis_angle_to_matrix(-1.6 * side) @ stage.anchors[4]
+    targets[0, 1:3, :3, 3] += 0.3 * forward / np.linalg.norm(forward)
     anchors = stage.anchors[None].copy()
     pinned = ~prior.free_mask(["root", "left_foot", "right_foot"])
     _root, u = stage.place(targets, pinned, anchors=anchors)

@@ -207,19 +207,22 @@ def edit_targets(targets, hips_rotation, hips_position, links, rig, lock_feet, g
     """The edits of a clip's targets before the solve: Lock Feet (ik.foot_lock), the ground under each foot
     (ik.terrain, rays through `ground`), and the body brought down where a leg cannot reach its foot
     (foot_lock.hips_drop). Returns (the edited targets, or None where neither edit runs; the hips position (None
-    where the root target places the hips); the planted feet (F, 2) or None; a note for the summary). The targets
-    given are not changed."""
+    where the root target places the hips); the planted feet (F, 2) or None; the planted feet the ground fit stands
+    on the surface (a contact's landing or lift-off frames over another step leave it: terrain.hold_across_edges),
+    or None; a note for the summary). The targets given are not changed."""
     if not lock_feet and ground is None:
-        return None, hips_position, None, ""
+        return None, hips_position, None, None, ""
     planted = foot_lock.planted_feet(foot_lock.foot_positions(targets), fps, rig.skeleton.height)
     notes = [f"{planted.mean() * 100:.0f} % of the feet's frames planted"]
     if lock_feet:
         targets = foot_lock.lock_feet(targets, planted, max_offset=foot_lock.RELEASE * rig.skeleton.height)
     lift = np.zeros(len(targets))
+    standing = planted
     if ground is not None:
-        heights, normals = _ground_under_feet(ground, targets, planted, rig.skeleton, world_to_character, frames)
-        fitted, lift = terrain.fit_to_ground(targets, planted, heights, normals)
-        _lift_sunk_balls(ground, fitted, targets, planted, rig.skeleton, world_to_character, frames)
+        heights, normals, standing = _ground_under_feet(ground, targets, planted, rig.skeleton, world_to_character,
+                                                        frames)
+        fitted, lift = terrain.fit_to_ground(targets, standing, heights, normals)
+        _lift_sunk_balls(ground, fitted, targets, standing, rig.skeleton, world_to_character, frames)
         targets = fitted
         notes.append(f"on {', '.join(sorted(ground.names))}")
     if hips_position is not None:
@@ -233,17 +236,18 @@ def edit_targets(targets, hips_rotation, hips_position, links, rig, lock_feet, g
         if hips_position is not None:
             hips_position[:, 2] -= drop
         notes.append(f"the body lowered up to {drop.max() * 100:.1f} cm")
-    return targets, hips_position, planted, "; " + ", ".join(notes)
+    return targets, hips_position, planted, standing, "; " + ", ".join(notes)
 
 
 def _ground_under_feet(ground, targets, planted, skeleton, world_to_character, frames):
-    """(heights (F, 2), sole normals (F, 2, 3)) of the ground under each foot target, in character space: rays down
-    at the ankle and at the ball of the foot (terrain.support, terrain.hold_across_edges; the ankle's ground alone on
-    a rig without toes); raises LiveError where no ground lies under a foot."""
+    """(heights (F, 2), sole normals (F, 2, 3), the planted feet the fit stands on the ground (F, 2)) of the ground
+    under each foot target, in character space: rays down at the ankle and at the ball of the foot (terrain.support,
+    terrain.hold_across_edges; the ankle's ground alone on a rig without toes); raises LiveError where no ground lies
+    under a foot."""
     ankles, ankle_normals = _cast(ground, foot_lock.foot_positions(targets), skeleton, world_to_character, frames)
     toes = _toe_offsets(skeleton)
     if toes is None:
-        return ankles[..., 2], ankle_normals
+        return ankles[..., 2], ankle_normals, planted
     balls, ball_normals = _cast(ground, terrain.balls(targets, toes), skeleton, world_to_character, frames)
     heights, normals, edges = terrain.support(ankles, balls, ankle_normals, ball_normals)
     return terrain.hold_across_edges(planted, heights, normals, edges)
@@ -388,9 +392,9 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
                 hips_rot = hips_pos = None
                 key_hips = True
         ground = Ground.of(settings, context.evaluated_depsgraph_get())
-        edited, hips_pos, planted, note = edit_targets(targets, hips_rot, hips_pos, links, rig, lock_feet, ground,
-                                                        rig_model.world_to_character(obj, rig),
-                                                        scene_fps(scene), frames)
+        edited, hips_pos, planted, standing, note = edit_targets(
+            targets, hips_rot, hips_pos, links, rig, lock_feet, ground, rig_model.world_to_character(obj, rig),
+            scene_fps(scene), frames)
         blend = _layers(context, obj, rig, frames) if source_action else None
         if blend is not None:      # the pins last, as live: the body's lift and drop do not move a pinned hand
             edited = None if edited is None else blend(edited)
@@ -412,7 +416,7 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
                                   refine_iterations=refine_iterations, dt=1.0 / 30, contact=contacts)
         else:      # the network sees the clip as training did (flat ground); the refinement reaches the edit
             network = solver.solve(targets, 0.0, desired, np.full(n, task), phase, dt=1.0 / 30, contact=contacts)
-            result = _solve_edited(solver, network, edited, max(refine_iterations, 1), targets, planted, ground, rig,
+            result = _solve_edited(solver, network, edited, max(refine_iterations, 1), targets, standing, ground, rig,
                                    links, rig_model.world_to_character(obj, rig), frames)
         if hips_rot is None:
             hips_rot, hips_pos = result.hips_rotation, result.hips_position

@@ -161,18 +161,36 @@ def support(ankle_hits, ball_hits, ankle_normals, ball_normals, edge=0.02):
     return heights, normals, ~smooth
 
 
-def hold_across_edges(planted, heights, normals, edges):
-    """Heights and normals with every contact that stands across an edge at any of its frames placed once, on the
-    highest surface it meets (the normal there), for the whole contact: a foot rolling over a step's nose must not
-    drop onto the lower tread halfway through its stance."""
+def hold_across_edges(planted, heights, normals, edges, tolerance=0.02):
+    """(heights, normals, planted for the fit): every contact that stands across an edge at any of its frames placed
+    once, on the highest surface it meets (the normal there), for the whole contact: a foot rolling over a step's nose
+    must not drop onto the lower tread halfway through its stance. First, frames at either end of such a contact
+    that stand on another surface than most of its frames (within `tolerance` m), a quarter of the contact at most,
+    leave it for the fit: the foot is landing or lifting off there (a toe-off whose ball passes over the next step's
+    nose because the clip's stride does not match the stair). They are fitted as the swing is, and the rest of the
+    contact stays on its tread instead of standing a step high over it. The planted flags returned are for the
+    fit alone (the network's contact inputs stay the clip's)."""
     heights, normals = np.array(heights, np.float64), np.array(normals, np.float64)
+    planted = np.array(planted, bool)
+    edges = np.asarray(edges, bool)
     for foot in range(2):
-        for start, end in _spans(np.asarray(planted, bool)[:, foot]):
-            if np.asarray(edges)[start:end, foot].any():
+        for start, end in _spans(planted[:, foot]):
+            if not edges[start:end, foot].any():
+                continue
+            span = heights[start:end, foot]
+            ordered = np.sort(span)          # how many of the contact's frames stand within tolerance of each
+            shared = np.searchsorted(ordered, span + tolerance, "right") - np.searchsorted(ordered, span - tolerance)
+            usual = np.abs(span - span[int(np.argmax(shared))]) <= tolerance      # on the most frames' surface
+            first, last = int(np.argmax(usual)), len(span) - int(np.argmax(usual[::-1]))
+            if first + len(span) - last <= len(span) // 4:
+                planted[start:start + first, foot] = False
+                planted[start + last:end, foot] = False
+                start, end = start + first, start + last
+            if edges[start:end, foot].any():
                 top = start + int(np.argmax(heights[start:end, foot]))
                 heights[start:end, foot] = heights[top, foot]
                 normals[start:end, foot] = normals[top, foot]
-    return heights, normals
+    return heights, normals, planted
 
 
 def fit_to_ground(targets, planted, hit_height, hit_normal, blend_frames=4, body_window=8):

@@ -67,7 +67,9 @@ def test_task_change_blends_over_ticks(model, poses):
     assert np.abs(old - new).max() > 1e-3
     steps = [solver.solve(targets, task=5).local[0] for _ in range(6)]
     distance = [np.abs(s - new).max() for s in steps]
-    assert distance[0] == pytest.approx(np.abs(old - new).max(), rel=1e-6)   # first tick: still the old task
+    # first tick: still the old task (to float32 rounding: the blending tick runs the network on two rows, and ONNX
+    # Runtime's float32 sums for two rows and for one round apart in the last bits)
+    assert distance[0] == pytest.approx(np.abs(old - new).max(), rel=1e-5)
     assert all(b < a for a, b in zip(distance[:4], distance[1:5])), distance   # then strictly closer each tick
     assert distance[4] < 1e-9 and distance[5] < 1e-9
 

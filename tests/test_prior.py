@@ -166,6 +166,13 @@ def _stage_cost(stage, targets, pinned, anchors, u):
         + bend * u[:, 3] ** 2
 
 
+def _stage_slopes(stage, targets, pinned, anchors, u, step=1e-6):
+    """(K, 4) central differences of _stage_cost at solutions u (K, 4): its slope along the move and the bend."""
+    return np.stack([(_stage_cost(stage, targets, pinned, anchors, u + step * e)
+                      - _stage_cost(stage, targets, pinned, anchors, u - step * e)) / (2 * step)
+                     for e in np.eye(4)], axis=1)
+
+
 def test_hips_stage_with_a_pinned_head_finds_the_least_cost(trained, monkeypatch):
     """The VR case (head and hands pinned, anchors where a network's pose holds them: the head has no reach): the
     stage's root is where its documented cost is least (central differences vanish there, but for a bend held at
@@ -182,10 +189,7 @@ def test_hips_stage_with_a_pinned_head_finds_the_least_cost(trained, monkeypatch
     anchors = np.broadcast_to(stage.anchors, (12, 5, 3)) + rng.normal(scale=0.02, size=(12, 5, 3))
     pinned = ~prior.free_mask(["root", "left_foot", "right_foot"])
     root, u = stage.place(targets, pinned, anchors=anchors)
-    step = 1e-6
-    grads = [np.stack([(_stage_cost(stage, targets, pinned, anchors, solution + step * e)
-                        - _stage_cost(stage, targets, pinned, anchors, solution - step * e)) / (2 * step)
-                       for e in np.eye(4)], axis=1) for solution in (np.zeros_like(u), u)]
+    grads = [_stage_slopes(stage, targets, pinned, anchors, solution) for solution in (np.zeros_like(u), u)]
     low, high = u[:, 3] <= -hips_reach.BACKWARD, u[:, 3] >= hips_reach.FORWARD
     assert (grads[1][low, 3] > 0.0).all() and (grads[1][high, 3] < 0.0).all()
     slope = np.where((low | high)[:, None] & (np.arange(4) == 3), 0.0, grads[1])
@@ -220,10 +224,7 @@ def test_hips_stage_holds_the_bend_at_its_bound_and_moves_the_root_the_rest_of_t
     pinned = ~prior.free_mask(["root", "left_foot", "right_foot"])
     _root, u = stage.place(targets, pinned, anchors=anchors)
     assert u[0, 3] == -hips_reach.BACKWARD
-    step = 1e-6
-    grads = [np.array([(_stage_cost(stage, targets, pinned, anchors, solution + step * e)
-                        - _stage_cost(stage, targets, pinned, anchors, solution - step * e))[0] / (2 * step)
-                       for e in np.eye(4)]) for solution in (np.zeros_like(u), u)]
+    grads = [_stage_slopes(stage, targets, pinned, anchors, solution)[0] for solution in (np.zeros_like(u), u)]
     assert np.abs(grads[1][:3]).max() < 1e-3 * np.abs(grads[0][:3]).max(), grads
     assert grads[1][3] > 0.0                       # bending further back would lower the cost: the bound holds it
 

@@ -25,6 +25,7 @@ import numpy as np
 from .foot_lock import BODY_TARGETS, FOOT_TARGETS, _spans, cover, smoothstep
 
 UP = np.array([0.0, 0.0, 1.0])
+EDGE = 0.02      # m: two ground heights further apart than this (beyond what a slope explains) are two surfaces
 
 
 def foot_ground(planted, hit_height):
@@ -137,7 +138,7 @@ def balls(targets, toe_offsets):
     return feet[..., :3, 3] + np.einsum("fkij,kj->fki", feet[..., :3, :3], np.asarray(toe_offsets, np.float64))
 
 
-def support(ankle_hits, ball_hits, ankle_normals, ball_normals, edge=0.02):
+def support(ankle_hits, ball_hits, ankle_normals, ball_normals, edge=EDGE):
     """(heights (F, 2), normals (F, 2, 3), across an edge (F, 2) bool): the ground a sole rests on, from the ground
     under its ankle and under the ball of its foot (points (F, 2, 3), unit normals (F, 2, 3)).
 
@@ -161,7 +162,7 @@ def support(ankle_hits, ball_hits, ankle_normals, ball_normals, edge=0.02):
     return heights, normals, ~smooth
 
 
-def hold_across_edges(planted, heights, normals, edges, tolerance=0.02):
+def hold_across_edges(planted, heights, normals, edges, tolerance=EDGE):
     """(heights, normals, planted for the fit): every contact that stands across an edge at any of its frames placed
     once, on the highest surface it meets (the normal there), for the whole contact: a foot rolling over a step's nose
     must not drop onto the lower tread halfway through its stance. First, frames at either end of such a contact

@@ -231,12 +231,13 @@ class MathutilsRefiner:
     def _assist_group(self, group, quaternions, world, targets, target_vectors):
         """The reach assist of one group (ReachAssist.apply's steps for one character): turns its chains' parents (or,
         for the head, unbends the spine) in `quaternions` (lists, changed in place). Returns the roles turned, or None
-        when a chain stays beyond reach (least squares' job: the assist stops there, as ReachAssist.apply does)."""
+        when the head's chain stays beyond reach (least squares' job: the assist stops there, as ReachAssist.apply
+        does; an arm's clavicle turned toward its target beyond reach is kept, as there)."""
         new = self._assist_head(quaternions, world, target_vectors[4], self.reach[4]) \
             if group.chains[0] == 4 and self.head is not None else None
         if new is not None:
             new, reached = new
-            missed = not reached
+            missed = [] if reached else [4]
         else:                                          # the Python-float functions, on frames as row lists
             frames = [[world[s][0][:], world[s][1][:], world[s][2][:]] for s in group.slots.tolist()]
             before = [quaternions[role] for role in group.roles]
@@ -245,7 +246,7 @@ class MathutilsRefiner:
                 new, reached = reach_assist._straighten_spine(self.assist.spine, new, frames, before, targets[4],
                                                               self.reach[4])
                 missed = [c for c in missed if c != 4] if reached else [4]
-        if missed:
+        if 4 in missed:
             return None
         roles = [role for role in new if role != "turn"]
         for role in roles:

@@ -188,10 +188,16 @@ def _turn_parents(group, frames, quaternions, targets, reach):
     """One character: for each chain of `group` whose target t is beyond the reach R of its upper + mid bones
     (|t - a| > R, a the upper bone's head), the smallest turn of its parent about the parent's head p that brings t
     within reach: in the plane of a - p and t - p, turn a - p toward t - p until |t - a'| = R (law of cosines).
-    Turns larger than ASSIST_MAX_TURN, and targets no turn brings within reach, are left alone (least squares'
-    job). A turn that takes the parent outside its limits is clamped to them (the clamped turn is the one
-    applied). Returns {role: new local quaternion} - for the head's chain also the turn's rotation and pivot
-    under key "turn" (the spine's straightening goes on from the turned pose) - and the chains left beyond reach."""
+    A turn that takes the parent outside its limits is clamped to them (the clamped turn is the one applied). For
+    the head's chain, turns larger than ASSIST_MAX_TURN, and targets no turn brings within reach, are left alone (the
+    spine's straightening and the head stage's job). A clavicle turns as far as it can toward that instead:
+    ASSIST_MAX_TURN, or toward the target itself where no turn brings it within reach, or to its limits; its arm
+    stays beyond reach and least squares moves the spine for the rest. So what least squares starts from goes
+    continuously into what the assist lands once the target is back within a turn's reach (from the network's
+    clavicle, least squares had moved the spine, which snapped back the tick after: a straight elbow of the other
+    arm turned 18-23 degrees in one tick, docs/results.md). Returns {role: new local quaternion} - for the head's
+    chain also the turn's rotation and pivot under key "turn" (the spine's straightening goes on from the turned
+    pose) - and the chains left beyond reach."""
     new, missed = {}, []
     for i, chain in enumerate(group.chains.tolist()):
         R_p, p = _frame(frames[2 * i])
@@ -211,15 +217,21 @@ def _turn_parents(group, frames, quaternions, targets, reach):
         A2, T2 = _dot(P, P), _dot(D, D)
         goal = r * (1.0 - ASSIST_SLACK)
         cos_goal = (T2 + A2 - goal * goal) / (2.0 * math.sqrt(A2 * T2))
-        if not cos_goal <= 1.0:
-            continue
+        head, toward = chain == 4, not cos_goal <= 1.0
+        if toward:                          # no turn brings t within reach: a clavicle turns toward it
+            if head or cos_goal != cos_goal:
+                continue
+            cos_goal = 1.0
         turn = math.atan2(sine, _dot(P, D)) - math.acos(max(cos_goal, -1.0))
+        lands = turn <= ASSIST_MAX_TURN and not toward
         if not turn <= ASSIST_MAX_TURN:
-            continue
+            if head:
+                continue
+            turn = ASSIST_MAX_TURN
         n = _scaled(cross, 1.0 / sine)
         q_old = tuple(quaternions[i])
         q_new = _turned_quaternion(q_old, R_p, n, turn)
-        M, lands = None, True
+        M = None
         mean, mean_conjugate, low, high, surely_inside = group.limits[i]
         delta = quaternion_product(mean_conjugate, q_new)
         if abs(delta[0]) < surely_inside:
@@ -233,10 +245,8 @@ def _turn_parents(group, frames, quaternions, targets, reach):
                 lands = not _dot(miss, miss) > r * r
         if lands:
             missed.pop()
-        elif chain != 4:          # a clamped clavicle turn that does not reach: least squares' job
-            continue
         new[group.roles[i]] = q_new
-        if chain == 4:
+        if head:
             new["turn"] = (rotation_about(n, turn) if M is None else M, p)
     return new, missed
 
@@ -388,7 +398,8 @@ class ReachAssist:
 
         The assist is there to spare a character least squares, so a character with a chain it cannot bring within
         reach (the turn needed beyond ASSIST_MAX_TURN or the limits, a target beyond the straight spine) keeps its pose
-        from then on: least squares moves it anyway, and the turns would be paid for nothing."""
+        from then on: least squares moves it anyway, and the turns would be paid for nothing. Except the clavicles'
+        turns toward an arm's target beyond reach (_turn_parents): least squares goes on from them."""
         targets = target_positions[rows].tolist()
         reach = [self.reach_list] * len(rows) if self.reach_per_character is None else self.reach_per_character[rows].tolist()
         live = list(range(len(rows)))               # characters (indices into rows) every group so far could help
@@ -406,9 +417,10 @@ class ReachAssist:
                 if straighten:
                     new, head_reached = _straighten_spine(self.spine, new, frames[j], quaternions[j], targets[i][4], reach[i][4])
                     missed = [c for c in missed if c != 4] if head_reached else [4]
-                if missed:
+                if 4 in missed:
                     continue
-                still.append(i)
+                if not missed:
+                    still.append(i)
                 row = int(rows[i])
                 for role, quaternion in new.items():
                     if role != "turn":

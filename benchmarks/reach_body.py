@@ -9,12 +9,12 @@ reach, the feet and the other hand staying where Create Targets put them:
 - floor: on the ground 30 cm in front of the right toes;
 - forward: at shoulder height, 1.4 arm lengths in front of the shoulder;
 - overhead: 1.2 arm lengths above the shoulder.
-Per goal and method it prints what moved: the hand's miss at the goal, the feet's largest move from where they
-stood (mm), the largest turn of any mapped bone in one tick, the spine's bend at the end (the angle between the hips'
-and the chest's orientations), how far the hips came down and how far the head moved. Methods: Neural IK with the root
-and head free; Neural IK with all six pinned (today's, the root and head held); Blender's IK constraint with the hand's
-chain down to the hips (blender_ik.BaselineRig, its head chain taken off). No times: the figures do not depend on the
-machine.
+Per goal and method it prints what moved: the hand's miss at the goal, the feet's and the left hand's largest move
+from where they stood (mm), the largest turn of any mapped bone in one tick, the spine's bend at the end (the angle
+between the hips' and the chest's orientations), how far the hips came down and how far the head moved. Methods:
+Neural IK with the root and head free; Neural IK with all six pinned (today's, the root and head held); Blender's IK
+constraint with the hand's chain down to the hips (blender_ik.BaselineRig, its head chain taken off). No
+times: the figures do not depend on the machine.
 """
 
 import argparse
@@ -67,7 +67,7 @@ def what_moved(heads, rotations, start_heads, start_rotations, goal):
     from neural_ik.neural_network.geometry.rotations import angle_between
     from neural_ik.neural_network.skeleton.roles import ROLE_INDEX, ROLES
 
-    feet = [ROLE_INDEX["LeftFoot"], ROLE_INDEX["RightFoot"]]
+    feet, left = [ROLE_INDEX["LeftFoot"], ROLE_INDEX["RightFoot"]], ROLE_INDEX["LeftHand"]
     all_rotations = np.concatenate([start_rotations[None], rotations])
     mapped = np.isfinite(start_heads[:, 0])
     turns = np.degrees(angle_between(all_rotations[:-1], all_rotations[1:]))[:, mapped]
@@ -76,6 +76,7 @@ def what_moved(heads, rotations, start_heads, start_rotations, goal):
     return {
         "hand_miss_cm": float(100 * np.linalg.norm(heads[-1, ROLE_INDEX["RightHand"]] - goal)),
         "feet_moved_mm": float(1000 * np.linalg.norm(heads[:, feet] - start_heads[feet], axis=-1).max()),
+        "left_hand_moved_mm": float(1000 * np.linalg.norm(heads[:, left] - start_heads[left], axis=-1).max()),
         "largest_step_deg": float(turns[step, bone]),
         "largest_step_bone": [r for r, m in zip(ROLES, mapped) if m][bone],
         "steps_over_15_deg": int((turns.max(axis=1) > reach_sweep.POP_DEGREES).sum()),
@@ -117,7 +118,8 @@ def main(argv=None):
     report = {"ticks": args.ticks, "refine": args.refine, "goals": {}}
     print(f"whole-body reach on the demo rig from {reach_sweep.START_ACTION} frame 1: the right hand dragged in "
           f"{args.ticks} live ticks to each goal, refinement {args.refine}")
-    print(f"{'goal':<9} {'method':<22} {'hand miss cm':>12} {'feet moved mm':>13} {'largest step':>12} "
+    print(f"{'goal':<9} {'method':<22} {'hand miss cm':>12} {'feet moved mm':>13} {'left hand mm':>12} "
+          f"{'largest step':>12} "
           f"{'bone':<14} {'spine bend':>10} {'hips down cm':>12} {'head moved cm':>13}")
     for name in GOALS:
         goal = goal_of(name, heads0, rotations0)
@@ -134,6 +136,7 @@ def main(argv=None):
         report["goals"][name] = rows
         for method, row in rows.items():
             print(f"{name:<9} {method:<22} {row['hand_miss_cm']:12.2f} {row['feet_moved_mm']:13.2f} "
+                  f"{row['left_hand_moved_mm']:12.2f} "
                   f"{row['largest_step_deg']:12.1f} {row['largest_step_bone']:<14} {row['spine_bend_deg']:10.1f} "
                   f"{row['hips_down_cm']:12.1f} {row['head_moved_cm']:13.1f}")
     reach_sweep.write_json(args.json, report)

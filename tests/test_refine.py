@@ -374,6 +374,42 @@ def test_reach_assist_skips_characters_least_squares_must_move_anyway():
     assert np.abs(q[1::2, shoulder] - before[1::2, shoulder]).max() > 1e-3
 
 
+def test_least_squares_never_takes_a_landed_hand_off_its_target():
+    """The right hand's target 10-25 % beyond the arm's reach (least squares bends the spine for it), the left hand's
+    on a nearly straight arm (a hanging arm: a spine move that takes its shoulder away leaves it short): the left hand
+    stays on its target and the right one still comes closer than the closed form alone brings it. Before least
+    squares' move was cut to what keeps landed effectors landed, it left the left hand 25-30 mm short (and the tick
+    the right target came back within reach the spine snapped back, bending that straight elbow in one tick)."""
+    skel = humanoid_skeleton(twist=0.2)
+    ref = refiner_for(skel, width=0.6)
+    n = 12
+    local, hips_R, hips_p, _pose = random_poses(skel, n, seed=60, spread=0.08)
+    for elbow, bend in (("LeftForeArm", 0.15), ("RightForeArm", 0.8)):
+        local[:, ROLE_INDEX[elbow]] = local[:, ROLE_INDEX[elbow]] @ axis_angle_to_matrix(np.array([0.0, 0.0, bend]))
+    pose = kinematics.forward(skel, local, hips_R, hips_p)
+    hips = hips_matrices(hips_R, hips_p)
+    rng = np.random.default_rng(61)
+    away = rng.normal(size=(n, 3))
+    away /= np.linalg.norm(away, axis=-1, keepdims=True)
+    shoulder = pose.positions[:, ROLE_INDEX["RightArm"]]
+    for beyond in (1.1, 1.15, 1.2, 1.25):
+        tp = pose.positions[:, EFF].copy()
+        tp[:, 1] = shoulder + beyond * ref.links.reach[0][1] * away
+        tr = pose.rotations[:, EFF]
+        alone = matrices_to_quaternions(local)
+        closed = ref.closed_form(alone, ref.chain_forward(alone, hips), tp, tr)
+        q = matrices_to_quaternions(local)
+        errors = ref.refine_quaternions(q, hips, tp, tr, iterations=2)
+        assert ref.last_least_squares == n
+        assert closed[:, [0, 2, 3, 4]].max() < 1e-6                   # the others are within reach: they land
+        assert errors[:, [0, 2, 3, 4]].max() < 1e-4                   # and stay there
+        assert (errors[:, 1] < closed[:, 1] - 1e-3).all()             # the spine still brings the right hand closer
+        out = quaternions_to_matrices(q)
+        out[:, ~skel.role_mask] = np.eye(3)
+        check = kinematics.forward(skel, out, hips_R, hips_p)         # independent FK of the written rotations
+        np.testing.assert_allclose(np.linalg.norm(check.positions[:, EFF] - tp, axis=-1), errors, atol=1e-9)
+
+
 def test_spine_swing_bound_skips_only_what_the_full_straightening_would_refuse(monkeypatch):
     """The early bound on Spine's swing (from distances, before the bends) turns characters away only when the full
     closed-form straightening would refuse them too: the result equals the one without the bound, bit for bit, over

@@ -19,7 +19,8 @@ characters), then the two-bone solve of all five chains (both arms, both legs, a
 Head - for the head) and the effector orientations at once, vectorised over chains and characters. Only characters
 whose targets that leaves out of reach (a clavicle or the spine must move) go through the least-squares stage -
 `iterations` steps of it - and then the closed form again. So the iteration count is the least-squares budget for
-unreachable targets; `last_least_squares` says how many characters needed it.
+unreachable targets; `last_least_squares` says how many characters needed it. Least squares never takes an effector
+the closed form landed off its target: where its move would, only the share of it that keeps it landed is taken.
 
 Before the closed form, a reach assist (reach_assist.py, closed form too) moves what the two-bone solve cannot: for a
 chain whose target is beyond its reach it turns the chain's parent (Spine2 for the head, a clavicle for an arm), or
@@ -76,6 +77,7 @@ LIMBS = (("LeftArm", "LeftForeArm", "LeftHand"), ("RightArm", "RightForeArm", "R
 JOINT_WEIGHTS = {"Spine": 0.15, "Spine1": 0.15, "Spine2": 0.15, "NeckLower": 0.4, "NeckUpper": 0.4,
                  "LeftShoulder": 0.4, "RightShoulder": 0.4}
 MAX_STEP = 0.6   # radians: the largest joint change one least-squares step may make
+LANDED_BISECTIONS = 6   # halvings of a least-squares move that took a landed effector off (1/64 of the move)
 
 
 def _axis_angle_matrix(axis, angle):
@@ -517,7 +519,14 @@ class Refiner:
         """refine_quaternions' last stage, on the closed form's result q (K, 23, 4) and its errors (K, 5): least
         squares (`iterations` steps) then the closed form again for the characters left more than `tolerance` away,
         kept where that brings them closer. follow: as in refine_quaternions (a free head does not hold the spine back
-        from a pinned hand). Returns the errors; sets last_least_squares."""
+        from a pinned hand). Returns the errors; sets last_least_squares.
+
+        What the closed form landed stays landed: where least squares' move (of the spine, for a hand beyond reach)
+        takes a landed effector off its target (a straight arm whose shoulder moved away), only the largest share of
+        the move that keeps it landed is taken (bisection on a blend of each joint's rotation before and after). So
+        the target beyond reach comes as close as the rest allows, and as it comes back within reach the move fades
+        out continuously: a move taken in full, then dropped the tick the target came within reach, snapped the
+        spine back and bent the other arm's straight elbow 14-23 degrees in one tick (docs/results.md)."""
         self.last_least_squares = 0
         if iterations <= 0 or not errors.max() > tolerance:
             return errors
@@ -527,26 +536,65 @@ class Refiner:
         q_more, hips_more, tp = q[need], hips[need], target_positions[need]
         if len(self.unmapped):
             q_more[:, self.unmapped] = (1.0, 0.0, 0.0, 0.0)
+        start = q_more.copy()
         riding = None if follow is None or not follow[need].any() else follow[need]
         for _ in range(iterations):
             if self.least_squares_quaternions(q_more, hips_more, tp, links, riding) < tolerance:
                 break
-        world = self.chain_forward(q_more, hips_more, links)
-        if riding is not None:                 # the free effectors go where least squares took them
-            tp[riding] = world[:, self.chain_slots[:, 3]][:, :, :3, 3][riding]
-        if self.head_reach is not None:        # least squares moved the spine for the arms: the head again
-            upper, end = self.chain_slots[4, 1], self.chain_slots[4, 3]
-            rows = self._heads_off(world[:, upper, :3, 3], world[:, end, :3, 3], tp[:, 4], links, tolerance)
-            if rows is not None:
-                self.head_reach.solve(q_more, hips_more, tp[:, 4], rows, self.chain_forward, links)
-                world = self.chain_forward(q_more, hips_more, links)
-        more = self.closed_form(q_more, world, tp, target_rotations[need], links)
+        moved = q_more.copy()
+        more = self._after_least_squares(q_more, hips_more, tp, target_rotations[need], links, riding, tolerance)
+        landed = errors[need] <= tolerance
+        if riding is not None:
+            landed &= ~riding
+        lost = np.nonzero(((more > tolerance) & landed).any(axis=1))[0]
+        if len(lost):
+            self._keep_landed(lost, start, moved, q_more, more, tp, hips_more, target_rotations[need], links, riding,
+                              landed, tolerance)
         better = more.max(axis=1) < errors[need].max(axis=1)
         q[need[better]] = q_more[better]
         errors[need[better]] = more[better]
         if riding is not None:
             target_positions[need[better]] = tp[better]
         return errors
+
+    def _after_least_squares(self, q, hips, tp, target_rotations, links, riding, tolerance):
+        """After least squares' steps on q (in place): the free effectors' targets go where it took them (tp, in
+        place), the head stage where it moved the spine for the arms, then the closed form. Returns the errors."""
+        world = self.chain_forward(q, hips, links)
+        if riding is not None:                 # the free effectors go where least squares took them
+            tp[riding] = world[:, self.chain_slots[:, 3]][:, :, :3, 3][riding]
+        if self.head_reach is not None:        # least squares moved the spine for the arms: the head again
+            upper, end = self.chain_slots[4, 1], self.chain_slots[4, 3]
+            rows = self._heads_off(world[:, upper, :3, 3], world[:, end, :3, 3], tp[:, 4], links, tolerance)
+            if rows is not None:
+                self.head_reach.solve(q, hips, tp[:, 4], rows, self.chain_forward, links)
+                world = self.chain_forward(q, hips, links)
+        return self.closed_form(q, world, tp, target_rotations, links)
+
+    def _keep_landed(self, rows, start, moved, q, errors, tp, hips, target_rotations, links, riding, landed,
+                     tolerance):
+        """least_squares_after_closed_form's characters `rows`, whose least squares took a landed effector off: the
+        largest share s of the move (LANDED_BISECTIONS halvings; joint rotations start -> moved, blended) that keeps
+        every `landed` one within tolerance, finished as _after_least_squares does; in place on q, errors and tp
+        (no share: infinite errors, so the closed form's start stays)."""
+        low, high = np.zeros(len(rows)), np.ones(len(rows))
+        first, last = start[rows], moved[rows]
+        last = np.where((np.einsum("kjc,kjc->kj", first, last) < 0.0)[..., None], -last, last)   # the short way
+        best_q, best_errors, best_tp = first.copy(), np.zeros((len(rows), 5)), tp[rows].copy()
+        sub_links, sub_riding = links.take(rows), None if riding is None else riding[rows]
+        keep = landed[rows]
+        for _ in range(LANDED_BISECTIONS):
+            share = 0.5 * (low + high)
+            blend = first + share[:, None, None] * (last - first)
+            blend /= np.sqrt(np.einsum("kjc,kjc->kj", blend, blend))[..., None]
+            targets = tp[rows].copy()
+            found = self._after_least_squares(blend, hips[rows], targets, target_rotations[rows], sub_links,
+                                              sub_riding, tolerance)
+            fine = ~((found > tolerance) & keep).any(axis=1)
+            low, high = np.where(fine, share, low), np.where(fine, high, share)
+            best_q[fine], best_errors[fine], best_tp[fine] = blend[fine], found[fine], targets[fine]
+        best_errors[low == 0.0] = np.inf           # no share kept them: the closed form's start stays
+        q[rows], errors[rows], tp[rows] = best_q, best_errors, best_tp
 
     def least_squares_quaternions(self, q, hips, target_positions, links=None, riding=None):
         """One least-squares step (what least_squares_step does with rotation matrices) in place on the joints of

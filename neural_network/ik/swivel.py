@@ -23,7 +23,8 @@ steps gain nothing measurable, docs/results.md), so the turn is a smooth functio
 shoulder or the wrist is FADE half ranges (or WRAP radians) from the mean, where the mean pose says little; it is cut
 back (bisection) so neither joint goes further past the model's limits than the refinement left it; and with the
 Solver's memory it moves at most SPEED radians a second from the last tick's (a Bake: the last frame's), so a
-shoulder-hand line that swings fast never turns an arm in a jump.
+shoulder-hand line that swings fast never turns an arm in a jump (the speed limit comes first: the limits' cut goes
+no further than it allows).
 
 One character is Python floats (two arms, a few dozen float operations each: cheaper than NumPy calls), a Bake's
 frames too (in order, for the speed limit); BATCH_FROM characters or more run the same steps as array operations.
@@ -156,12 +157,14 @@ class ArmSwivel:
         fade = min(1.0, (FADE[1] - math.sqrt(far)) / (FADE[1] - FADE[0]),
                    (WRAP[1] - math.sqrt(wrap)) / (WRAP[1] - WRAP[0]))
         phi = max(fade, 0.0) * max(-MAX_STEP, min(MAX_STEP, -slope / curve))
+        least = 0.0         # the smallest turn the speed limit allows (the limits' cut goes no further)
         if last is not None:
             phi = max(last - rate, min(last + rate, phi))
+            least = max(last - rate, min(last + rate, 0.0))
         # a turn by phi moves a delta by at most pi/2 |phi| (|J_r^-1| <= (t/2) / sin(t/2) <= pi/2): within the
         # margin no joint can cross a limit
         if 1.6 * abs(phi) >= margin:
-            phi = _within_limits(parts, phi)
+            phi = _within_limits(parts, phi, least)
         if abs(phi) < 1e-7:
             return 0.0
         for role, sign, axis, _delta0, _low, _high, local, _d in parts:
@@ -197,21 +200,24 @@ class ArmSwivel:
             fade = np.maximum(np.minimum.reduce([np.ones(k), (FADE[1] - far) / (FADE[1] - FADE[0]),
                                                  (WRAP[1] - wrap) / (WRAP[1] - WRAP[0])]), 0.0)
             phi = fade * np.clip(-slope / curve, -MAX_STEP, MAX_STEP)
+            least = np.zeros(k)
             if memory is not None:
                 last = memory.swivel[:k, a]
                 phi = np.where(known, np.clip(phi, last - rate, last + rate), phi)
+                least = np.where(known, np.clip(0.0, last - rate, last + rate), 0.0)
             check = np.nonzero((1.6 * np.abs(phi) >= margin) & (length >= 1e-9))[0]
             if len(check):
                 limits = (signs, low, high)
                 crossing = check[_past_array(axes[check], delta0[check], phi[check], *limits) > past0[check] + 1e-9]
                 if len(crossing):
                     lo, hi = np.zeros(len(crossing)), np.ones(len(crossing))
+                    start, span = least[crossing], phi[crossing] - least[crossing]
                     for _ in range(LIMIT_BISECTIONS):
                         middle = 0.5 * (lo + hi)
-                        past = _past_array(axes[crossing], delta0[crossing], middle * phi[crossing], *limits)
+                        past = _past_array(axes[crossing], delta0[crossing], start + middle * span, *limits)
                         fine = past <= past0[crossing] + 1e-9
                         lo, hi = np.where(fine, middle, lo), np.where(fine, hi, middle)
-                    phi[crossing] *= lo
+                    phi[crossing] = start + lo * span
             phi = np.where((np.abs(phi) < 1e-7) | (length < 1e-9), 0.0, phi)
             moving = np.nonzero(phi)[0]
             if len(moving):
@@ -230,9 +236,10 @@ def _past(d, low, high):
     return sum(max(d[i] - high[i], 0.0) + max(low[i] - d[i], 0.0) for i in range(3))
 
 
-def _within_limits(parts, phi):
-    """_settle_arm's turn phi, or the largest share of it (bisection) that takes neither joint further past the
-    limits (summed over their axes) than the refinement left them."""
+def _within_limits(parts, phi, least=0.0):
+    """_settle_arm's turn phi, or the turn nearest it between `least` and phi (bisection) that takes neither joint
+    further past the limits (summed over their axes) than the refinement left them; `least` (0, or with a memory the
+    smallest turn its speed limit allows) where none does: the speed limit comes first."""
     def past(turn):
         return sum(_past(quaternion_axis_angle(quaternion_product(delta0, _turn(axis, sign * turn))), low, high)
                    for _role, sign, axis, delta0, low, high, _local, _d in parts)
@@ -243,8 +250,8 @@ def _within_limits(parts, phi):
     low, high = 0.0, 1.0
     for _ in range(LIMIT_BISECTIONS):
         middle = 0.5 * (low + high)
-        low, high = (middle, high) if past(middle * phi) <= past0 else (low, middle)
-    return phi * low
+        low, high = (middle, high) if past(least + middle * (phi - least)) <= past0 else (low, middle)
+    return least + low * (phi - least)
 
 
 def _turn_array(axes, angles):

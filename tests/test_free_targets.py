@@ -157,6 +157,48 @@ def test_run_ik_brings_the_body_down_to_a_hand_on_the_floor_and_shows_and_puts_b
     assert not np.allclose(np.array(head_empty.matrix_world), np.array(head_before), atol=1e-3)  # the user's pin
 
 
+def test_run_ik_reaching_overhead_keeps_the_other_pinned_hand_on_its_target(demo):
+    """Root and head free, the right hand dragged in 120 live ticks to 1.2 arm lengths above its shoulder (beyond the
+    arm: the body must stretch up): it lands within 1 cm; the left hand and the feet, pinned where Create Targets put
+    them, stay within 1 mm all the way, and no bone turns over 15 degrees in a tick. Before least squares kept landed
+    effectors on their targets, it took the left hand 25 mm off to bring the right one up (benchmarks/reach_body.py)."""
+    import bpy
+
+    from neural_ik.blender.models import rig_of
+    from neural_ik.blender.rig import pose_read
+    from neural_ik.blender.rig.rig_model import world_to_character
+    from neural_ik.neural_network.geometry.rotations import angle_between
+
+    obj = demo
+    bpy.ops.neural_ik.create_targets()
+    obj.neural_ik.layer_root.free = obj.neural_ik.layer_head.free = True
+    obj.neural_ik.refine_iterations = 2
+    rig = rig_of(obj)
+    heads0 = pose_read.armature_pose_heads(obj, rig)
+    shoulder, elbow, wrist = (heads0[ROLE_INDEX[f"Right{part}"]] for part in ("Arm", "ForeArm", "Hand"))
+    goal_character = shoulder + np.array([0.0, 0.0, 1.2 * (np.linalg.norm(elbow - shoulder) +
+                                                          np.linalg.norm(wrist - elbow))])
+    goal = (np.linalg.inv(world_to_character(obj, rig)) @ np.append(goal_character, 1.0))[:3]
+    pinned = [ROLE_INDEX[n] for n in ("LeftHand", "LeftFoot", "RightFoot")]
+    rotations, moved = [pose_read.armature_pose_rotations(obj, rig)], []
+    context = StandInContext()
+    runner = runner_reporting_to([])()
+    assert runner.invoke(context, Event("NONE")) == {"RUNNING_MODAL"}
+    try:
+        for _ in _drag(bpy, obj, obj.neural_ik.target_right_hand, goal, 120, runner, context):
+            rotations.append(pose_read.armature_pose_rotations(obj, rig))
+            heads = pose_read.armature_pose_heads(obj, rig)
+            moved.append(np.linalg.norm(heads[pinned] - heads0[pinned], axis=-1))
+    finally:
+        runner.modal(context, Event("ESC"))
+    assert np.linalg.norm(heads[ROLE_INDEX["RightHand"]] - goal_character) < 0.01
+    assert heads[ROLE_INDEX["Head"], 2] > heads0[ROLE_INDEX["Head"], 2] - 0.05           # stretched up, not bent
+    assert np.max(moved) < 1e-3, np.round(np.max(moved, axis=0) * 1000, 2).tolist()
+    mapped = np.isfinite(heads0[:, 0])
+    turns = np.degrees(angle_between(np.array(rotations[:-1]), np.array(rotations[1:])))[:, mapped]
+    assert turns.max() < 15.0
+
+
 @pytest.mark.parametrize("shifts", [None, 0])
 def test_run_ik_vr_case_the_body_follows_a_leaning_head(demo, shifts, monkeypatch):
     """Head and hands pinned, the root and feet free (a VR headset and two controllers): the head's empty leaned

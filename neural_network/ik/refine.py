@@ -518,8 +518,10 @@ class Refiner:
                                         tolerance=1e-4, follow=None):
         """refine_quaternions' last stage, on the closed form's result q (K, 23, 4) and its errors (K, 5): least
         squares (`iterations` steps) then the closed form again for the characters left more than `tolerance` away,
-        kept where that brings them closer. follow: as in refine_quaternions (a free head does not hold the spine back
-        from a pinned hand). Returns the errors; sets last_least_squares.
+        kept where that brings them closer (the sum of the squared misses: the largest miss alone, often a foot beyond
+        reach that least squares barely moves, dropped its help to a hand one tick and took it the next). follow: as
+        in refine_quaternions (a free head does not hold the spine back from a pinned hand). Returns the errors; sets
+        last_least_squares.
 
         What the closed form landed stays landed: where least squares' move (of the spine, for a hand beyond reach)
         takes a landed effector off its target (a straight arm whose shoulder moved away), only the largest share of
@@ -550,7 +552,7 @@ class Refiner:
         if len(lost):
             self._keep_landed(lost, start, moved, q_more, more, tp, hips_more, target_rotations[need], links, riding,
                               landed, tolerance)
-        better = more.max(axis=1) < errors[need].max(axis=1)
+        better = (more * more).sum(axis=1) < (errors[need] * errors[need]).sum(axis=1)
         q[need[better]] = q_more[better]
         errors[need[better]] = more[better]
         if riding is not None:

@@ -410,6 +410,30 @@ def test_least_squares_never_takes_a_landed_hand_off_its_target():
         np.testing.assert_allclose(np.linalg.norm(check.positions[:, EFF] - tp, axis=-1), errors, atol=1e-9)
 
 
+def test_least_squares_help_for_a_hand_is_kept_beside_a_foot_beyond_reach():
+    """A left foot's target half a metre below its reach (the hips are given: no move of the body brings it closer;
+    the leg ends straight toward it either way) and the right hand's 5-8 cm beyond the arm's: least squares' spine
+    and clavicle bring the hand closer, and that is kept for every character. Kept only where the largest miss fell,
+    it was decided by the foot's, which least squares leaves as it was: all 16 lost the hand's help."""
+    skel = humanoid_skeleton(twist=0.2)
+    ref = refiner_for(skel, width=0.6)
+    n = 16
+    local, hips_R, hips_p, tp, tr = pushed_beyond_reach(ref, skel, n, 1, seed=70)
+    shoulder = kinematics.forward(skel, local, hips_R, hips_p).positions[:, ROLE_INDEX["RightArm"]]
+    out = tp[:, 1] - shoulder
+    tp[:, 1] = shoulder + out * ((ref.links.reach[0][1] + 0.05 + 0.03 * np.linspace(0, 1, n)) /
+                                 np.linalg.norm(out, axis=-1))[:, None]
+    tp[:, 2, 2] -= 0.5
+    hips = hips_matrices(hips_R, hips_p)
+    alone = matrices_to_quaternions(local)
+    closed = ref.closed_form(alone, ref.chain_forward(alone, hips), tp, tr)
+    q = matrices_to_quaternions(local)
+    errors = ref.refine_quaternions(q, hips, tp, tr, iterations=2)
+    assert ref.last_least_squares == n
+    assert (errors[:, 1] < closed[:, 1] - 0.005).all(), np.round((closed[:, 1] - errors[:, 1]) * 1000, 1).tolist()
+    np.testing.assert_allclose(errors[:, 2], closed[:, 2], atol=1e-3)        # the foot: as far as ever
+
+
 def test_spine_swing_bound_skips_only_what_the_full_straightening_would_refuse(monkeypatch):
     """The early bound on Spine's swing (from distances, before the bends) turns characters away only when the full
     closed-form straightening would refuse them too: the result equals the one without the bound, bit for bit, over

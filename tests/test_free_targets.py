@@ -102,21 +102,30 @@ def _drag(bpy, obj, target, goal, ticks, runner, context):
         yield
 
 
-def test_run_ik_brings_the_body_down_to_a_hand_on_the_floor_and_shows_and_puts_back_the_free_targets(demo):
+def _root_and_head_freed(obj):
+    """Create Targets, the root and the head set Free, refinement 2: (the rig, the heads before any tick)."""
     import bpy
 
     from neural_ik.blender.models import rig_of
+    from neural_ik.blender.rig import pose_read
+
+    bpy.ops.neural_ik.create_targets()
+    obj.neural_ik.layer_root.free = obj.neural_ik.layer_head.free = True
+    obj.neural_ik.refine_iterations = 2
+    rig = rig_of(obj)
+    return rig, pose_read.armature_pose_heads(obj, rig)
+
+
+def test_run_ik_brings_the_body_down_to_a_hand_on_the_floor_and_shows_and_puts_back_the_free_targets(demo):
+    import bpy
+
     from neural_ik.blender.rig import pose_read
     from neural_ik.blender.rig.rig_model import world_to_character
     from neural_ik.neural_network.data.features import root_frame
     from neural_ik.neural_network.geometry.rotations import angle_between
 
     obj = demo
-    bpy.ops.neural_ik.create_targets()
-    obj.neural_ik.layer_root.free = obj.neural_ik.layer_head.free = True
-    obj.neural_ik.refine_iterations = 2
-    rig = rig_of(obj)
-    heads0 = pose_read.armature_pose_heads(obj, rig)
+    rig, heads0 = _root_and_head_freed(obj)
     rotations = [pose_read.armature_pose_rotations(obj, rig)]
     root_empty, head_empty = obj.neural_ik.target_root, obj.neural_ik.target_head
     root_before, head_before = root_empty.matrix_world.copy(), head_empty.matrix_world.copy()
@@ -164,17 +173,12 @@ def test_run_ik_reaching_overhead_keeps_the_other_pinned_hand_on_its_target(demo
     effectors on their targets, it took the left hand 25 mm off to bring the right one up (benchmarks/reach_body.py)."""
     import bpy
 
-    from neural_ik.blender.models import rig_of
     from neural_ik.blender.rig import pose_read
     from neural_ik.blender.rig.rig_model import world_to_character
     from neural_ik.neural_network.geometry.rotations import angle_between
 
     obj = demo
-    bpy.ops.neural_ik.create_targets()
-    obj.neural_ik.layer_root.free = obj.neural_ik.layer_head.free = True
-    obj.neural_ik.refine_iterations = 2
-    rig = rig_of(obj)
-    heads0 = pose_read.armature_pose_heads(obj, rig)
+    rig, heads0 = _root_and_head_freed(obj)
     shoulder, elbow, wrist = (heads0[ROLE_INDEX[f"Right{part}"]] for part in ("Arm", "ForeArm", "Hand"))
     goal_character = shoulder + np.array([0.0, 0.0, 1.2 * (np.linalg.norm(elbow - shoulder) +
                                                           np.linalg.norm(wrist - elbow))])

@@ -92,6 +92,9 @@ def test_closed_form_matches_the_numpy_refiner(twist):
     staged = []
     expected, got = one_by_one(skel, ref, q, hips, tp, tr, iterations=0, staged=staged)
     staged = np.array(staged)
+    # targets metres out of reach: the ends lie on the lines to them, which the float32 frames of the arms' reach
+    # assist (turned toward such a target) move by a few micrometres
+    staged |= expected[1].max(axis=1) > 0.5
     for rows, tolerance in ((~staged, 1e-6), (staged, HEAD_STAGE_TOLERANCE)):
         assert_same_refinement(skel, q[rows], hips[rows], tuple(a[rows] for a in expected),
                                tuple(a[rows] for a in got), position_tol=tolerance)

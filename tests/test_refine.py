@@ -356,8 +356,12 @@ def test_reach_assist_leaves_targets_within_reach_alone():
     np.testing.assert_array_equal(q, plain)
 
 
-def test_reach_assist_skips_characters_least_squares_must_move_anyway():
-    """A character whose leg target is beyond reach (no assist turn helps a leg) is not assisted; the others are."""
+def test_reach_assist_helps_the_arms_of_a_character_whose_leg_is_beyond_reach():
+    """A character whose leg target is beyond reach (no assist turn helps a leg; least squares runs anyway) still has
+    its arms assisted: its clavicle turns and the hand lands in the closed form alone, as the others' do. Skipped
+    before, such a hand went to least squares, which left it a few millimetres short for a tick while a foot was
+    dragged beyond reach (and the limbs' memory restarted the arm: 104 of 1,368 ticks with a pinned hand more than
+    1 mm off in a foot drag with the shipped model, docs/results.md)."""
     skel = humanoid_skeleton(twist=0.2)
     ref = refiner_for(skel, width=0.6)
     local, hips_R, hips_p, tp, tr = pushed_beyond_reach(ref, skel, 6, 0, seed=50)
@@ -366,12 +370,13 @@ def test_reach_assist_skips_characters_least_squares_must_move_anyway():
     np.testing.assert_array_equal(ref._beyond_reach(ref.chain_forward(q, hips), tp), np.arange(6))
     far = tp.copy()
     far[::2, 2] += np.array([0.0, 0.0, -0.5])            # left foot targets half a metre below the reach
-    np.testing.assert_array_equal(ref._beyond_reach(ref.chain_forward(q, hips), far), np.arange(1, 6, 2))
+    np.testing.assert_array_equal(ref._beyond_reach(ref.chain_forward(q, hips), far), np.arange(6))   # all six
     before = q.copy()
-    ref.refine_quaternions(q, hips, far, tr, iterations=0)      # no least squares: the skipped keep their clavicles
+    errors = ref.refine_quaternions(q, hips, far, tr, iterations=0)      # no least squares: the assist alone
     shoulder = ROLE_INDEX["LeftShoulder"]
-    np.testing.assert_array_equal(q[::2, shoulder], before[::2, shoulder])
-    assert np.abs(q[1::2, shoulder] - before[1::2, shoulder]).max() > 1e-3
+    assert (np.abs(q[:, shoulder] - before[:, shoulder]).max(axis=-1) > 1e-3).all()
+    assert errors[:, 0].max() < 1e-6                                     # every left hand lands
+    assert errors[::2, 2].min() > 0.2                                    # the feet half a metre below stay short
 
 
 def test_least_squares_never_takes_a_landed_hand_off_its_target():

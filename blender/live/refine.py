@@ -195,10 +195,6 @@ class MathutilsRefiner:
         if assist is not None:
             self.reach_squares = assist.reach_squares[0].tolist() if assist.reach_squares.ndim > 1 \
                 else assist.reach_squares.tolist()
-            self.unassisted = assist.unassisted_chains.tolist()
-            # chains the assist cannot help whose reach the first part of the forward pass does not place (an arm
-            # whose clavicle is not mapped): the rest of the upper body is placed before the reach checks
-            self.unassisted_above = [c for c in self.unassisted if self.chains[c].slots[0] not in lower]
         # the head stage for one character (None when the rig has none)
         self.head_stage = None if r.head_reach is None else LiveHeadReach(r.head_reach, self.slots)
         self.head = None
@@ -407,13 +403,7 @@ class MathutilsRefiner:
         assisted = []                                  # the roles the reach assist turned
         self.forward(quaternions, world, self.lower_steps)
         rest_placed = False
-        if self.assist is not None and self.unassisted_above:
-            self.forward(quaternions, world, self.rest_steps)
-            rest_placed = True
-        # a chain the assist cannot help beyond reach (a leg): least squares moves the character anyway, the assist
-        # would be paid for nothing
-        helping = self.assist is not None and not any(self._beyond(world, target_vectors, c) for c in self.unassisted)
-        for group in (self.assist.groups if helping else ()):
+        for group in (self.assist.groups if self.assist is not None else ()):
             if group.chains[0] != 4 and not rest_placed:
                 self.forward(quaternions, world, self.rest_steps)
                 rest_placed = True

@@ -9,7 +9,10 @@ clavicles hang off the spine. Only characters with a chain beyond reach pay for 
 of a few calls); on the shipped model's held-out clips it takes the share of ticks needing least squares from 100% to
 a few percent. It works one character at a time in Python floats (a turn is a few dozen float operations, far cheaper
 at K = 1 than NumPy calls on whole subtrees), then one forward pass; a character with a chain it cannot bring within
-reach (or a leg beyond reach) is left to least squares untouched.
+reach is left to least squares untouched (but for the clavicles' turns toward an arm's target). A leg beyond reach
+(the hips are given: no turn helps it) does not stop the assist of the arms and the head: least squares runs anyway,
+and a hand the assist lands stays landed through it (a hand left to least squares instead came a few millimetres
+short while a foot was dragged beyond reach).
 
 The Refiner (refine.py) owns the chain layout, the forward pass and the workspace; ReachAssist holds the assist's own
 constants (which parents turn, the spine's, the chains' reaches) and is called by Refiner.refine_quaternions: first
@@ -367,23 +370,18 @@ class ReachAssist:
             assisted[group.chains[group.enabled]] = True
         reach_max = links.reach[0]
         self.reach_squares = np.where(chain_valid, reach_max * reach_max, np.inf)
-        self.assisted_chains, self.unassisted_chains = np.nonzero(assisted)[0], np.nonzero(~assisted)[0]
+        self.assisted_chains = np.nonzero(assisted)[0]
         self.reach_per_character = reach_max if links.per_character else None
         self.reach_list = None if links.per_character else reach_max.tolist()
 
     def rows_beyond_reach(self, t_square, distances):
         """Characters (indices) with an assisted chain whose target is beyond its reach, or None, from the closed
         form's first step (t_square: |t|^2 per chain, (K, 5)); distances is a (K, 5) buffer. The check costs a
-        within-reach tick three calls. A character with a leg's target beyond reach is left out: least squares moves
-        it anyway."""
+        within-reach tick three calls."""
         np.subtract(t_square, self.reach_squares, out=distances)
         if not distances.max() > 0.0:
             return None
-        beyond = distances > 0.0
-        legs = beyond[:, self.unassisted_chains]
-        if not legs.any():
-            return np.nonzero(beyond.any(axis=1))[0]
-        rows = np.nonzero(beyond[:, self.assisted_chains].any(axis=1) & ~legs.any(axis=1))[0]
+        rows = np.nonzero((distances[:, self.assisted_chains] > 0.0).any(axis=1))[0]
         return rows if len(rows) else None
 
     def apply(self, q, hips, world, target_positions, rows, chain_forward):

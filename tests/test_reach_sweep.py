@@ -357,8 +357,10 @@ def test_a_foot_swept_round_the_hip_never_pops(empty_scene, side):
 @pytest.mark.slow
 def test_a_foot_swept_round_the_hip_leaves_the_other_pins_where_they_are(empty_scene):
     """The shipped model, the left foot's lap: the two hands, the other foot and the head, pinned where Create
-    Targets put them, stay within 1 mm of their targets at every step. Before the reach assist helped the arms of a
-    character with a leg beyond reach, 104 of the 1,368 steps had one more than 1 mm off (up to 22 mm)."""
+    Targets put them, stay within 1 mm of their targets but at a handful of steps (0 of 1,367 at the suite's seeds;
+    1-2 with the seeds shifted by 101, 202 or 303, up to 6 mm: the restart after least squares that docs/results.md
+    describes). Before the reach assist helped the arms of a character with a leg beyond reach, 104 of the 1,367
+    steps had one more than 1 mm off (up to 22 mm)."""
     from live_helpers import demo_armature
 
     from neural_ik.blender import models
@@ -368,6 +370,8 @@ def test_a_foot_swept_round_the_hip_leaves_the_other_pins_where_they_are(empty_s
     obj = demo_armature()
     rig = rig_model.read_rig(obj, get_bone_map(obj))
     turns, _worst, miss, within, held = sweep_live(obj, rig, models.model_of(obj)[0], "Left", limb="foot")
-    print(f"\nshipped model, left foot: other pins at most {1000 * held.max():.3f} mm, largest turn {turns.max():.1f} deg")
-    assert held.max() < 1e-3, int((held.max(axis=1) > 1e-3).sum())
+    off = int((held.max(axis=1) > 1e-3).sum())
+    print(f"\nshipped model, left foot: other pins at most {1000 * held.max():.3f} mm, {off} of {len(held)} steps over "
+          f"1 mm; largest turn {turns.max():.1f} deg")
+    assert off <= 5
     assert turns.max() <= 15.0 and miss[within].max() < 1e-3

@@ -13,8 +13,8 @@ Per goal and method it prints what moved: the hand's miss at the goal, the feet'
 from where they stood (mm), the largest turn of any mapped bone in one tick, the spine's bend at the end (the angle
 between the hips' and the chest's orientations), how far the hips came down and how far the head moved. Methods:
 Neural IK with the root and head free; Neural IK with all six pinned (today's, the root and head held); Blender's IK
-constraint with the hand's chain down to the hips (blender_ik.BaselineRig, its head chain taken off). No
-times: the figures do not depend on the machine.
+constraint with the hand's chain down to the hips (blender_ik.BaselineRig, its head chain taken off). No times:
+the figures do not depend on the machine.
 """
 
 import argparse
@@ -119,8 +119,7 @@ def main(argv=None):
     print(f"whole-body reach on the demo rig from {reach_sweep.START_ACTION} frame 1: the right hand dragged in "
           f"{args.ticks} live ticks to each goal, refinement {args.refine}")
     print(f"{'goal':<9} {'method':<22} {'hand miss cm':>12} {'feet moved mm':>13} {'left hand mm':>12} "
-          f"{'largest step':>12} "
-          f"{'bone':<14} {'spine bend':>10} {'hips down cm':>12} {'head moved cm':>13}")
+          f"{'largest step':>12} {'bone':<14} {'spine bend':>10} {'hips down cm':>12} {'head moved cm':>13}")
     for name in GOALS:
         goal = goal_of(name, heads0, rotations0)
         path = path_to(heads0[ROLE_INDEX["RightHand"]], goal, args.ticks)

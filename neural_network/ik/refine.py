@@ -583,15 +583,15 @@ class Refiner:
         first, last = start[rows], moved[rows]
         last = np.where((np.einsum("kjc,kjc->kj", first, last) < 0.0)[..., None], -last, last)   # the short way
         best_q, best_errors, best_tp = first.copy(), np.zeros((len(rows), 5)), tp[rows].copy()
-        sub_links, sub_riding = links.take(rows), None if riding is None else riding[rows]
-        keep = landed[rows]
+        sub_hips, sub_rotations, sub_links = hips[rows], target_rotations[rows], links.take(rows)
+        sub_riding, keep = None if riding is None else riding[rows], landed[rows]
         for _ in range(LANDED_BISECTIONS):
             share = 0.5 * (low + high)
             blend = first + share[:, None, None] * (last - first)
             blend /= np.sqrt(np.einsum("kjc,kjc->kj", blend, blend))[..., None]
-            targets = tp[rows].copy()
-            found = self._after_least_squares(blend, hips[rows], targets, target_rotations[rows], sub_links,
-                                              sub_riding, tolerance)
+            targets = tp[rows]
+            found = self._after_least_squares(blend, sub_hips, targets, sub_rotations, sub_links, sub_riding,
+                                              tolerance)
             fine = ~((found > tolerance) & keep).any(axis=1)
             low, high = np.where(fine, share, low), np.where(fine, high, share)
             best_q[fine], best_errors[fine], best_tp[fine] = blend[fine], found[fine], targets[fine]

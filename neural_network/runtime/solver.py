@@ -33,6 +33,7 @@ from ..geometry.rotations import matrix_to_quaternion
 from ..ik.refine import Refiner
 from ..ik.refine_memory import RefineMemory
 from ..ik.swivel import ArmSwivel
+from ..ik.twist import EndTwist
 from ..skeleton.roles import FOOT_ROLES, NUM_ROLES, TASKS
 from .engines import make_engine
 from .inputs import ABSURD_DISTANCE, NUM_TARGETS, InputBuilder
@@ -154,6 +155,7 @@ class Solver:
         self.unmapped_bias = np.where(mask[:, None], 0.0, np.array([1.0, 0.0, 0.0, 0.0]))
         self.any_unmapped = not mask.all()
         self.swivel = ArmSwivel(skeleton, mean_q, model.limit_low, model.limit_high, self.refiner.slot_of)
+        self.twist = EndTwist(skeleton, mean_q, model.limit_low, model.limit_high)
         start = np.where(mask[:, None], mean_q, np.array([1.0, 0.0, 0.0, 0.0]))
         self._last_q = np.broadcast_to(start, (k, NUM_ROLES, 4)).copy()
         self.has_good = np.zeros(k, bool)   # False until a character's first usable tick
@@ -405,14 +407,17 @@ class Solver:
         self._hold(usable, refine_iterations > 0 or measure_errors, refine_iterations > 0)
 
     def _refine(self, q, hips, positions, rotations, iterations, follow=None):
-        """The refinement of q (K, 23, 4) in place, then the arms' swivel (ik/swivel.py; the hands stay exact);
-        follow: (K, 5) the free effectors (Refiner.refine_quaternions). Returns the effector errors (K, 5)."""
+        """The refinement of q (K, 23, 4) in place, then the arms' swivel (ik/swivel.py) and the hands' and feet's
+        twist (ik/twist.py; both leave the effectors exact); follow: (K, 5) the free effectors
+        (Refiner.refine_quaternions). Returns the effector errors (K, 5)."""
         errors = self.refiner.refine_quaternions(q, hips, positions, rotations, iterations=iterations,
                                                  memory=self.memory, follow=follow)
         if self.swivel.active:
             frames = self.refiner.last_arm_frames       # one character in mathutils: known without a forward pass
             self.swivel.settle(q, None if frames is not None else self.refiner.chain_forward(q, hips), self.memory,
                                frames)
+        if self.twist.active:
+            self.twist.settle(q, self.refiner.link_bridges, self.refiner.link_offsets, self.memory)
         return errors
 
     def _follow_mask(self, follow):

@@ -1,0 +1,233 @@
+"""End twist: a hand (or the head) turned past the model's limits gives its roll to the forearm (the upper neck).
+
+Why: with a hand pinned, its local rotation is whatever turns the forearm's frame into the target's. Where the
+forearm's roll (the network's, kept by the refinement) differs from the clip's, the wrist takes the whole difference:
+on 35 unseen Bandai clips with six targets pinned, 61 hand frames went past the model's limits by 23-43 degrees on
+average (up to 83) beyond what the clip's own wrist did (docs/results.md, "End twist"). Turning the forearm about its
+own line (elbow to wrist) and the hand back by the same turn leaves every joint where it is and the hand's world
+rotation as it is, and moves the roll from the wrist into the forearm, where a real arm's roll happens. The head
+takes the same stage on the neck. The legs do not: their excess there was a few degrees at the knee (1-2 on the
+shins, 6-16 on the feet), and the shin has almost no roll of its own to give.
+
+For one limb with mid bone m and end bone e (local rotations L, mean-pose rotations M, the model's limits [low, high]
+on each axis of d = log(M^-1 L)), a turn t about the line from the end's head to the mid's head:
+
+    L_m(t) = L_m r(u_m, t)        L_e(t) = L_e r(u_e, -t)
+
+with u_m the end's head offset in m's frame (unit) and u_e = L_e^-1 B_e^T u_m the same line in e's frame (B_e the
+end's rest bridge). The turn minimises
+
+    f(t) = sum over both joints and axes of (how far d lies past [low, high])^2 + STAY t^2
+
+by Gauss-Newton from t = 0 (with a memory, from last tick's turn; d'(t) = s J_r^-1(d) u, s = +1 for the mid and -1
+for the end), each step halved until f falls. It runs only for limbs with a joint past its limits at t = 0 (or a
+turn still easing out); elsewhere f's only term is STAY t^2 and nothing turns. With the Solver's memory a limb's turn
+moves at most SPEED radians a second from last tick's (a Bake: from the last frame's): where the least-cost turn
+jumps (two rolls nearly as good, a forearm's limits meeting the hand's) the forearm rolls over instead of snapping,
+and a turn no longer needed eases out.
+
+One character (the live tick) is checked in Python floats (a NumPy call costs more than a joint's dozen float
+operations), many characters or a Bake's frames in arrays; the turns themselves (a few limbs in a hundred) are solved
+limb by limb in floats. Pure NumPy and Python; no bpy.
+"""
+
+import math
+
+import numpy as np
+
+from ..geometry.quaternion_math import (
+    axis_angle_quaternion,
+    multiply_quaternions,
+    quaternion_axis_angle,
+    quaternion_matrix,
+    quaternion_product,
+)
+from ..geometry.rotations import quaternion_to_axis_angle
+from ..skeleton.roles import ROLE_INDEX
+
+STAY = 1e-8           # cost of a radian of twist (squared) against squared radians past the limits: a tie-break
+MAX_TWIST = 1.6       # radians, the largest turn
+SPEED = 2.0           # radians a second: how fast a limb's turn may change from tick to tick (or frame to frame)
+STEPS = 6             # Gauss-Newton steps
+HALVINGS = 6          # a step that does not lower f is halved this many times at most (then not taken)
+LIMBS = tuple((ROLE_INDEX[mid], ROLE_INDEX[end]) for mid, end in (
+    ("LeftForeArm", "LeftHand"), ("RightForeArm", "RightHand"), ("NeckUpper", "Head")))
+
+
+class EndTwist:
+    """The twist stage of one rig and model: its limbs (mapped mid and end bones), their mean-pose rotations, limits
+    and twist axes."""
+
+    def __init__(self, skeleton, mean_quaternions, limit_low, limit_high):
+        mask = skeleton.role_mask
+        self.limbs = [(m, e) for m, e in LIMBS if mask[m] and mask[e]]
+        joints = [j for limb in self.limbs for j in limb]                  # mid, end, mid, end, ...
+        self.roles = np.array(joints, int)
+        mean = np.asarray(mean_quaternions, np.float64)[joints]
+        self.mean_inverse = (mean * np.array([1.0, -1.0, -1.0, -1.0])).reshape(-1, 2, 4)
+        self.low = np.asarray(limit_low, np.float64).reshape(-1, 3)[joints].reshape(-1, 2, 3)
+        self.high = np.asarray(limit_high, np.float64).reshape(-1, 3)[joints].reshape(-1, 2, 3)
+        self.axes = self._axes(skeleton.bridges, skeleton.offsets)
+        # the one-character check's constants as floats: per joint (M^-1, low, high, and cos^2 of half the angle a
+        # turn from the mean stays within the limits below: the nearest face of the box, 2 where the mean is outside)
+        inside = np.minimum(-self.low, self.high).min(axis=-1)
+        inside_cos2 = np.where(inside > 0.0, np.cos(0.5 * np.minimum(inside, np.pi)) ** 2, 2.0)
+        self.checks = [(tuple(self.mean_inverse[i, s].tolist()), tuple(self.low[i, s].tolist()),
+                        tuple(self.high[i, s].tolist()), float(inside_cos2[i, s]))
+                       for i in range(len(self.limbs)) for s in (0, 1)]
+
+    @property
+    def active(self):
+        return bool(self.limbs)
+
+    def _axes(self, bridges, offsets):
+        """(..., limbs, 2, 3): u_m, the end's head offset in the mid's frame (unit), and B_e^T u_m (u_e before L_e^-1),
+        from the rig's bridges and offsets ((23, 3, 3), (23, 3), or per character with a leading K axis)."""
+        ends = [e for _m, e in self.limbs]
+        line = np.asarray(offsets, np.float64)[..., ends, :]
+        line = line / np.maximum(np.linalg.norm(line, axis=-1, keepdims=True), 1e-300)
+        in_end = np.einsum("...ba,...b->...a", np.asarray(bridges, np.float64)[..., ends, :, :], line)
+        return np.stack([line, in_end], axis=-2)
+
+    def _past_one(self, q):
+        """Indices of the limbs of one character (q (23, 4)) with a joint past its limits, in Python floats (the
+        product M^-1 L and its log map written out: a call costs as much as a joint's arithmetic). A joint turned
+        from the mean by less than the nearest face of its limits' box is inside: |w| of M^-1 L says so."""
+        past = []
+        for i, ((w, x, y, z), ((mw, mx, my, mz), low, high, inside_cos2)) in enumerate(
+                zip(q[self.roles].tolist(), self.checks)):
+            qw = mw * w - mx * x - my * y - mz * z
+            if qw * qw >= inside_cos2:
+                continue
+            qx, qy, qz = mw * x + mx * w + my * z - mz * y, mw * y - mx * z + my * w + mz * x, mw * z + mx * y - my * x + mz * w
+            s = math.sqrt(qx * qx + qy * qy + qz * qz)
+            scale = math.copysign(2.0 * math.atan2(s, abs(qw)) / max(s, 1e-300), qw)
+            if not (low[0] <= qx * scale <= high[0] and low[1] <= qy * scale <= high[1]
+                    and low[2] <= qz * scale <= high[2]):
+                past.append(i // 2)
+        return past
+
+    def settle(self, q, bridges=None, offsets=None, memory=None):
+        """Turn the limbs of q (K, 23, 4) local quaternions in place where a joint is past its limits. bridges,
+        offsets: per-character links ((K, 23, 3, 3), (K, 23, 3)), or None for the rig's own. memory: the Solver's
+        RefineMemory (refine_memory.py): a limb's turn moves at most SPEED * memory.dt from its last tick's (a Bake:
+        its last frame's, the frames in order), so it never flips between ticks and eases out as gradually. Returns
+        how many limbs turned."""
+        if memory is None or not memory.sequence:
+            return self._settle(q, bridges, offsets, memory)
+        turned = 0
+        for i in range(len(q)):            # frames of one character in order: each turn held to the one before
+            links = (None, None) if bridges is None else (bridges[i:i + 1], offsets[i:i + 1])
+            turned += self._settle(q[i:i + 1], *links, memory)
+        return turned
+
+    def _settle(self, q, bridges, offsets, memory):
+        """settle for characters q (memory rows 0 to K - 1). One character without a limb to turn, the usual live
+        tick, costs the float check and no NumPy call."""
+        k, n = len(q), len(self.limbs)
+        if k == 1:
+            known = memory is not None and bool(memory.twist_known[0])
+            last = memory.twist[0, :n].tolist() if known else [0.0] * n
+            past = self._past_one(q[0])
+            pairs = [(0, limb) for limb in range(n) if limb in past or last[limb] != 0.0]
+            if not pairs and (known or memory is None):
+                return 0
+            known, last = [known], [last]
+        else:
+            known = np.zeros(k, bool) if memory is None else memory.twist_known[:k].copy()
+            last = np.where(known[:, None], memory.twist[:k, :n], 0.0) if memory is not None else np.zeros((k, n))
+            d = quaternion_to_axis_angle(multiply_quaternions(self.mean_inverse, q[:, self.roles].reshape(k, n, 2, 4)))
+            needed = ((d < self.low) | (d > self.high)).any(axis=(2, 3)) | (last != 0.0)  # or easing out of a turn
+            pairs = list(zip(*(index.tolist() for index in np.nonzero(needed))))
+            known, last = known.tolist(), last.tolist()
+        turns = [[0.0] * n for _ in range(k)]
+        if pairs:
+            axes = self.axes if bridges is None else self._axes(bridges, offsets)
+            rate = SPEED * memory.dt if memory is not None else 0.0
+            for row, limb in pairs:
+                start = last[row][limb]
+                lower, upper = (max(start - rate, -MAX_TWIST), min(start + rate, MAX_TWIST)) if known[row] else \
+                    (-MAX_TWIST, MAX_TWIST)
+                joints = self._joints(q[row], limb, (axes[limb] if bridges is None else axes[row, limb]).tolist())
+                t = solve(joints, min(max(start, lower), upper), lower, upper)
+                t = turns[row][limb] = t if abs(t) > 1e-9 else 0.0        # eased out: done (not a rounding's 1e-18)
+                if t != 0.0:
+                    for (role, sign), (_delta0, u, _low, _high) in zip(((self.limbs[limb][0], 1.0),
+                                                                         (self.limbs[limb][1], -1.0)), joints):
+                        q[row, role] = quaternion_product(q[row, role].tolist(), axis_angle_quaternion(
+                            (u[0] * sign * t, u[1] * sign * t, u[2] * sign * t)))
+        if memory is not None:
+            memory.twist[:k, :n] = turns
+            memory.twist_known[:k] = True
+        return sum(t != 0.0 for row in turns for t in row)
+
+    def _joints(self, q, limb, axes):
+        """One limb of one character (q (23, 4)) for `solve`: per joint (mid, end) its delta from the mean pose
+        M^-1 L, its turn's axis in its own frame (u_m; u_e = L_e^-1 B_e^T u_m), its limits."""
+        (mid, end), (line, in_end) = self.limbs[limb], axes
+        end_rows = quaternion_matrix(q[end].tolist())               # L_e as rows: L_e^-1 w = L_e^T w
+        u_end = tuple(sum(end_rows[r][i] * in_end[r] for r in range(3)) for i in range(3))
+        checks = self.checks[2 * limb:2 * limb + 2]
+        return tuple((quaternion_product(mean_inverse, q[role].tolist()), u, low, high)
+                     for role, u, (mean_inverse, low, high, _inside) in zip((mid, end), (tuple(line), u_end), checks))
+
+
+SIGNS = (1.0, -1.0)      # the mid turns by t, the end by -t
+
+
+def limb_cost(joints, t):
+    """f(t) for one limb (`joints` as EndTwist._joints gives), and per joint its delta d(t) and residuals (how far
+    each axis of d lies past its limits, signed)."""
+    cost, parts = STAY * t * t, []
+    for (delta0, u, low, high), sign in zip(joints, SIGNS):
+        a = sign * t
+        d = quaternion_axis_angle(quaternion_product(delta0, axis_angle_quaternion((u[0] * a, u[1] * a, u[2] * a))))
+        residual = tuple(max(d[i] - high[i], 0.0) + min(d[i] - low[i], 0.0) for i in range(3))
+        cost += residual[0] * residual[0] + residual[1] * residual[1] + residual[2] * residual[2]
+        parts.append((d, residual))
+    return cost, parts
+
+
+def solve(joints, start=0.0, lower=-MAX_TWIST, upper=MAX_TWIST):
+    """One limb's turn: Gauss-Newton on f from `start`, every trial clipped to [lower, upper], each step halved until
+    f falls (the turn stays where it is when no halving lowers f)."""
+    t = start
+    cost, parts = limb_cost(joints, t)
+    for _ in range(STEPS):
+        slope, curve = STAY * t, STAY
+        for (d, residual), (_delta0, u, _low, _high), sign in zip(parts, joints, SIGNS):
+            if residual == (0.0, 0.0, 0.0):
+                continue
+            j = _log_slope(d, u)
+            for i in range(3):
+                if residual[i] != 0.0:
+                    slope += sign * residual[i] * j[i]
+                    curve += j[i] * j[i]
+        step = -slope / curve
+        if abs(step) <= 1e-7:
+            break
+        for _ in range(HALVINGS):
+            trial = min(max(t + step, lower), upper)
+            trial_cost, trial_parts = limb_cost(joints, trial)
+            if trial_cost < cost:
+                t, cost, parts = trial, trial_cost, trial_parts
+                break
+            step *= 0.5
+        else:
+            break
+    return t
+
+
+def _log_slope(d, a):
+    """J_r^-1(d) a, the derivative of log(exp(d) exp(s a)) in s at 0, for an axis-angle d and an axis a (floats):
+    a + d x a / 2 + c d x (d x a), c = 1/t^2 - (1 + cos t) / (2 t sin t)."""
+    d0, d1, d2 = d
+    t2 = d0 * d0 + d1 * d1 + d2 * d2
+    if t2 < 1e-8:
+        c = 1.0 / 12.0
+    else:
+        t = math.sqrt(t2)
+        c = 1.0 / t2 - (1.0 + math.cos(t)) / (2.0 * t * math.sin(t)) if t < 3.14 else 1.0 / t2
+    x0, x1, x2 = d1 * a[2] - d2 * a[1], d2 * a[0] - d0 * a[2], d0 * a[1] - d1 * a[0]
+    return (a[0] + 0.5 * x0 + c * (d1 * x2 - d2 * x1), a[1] + 0.5 * x1 + c * (d2 * x0 - d0 * x2),
+            a[2] + 0.5 * x2 + c * (d0 * x1 - d1 * x0))

@@ -1,0 +1,169 @@
+"""The end twist (ik/twist.py): every joint stays where it is and every hand and the head as it is turned; a wrist
+turned past its limits gives the roll to its forearm, so the two together end less far past; a limb within its limits
+is never touched; one character's float check and many characters' arrays agree; per-character links; with a memory
+the turn moves at most its speed a tick, and a Bake's frames give what live ticks give."""
+
+import numpy as np
+import pytest
+from live_helpers import humanoid_skeleton, limits, mean_pose
+
+from neural_ik.neural_network.geometry import kinematics
+from neural_ik.neural_network.geometry.quaternion_math import multiply_quaternions, quaternions_to_matrices
+from neural_ik.neural_network.geometry.rotations import axis_angle_to_quaternion, matrix_to_quaternion
+from neural_ik.neural_network.ik import twist
+from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
+
+LIMB_ROLES = [ROLE_INDEX[name] for name in ("LeftForeArm", "LeftHand", "RightForeArm", "RightHand", "NeckUpper", "Head")]
+
+
+@pytest.fixture(scope="module")
+def stage():
+    skel = humanoid_skeleton()
+    mean_q = matrix_to_quaternion(np.asarray(mean_pose(), np.float64))
+    low, high = limits(width=0.7)
+    return skel, mean_q, np.asarray(low, np.float64).reshape(23, 3), np.asarray(high, np.float64).reshape(23, 3), \
+        twist.EndTwist(skel, mean_q, low, high)
+
+
+def poses(mean_q, n, spread, seed):
+    rng = np.random.default_rng(seed)
+    return multiply_quaternions(np.broadcast_to(mean_q, (n, 23, 4)), axis_angle_to_quaternion(
+        rng.normal(size=(n, 23, 3)) * spread))
+
+
+def world(skel, q):
+    n = len(q)
+    pose = kinematics.forward(skel, quaternions_to_matrices(q), np.broadcast_to(np.eye(3), (n, 3, 3)), np.zeros((n, 3)))
+    return pose.rotations, pose.positions
+
+
+def excess(mean_q, low, high, q):
+    """(n, 23) squared radians past the limits, summed over the axes (what the stage lowers)."""
+    from neural_ik.neural_network.geometry.rotations import quaternion_to_axis_angle
+    d = quaternion_to_axis_angle(multiply_quaternions(mean_q * np.array([1.0, -1.0, -1.0, -1.0]), q))
+    return ((np.maximum(d - high, 0.0) + np.maximum(low - d, 0.0)) ** 2).sum(axis=-1)
+
+
+def test_no_joint_moves_no_end_turns_and_the_excess_falls(stage):
+    skel, mean_q, low, high, end_twist = stage
+    q = poses(mean_q, 60, 0.5, seed=3)          # far from the mean: many ends past their limits
+    before = excess(mean_q, low, high, q)
+    settled = q.copy()
+    turned = end_twist.settle(settled)
+    assert turned > 30
+    (r0, p0), (r1, p1) = world(skel, q), world(skel, settled)
+    np.testing.assert_allclose(p1, p0, atol=1e-9)                      # every joint where it was
+    for name in ("LeftHand", "RightHand", "Head"):                     # every end turned as it was
+        np.testing.assert_allclose(r1[:, ROLE_INDEX[name]], r0[:, ROLE_INDEX[name]], atol=1e-9)
+    changed = np.abs(settled - q).max(axis=(0, 2)) > 1e-12
+    assert set(np.nonzero(changed)[0]) <= set(LIMB_ROLES)
+    after = excess(mean_q, low, high, settled)
+    limbs = np.array(LIMB_ROLES).reshape(3, 2)                         # each limb's mid and end
+    limb_before, limb_after = before[:, limbs].sum(axis=2), after[:, limbs].sum(axis=2)
+    assert (limb_after <= limb_before + 1e-12).all()
+    assert limb_after.sum() < 0.6 * limb_before.sum()      # random limbs: a roll alone cannot undo every bend
+
+
+def test_a_wrist_rolled_past_its_limits_gives_the_roll_to_the_forearm(stage):
+    """The mean pose with the hand rolled about the forearm's line by 1.2 rad (and the forearm back by nothing):
+    the turn takes the roll back wherever the forearm's limits allow it."""
+    skel, mean_q, low, high, end_twist = stage
+    q = np.broadcast_to(mean_q, (1, 23, 4)).copy()
+    arm, hand = ROLE_INDEX["LeftForeArm"], ROLE_INDEX["LeftHand"]
+    u_end = np.array(end_twist._joints(q[0], 0, end_twist.axes[0].tolist())[1][1])    # the line in the hand's frame
+    q[0, hand] = multiply_quaternions(q[0, hand], axis_angle_to_quaternion(1.2 * u_end))
+    assert excess(mean_q, low, high, q)[0, hand] > 0.1
+    settled = q.copy()
+    assert end_twist.settle(settled) == 1
+    assert excess(mean_q, low, high, settled)[0, [arm, hand]].sum() < 1e-3
+    np.testing.assert_allclose(world(skel, settled)[0][0, hand], world(skel, q)[0][0, hand], atol=1e-9)
+
+
+def test_limbs_within_their_limits_are_left_exactly_as_they_are(stage):
+    skel, mean_q, low, high, end_twist = stage
+    q = poses(mean_q, 30, 0.02, seed=4)
+    assert excess(mean_q, low, high, q)[:, LIMB_ROLES].max() == 0.0
+    settled = q.copy()
+    assert end_twist.settle(settled) == 0
+    np.testing.assert_array_equal(settled, q)
+    one = q[:1].copy()
+    assert end_twist.settle(one) == 0
+    np.testing.assert_array_equal(one, q[:1])
+
+
+def test_one_character_gives_what_many_give(stage):
+    skel, mean_q, low, high, end_twist = stage
+    q = poses(mean_q, 12, 0.45, seed=5)
+    many = q.copy()
+    end_twist.settle(many)
+    for i in range(len(q)):
+        one = q[i:i + 1].copy()
+        end_twist.settle(one)
+        np.testing.assert_allclose(one[0], many[i], atol=1e-12)
+
+
+def test_per_character_links_turn_about_each_characters_own_line(stage):
+    """Characters whose forearms carry the hand's head elsewhere (per-character offsets): every joint stays put."""
+    skel, mean_q, low, high, end_twist = stage
+    q = poses(mean_q, 6, 0.5, seed=6)
+    rng = np.random.default_rng(7)
+    bridges = np.broadcast_to(skel.bridges, (6, 23, 3, 3)).copy()
+    offsets = np.broadcast_to(skel.offsets, (6, 23, 3)).copy()
+    for name in ("LeftHand", "RightHand", "Head"):
+        offsets[:, ROLE_INDEX[name]] += rng.normal(size=(6, 3)) * 0.05
+    settled = q.copy()
+    assert end_twist.settle(settled, bridges, offsets) > 0
+    n = len(q)
+
+    def positions(local):
+        return kinematics.forward(skel, quaternions_to_matrices(local), np.broadcast_to(np.eye(3), (n, 3, 3)),
+                                  np.zeros((n, 3)), bridges, offsets).positions
+
+    np.testing.assert_allclose(positions(settled), positions(q), atol=1e-9)
+
+
+def test_the_turn_is_a_least_cost_turn(stage):
+    """Gauss-Newton's turn against a fine scan around it: no turn within 0.1 rad leaves the two joints less than 99 %
+    as far past their limits (squared), so the stage stops at a (local) least excess, and limbs within their limits
+    do not turn."""
+    skel, mean_q, low, high, end_twist = stage
+    q = poses(mean_q, 40, 0.5, seed=8)
+    limbs = [end_twist._joints(row, limb, end_twist.axes[limb].tolist()) for row in q for limb in range(3)]
+
+    def past(joints, turn):
+        return twist.limb_cost(joints, turn)[0] - twist.STAY * turn * turn
+
+    t = np.array([twist.solve(joints) for joints in limbs])
+    before = np.array([past(joints, 0.0) for joints in limbs])
+    assert (before > 0).sum() > 20 and (t[before == 0] == 0.0).all()
+    found = np.array([past(joints, turn) for joints, turn in zip(limbs, t)])
+    assert found.sum() < 0.5 * before.sum()
+    scan = np.array([min(past(joints, float(np.clip(turn + h, -twist.MAX_TWIST, twist.MAX_TWIST)))
+                         for h in np.linspace(-0.1, 0.1, 201)) for joints, turn in zip(limbs, t)])
+    assert (found <= 1.01 * scan + 1e-9).all()
+
+
+def test_with_a_memory_a_turn_moves_at_most_its_speed_and_a_bake_gives_what_ticks_give(stage):
+    """A hand rolled past its limits by more and more, tick by tick: live, the forearm's turn moves at most
+    SPEED * dt a tick (and eases back out once the roll is gone); a Bake of the same poses as frames in order gives the
+    same turns."""
+    from neural_ik.neural_network.ik.refine_memory import RefineMemory
+
+    skel, mean_q, low, high, end_twist = stage
+    hand = ROLE_INDEX["LeftHand"]
+    u_end = np.array(end_twist._joints(mean_q, 0, end_twist.axes[0].tolist())[1][1])
+    rolls = np.concatenate([np.linspace(0.0, 1.4, 30), np.full(10, 1.4), np.zeros(30)])
+    frames = np.broadcast_to(mean_q, (len(rolls), 23, 4)).copy()
+    frames[:, hand] = multiply_quaternions(mean_q[hand], axis_angle_to_quaternion(rolls[:, None] * u_end))
+    live, memory, turns = frames.copy(), RefineMemory(1, 4), []
+    for i in range(len(frames)):
+        end_twist.settle(live[i:i + 1], memory=memory)
+        turns.append(memory.twist[0, 0])
+    left = np.array(turns)
+    steps = np.abs(np.diff(left))
+    assert steps.max() <= twist.SPEED * memory.dt + 1e-12
+    assert np.abs(left).max() > 0.3                      # it did roll the forearm
+    assert abs(left[-1]) < abs(left).max() - 0.1        # and is easing back out
+    baked, sequence = frames.copy(), RefineMemory(1, 4, sequence=True)
+    end_twist.settle(baked, memory=sequence)
+    np.testing.assert_allclose(baked, live, atol=1e-12)

@@ -1,5 +1,5 @@
-"""The end twist (ik/twist.py): every joint stays where it is and every hand and the head as it is turned; a wrist
-turned past its limits gives the roll to its forearm, so the two together end less far past; a limb within its limits
+"""The end twist (ik/twist.py): every joint stays where it is and every hand, foot and the head as it is turned; a
+wrist turned past its limits gives the roll to its forearm, so the two together end less far past; a limb within its limits
 is never touched; one character's float check and many characters' arrays agree; per-character links; with a memory
 the turn moves at most its speed a tick, and a Bake's frames give what live ticks give."""
 
@@ -13,7 +13,9 @@ from neural_ik.neural_network.geometry.rotations import axis_angle_to_quaternion
 from neural_ik.neural_network.ik import twist
 from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
 
-LIMB_ROLES = [ROLE_INDEX[name] for name in ("LeftForeArm", "LeftHand", "RightForeArm", "RightHand", "NeckUpper", "Head")]
+LIMB_ROLES = [ROLE_INDEX[name] for name in ("LeftForeArm", "LeftHand", "RightForeArm", "RightHand", "NeckUpper", "Head",
+                                            "LeftShin", "LeftFoot", "RightShin", "RightFoot")]
+ENDS = ("LeftHand", "RightHand", "Head", "LeftFoot", "RightFoot")
 
 
 @pytest.fixture(scope="module")
@@ -53,12 +55,12 @@ def test_no_joint_moves_no_end_turns_and_the_excess_falls(stage):
     assert turned > 30
     (r0, p0), (r1, p1) = world(skel, q), world(skel, settled)
     np.testing.assert_allclose(p1, p0, atol=1e-9)                      # every joint where it was
-    for name in ("LeftHand", "RightHand", "Head"):                     # every end turned as it was
+    for name in ENDS:                                                  # every end turned as it was
         np.testing.assert_allclose(r1[:, ROLE_INDEX[name]], r0[:, ROLE_INDEX[name]], atol=1e-9)
     changed = np.abs(settled - q).max(axis=(0, 2)) > 1e-12
     assert set(np.nonzero(changed)[0]) <= set(LIMB_ROLES)
     after = excess(mean_q, low, high, settled)
-    limbs = np.array(LIMB_ROLES).reshape(3, 2)                         # each limb's mid and end
+    limbs = np.array(LIMB_ROLES).reshape(5, 2)                         # each limb's mid and end
     limb_before, limb_after = before[:, limbs].sum(axis=2), after[:, limbs].sum(axis=2)
     assert (limb_after <= limb_before + 1e-12).all()
     assert limb_after.sum() < 0.6 * limb_before.sum()      # random limbs: a roll alone cannot undo every bend
@@ -109,7 +111,7 @@ def test_per_character_links_turn_about_each_characters_own_line(stage):
     rng = np.random.default_rng(7)
     bridges = np.broadcast_to(skel.bridges, (6, 23, 3, 3)).copy()
     offsets = np.broadcast_to(skel.offsets, (6, 23, 3)).copy()
-    for name in ("LeftHand", "RightHand", "Head"):
+    for name in ENDS:
         offsets[:, ROLE_INDEX[name]] += rng.normal(size=(6, 3)) * 0.05
     settled = q.copy()
     assert end_twist.settle(settled, bridges, offsets) > 0
@@ -128,7 +130,7 @@ def test_the_turn_is_a_least_cost_turn(stage):
     do not turn."""
     skel, mean_q, low, high, end_twist = stage
     q = poses(mean_q, 40, 0.5, seed=8)
-    limbs = [end_twist._joints(row, limb, end_twist.axes[limb].tolist()) for row in q for limb in range(3)]
+    limbs = [end_twist._joints(row, limb, end_twist.axes[limb].tolist()) for row in q for limb in range(5)]
 
     def past(joints, turn):
         return twist.limb_cost(joints, turn)[0] - twist.STAY * turn * turn

@@ -50,8 +50,8 @@ class RefineMemory:
     last tick, while they differ from the network's own (`head_active`); each limb's clavicle (the hips for a leg),
     upper and mid bones' local rotations last tick, the network's own and the refinement's correction between them
     (network * c = solved) (`last`, (K, 3, 4, 3, 4); arms then legs, refine.CHAINS order; `limbs_known`); the arms'
-    swivel turns (`swivel`, `swivel_known`: a turn moves at most swivel.SPEED * dt a tick); the hands' and head's
-    twists (`twist`, `twist_known`: twist.SPEED * dt a tick)."""
+    swivel turns (`swivel`, `swivel_known`: a turn moves at most swivel.SPEED * dt a tick); the ends' twists
+    (`twist`, `twist_known`: twist.SPEED * dt a tick)."""
 
     @property
     def bones(self):
@@ -69,7 +69,7 @@ class RefineMemory:
         self.limbs_known = np.zeros(k, bool)
         self.swivel = np.zeros((k, 2))          # the arms' swivel turns last tick (ik/swivel.py), radians
         self.swivel_known = np.zeros(k, bool)
-        self.twist = np.zeros((k, 3))           # the hands' and head's twist turns last tick (ik/twist.py), radians
+        self.twist = np.zeros((k, 5))           # the ends' twist turns last tick (ik/twist.py), radians
         self.twist_known = np.zeros(k, bool)
         self.dt = 1.0 / 60.0
 

@@ -1,13 +1,13 @@
-"""End twist: a hand (or the head) turned past the model's limits gives its roll to the forearm (the upper neck).
+"""End twist: a hand, foot or the head turned past the model's limits gives its roll to the forearm, shin or upper neck.
 
 Why: with a hand pinned, its local rotation is whatever turns the forearm's frame into the target's. Where the
 forearm's roll (the network's, kept by the refinement) differs from the clip's, the wrist takes the whole difference:
 on 35 unseen Bandai clips with six targets pinned, 61 hand frames went past the model's limits by 23-43 degrees on
 average (up to 83) beyond what the clip's own wrist did (docs/results.md, "End twist"). Turning the forearm about its
 own line (elbow to wrist) and the hand back by the same turn leaves every joint where it is and the hand's world
-rotation as it is, and moves the roll from the wrist into the forearm, where a real arm's roll happens. The head
-takes the same stage on the neck. The legs do not: their excess there was a few degrees at the knee (1-2 on the
-shins, 6-16 on the feet), and the shin has almost no roll of its own to give.
+rotation as it is, and moves the roll from the wrist into the forearm, where a real arm's roll happens. The feet
+(on the shins) and the head (on the upper neck) take the same stage; their excess was smaller (1-2 degrees on the
+shins, 6-16 on the feet) and so is the roll a knee has to give.
 
 For one limb with mid bone m and end bone e (local rotations L, mean-pose rotations M, the model's limits [low, high]
 on each axis of d = log(M^-1 L)), a turn t about the line from the end's head to the mid's head:
@@ -51,7 +51,8 @@ SPEED = 2.0           # radians a second: how fast a limb's turn may change from
 STEPS = 6             # Gauss-Newton steps
 HALVINGS = 6          # a step that does not lower f is halved this many times at most (then not taken)
 LIMBS = tuple((ROLE_INDEX[mid], ROLE_INDEX[end]) for mid, end in (
-    ("LeftForeArm", "LeftHand"), ("RightForeArm", "RightHand"), ("NeckUpper", "Head")))
+    ("LeftForeArm", "LeftHand"), ("RightForeArm", "RightHand"), ("NeckUpper", "Head"), ("LeftShin", "LeftFoot"),
+    ("RightShin", "RightFoot")))
 
 
 class EndTwist:

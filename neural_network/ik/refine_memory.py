@@ -69,7 +69,8 @@ class RefineMemory:
         self.limbs_known = np.zeros(k, bool)
         self.swivel = np.zeros((k, 2))          # the arms' swivel turns last tick (ik/swivel.py), radians
         self.swivel_known = np.zeros(k, bool)
-        self.twist = np.zeros((k, 5))           # the ends' twist turns last tick (ik/twist.py), radians
+        self.twist = np.zeros((k, 5))           # the ends' twist turns last tick (ik/twist.py), radians: rolls
+        self.swing = np.zeros((k, 5))           # ... and swings
         self.twist_known = np.zeros(k, bool)
         self.dt = 1.0 / 60.0
 

@@ -7,7 +7,10 @@ average (up to 83) beyond what the clip's own wrist did (docs/results.md, "End t
 own line (elbow to wrist) and the hand back by the same turn leaves every joint where it is and the hand's world
 rotation as it is, and moves the roll from the wrist into the forearm, where a real arm's roll happens. The feet
 (on the shins) and the head (on the upper neck) take the same stage; their excess was smaller (1-2 degrees on the
-shins, 6-16 on the feet) and so is the roll a knee has to give.
+shins, 6-16 on the feet) and so is the roll a knee has to give. A roll cannot undo a wrist bent past its limits
+(flexed, not rolled): after the roll, an arm swings as a whole about its shoulder-hand line, the hand turned back,
+by the same kind of turn on the upper arm and the hand (the elbow moves; the hand stays). A leg's swing was
+measured and left out: it left more thigh and foot frames past, not fewer, and the inner joints further off.
 
 For one limb with mid bone m and end bone e (local rotations L, mean-pose rotations M, the model's limits [low, high]
 on each axis of d = log(M^-1 L)), a turn t about the line from the end's head to the mid's head:
@@ -24,7 +27,8 @@ for the end), each step halved until f falls. It runs only for limbs with a join
 turn still easing out); elsewhere f's only term is STAY t^2 and nothing turns. With the Solver's memory a limb's turn
 moves at most SPEED radians a second from last tick's (a Bake: from the last frame's): where the least-cost turn
 jumps (two rolls nearly as good, a forearm's limits meeting the hand's) the forearm rolls over instead of snapping,
-and a turn no longer needed eases out.
+and a turn no longer needed eases out. The swing is the same solve with the upper bone in the mid's place and the
+line from its head to the end's (in the upper bone's frame: the mid's head offset plus B_m L_m times the end's).
 
 One character (the live tick) is checked in Python floats (a NumPy call costs more than a joint's dozen float
 operations), many characters or a Bake's frames in arrays; the turns themselves (a few limbs in a hundred) are solved
@@ -53,6 +57,8 @@ HALVINGS = 6          # a step that does not lower f is halved this many times a
 LIMBS = tuple((ROLE_INDEX[mid], ROLE_INDEX[end]) for mid, end in (
     ("LeftForeArm", "LeftHand"), ("RightForeArm", "RightHand"), ("NeckUpper", "Head"), ("LeftShin", "LeftFoot"),
     ("RightShin", "RightFoot")))
+UPPERS = {ROLE_INDEX[mid]: ROLE_INDEX[upper] for mid, upper in (     # an arm's upper bone: its swing
+    ("LeftForeArm", "LeftArm"), ("RightForeArm", "RightArm"))}
 
 
 class EndTwist:
@@ -62,6 +68,13 @@ class EndTwist:
     def __init__(self, skeleton, mean_quaternions, limit_low, limit_high):
         mask = skeleton.role_mask
         self.limbs = [(m, e) for m, e in LIMBS if mask[m] and mask[e]]
+        self.uppers = [UPPERS[m] if m in UPPERS and mask[UPPERS[m]] else None for m, _e in self.limbs]
+        self.bridges, self.offsets = skeleton.bridges.tolist(), skeleton.offsets.tolist()
+        mean_all = np.asarray(mean_quaternions, np.float64) * np.array([1.0, -1.0, -1.0, -1.0])
+        self.upper_checks = [None if u is None else (tuple(mean_all[u].tolist()),
+                                                     tuple(np.asarray(limit_low, np.float64).reshape(-1, 3)[u].tolist()),
+                                                     tuple(np.asarray(limit_high, np.float64).reshape(-1, 3)[u].tolist()))
+                             for u in self.uppers]
         joints = [j for limb in self.limbs for j in limb]                  # mid, end, mid, end, ...
         self.roles = np.array(joints, int)
         mean = np.asarray(mean_quaternions, np.float64)[joints]
@@ -128,39 +141,67 @@ class EndTwist:
         k, n = len(q), len(self.limbs)
         if k == 1:
             known = memory is not None and bool(memory.twist_known[0])
-            last = memory.twist[0, :n].tolist() if known else [0.0] * n
+            last = (memory.twist[0, :n].tolist(), memory.swing[0, :n].tolist()) if known else ([0.0] * n, [0.0] * n)
             past = self._past_one(q[0])
-            pairs = [(0, limb) for limb in range(n) if limb in past or last[limb] != 0.0]
+            pairs = [(0, limb) for limb in range(n) if limb in past or last[0][limb] != 0.0 or last[1][limb] != 0.0]
             if not pairs and (known or memory is None):
                 return 0
             known, last = [known], [last]
         else:
             known = np.zeros(k, bool) if memory is None else memory.twist_known[:k].copy()
-            last = np.where(known[:, None], memory.twist[:k, :n], 0.0) if memory is not None else np.zeros((k, n))
+            rolls, swings = (np.where(known[:, None], memory.twist[:k, :n], 0.0), np.where(
+                known[:, None], memory.swing[:k, :n], 0.0)) if memory is not None else (np.zeros((k, n)),) * 2
             d = quaternion_to_axis_angle(multiply_quaternions(self.mean_inverse, q[:, self.roles].reshape(k, n, 2, 4)))
-            needed = ((d < self.low) | (d > self.high)).any(axis=(2, 3)) | (last != 0.0)  # or easing out of a turn
+            needed = ((d < self.low) | (d > self.high)).any(axis=(2, 3)) | (rolls != 0.0) | (swings != 0.0)
             pairs = list(zip(*(index.tolist() for index in np.nonzero(needed))))
-            known, last = known.tolist(), last.tolist()
-        turns = [[0.0] * n for _ in range(k)]
+            known, last = known.tolist(), list(zip(rolls.tolist(), swings.tolist()))
+        turns = ([[0.0] * n for _ in range(k)], [[0.0] * n for _ in range(k)])       # rolls, swings
         if pairs:
             axes = self.axes if bridges is None else self._axes(bridges, offsets)
             rate = SPEED * memory.dt if memory is not None else 0.0
             for row, limb in pairs:
-                start = last[row][limb]
-                lower, upper = (max(start - rate, -MAX_TWIST), min(start + rate, MAX_TWIST)) if known[row] else \
-                    (-MAX_TWIST, MAX_TWIST)
-                joints = self._joints(q[row], limb, (axes[limb] if bridges is None else axes[row, limb]).tolist())
-                t = solve(joints, min(max(start, lower), upper), lower, upper)
-                t = turns[row][limb] = t if abs(t) > 1e-9 else 0.0        # eased out: done (not a rounding's 1e-18)
-                if t != 0.0:
-                    for (role, sign), (_delta0, u, _low, _high) in zip(((self.limbs[limb][0], 1.0),
-                                                                         (self.limbs[limb][1], -1.0)), joints):
-                        q[row, role] = quaternion_product(q[row, role].tolist(), axis_angle_quaternion(
-                            (u[0] * sign * t, u[1] * sign * t, u[2] * sign * t)))
+                links = (self.bridges, self.offsets) if bridges is None else (bridges[row], offsets[row])
+                for move in (0, 1):                        # the roll, then the swing (an upper bone: a limb's)
+                    if move == 0:
+                        joints = self._joints(q[row], limb, (axes[limb] if bridges is None else axes[row, limb]).tolist())
+                        roles = self.limbs[limb]
+                    elif self.uppers[limb] is not None:
+                        joints = self._swing_joints(q[row], limb, *links)
+                        roles = (self.uppers[limb], self.limbs[limb][1])
+                    else:
+                        continue
+                    start = last[row][move][limb]
+                    lower, upper = (max(start - rate, -MAX_TWIST), min(start + rate, MAX_TWIST)) if known[row] \
+                        else (-MAX_TWIST, MAX_TWIST)
+                    t = solve(joints, min(max(start, lower), upper), lower, upper)
+                    t = turns[move][row][limb] = t if abs(t) > 1e-9 else 0.0   # eased out: done (not 1e-18)
+                    if t != 0.0:
+                        for role, sign, (_delta0, u, _low, _high) in zip(roles, SIGNS, joints):
+                            q[row, role] = quaternion_product(q[row, role].tolist(), axis_angle_quaternion(
+                                (u[0] * sign * t, u[1] * sign * t, u[2] * sign * t)))
         if memory is not None:
-            memory.twist[:k, :n] = turns
+            memory.twist[:k, :n], memory.swing[:k, :n] = turns
             memory.twist_known[:k] = True
-        return sum(t != 0.0 for row in turns for t in row)
+        return sum(t != 0.0 for move in turns for row in move for t in row)
+
+    def _swing_joints(self, q, limb, bridges, offsets):
+        """One limb of one character for `solve`, turned as a whole about the line from its upper bone's head to its
+        end's (the end turned back): per joint (upper, end) its delta from the mean pose, the line in its own frame,
+        its limits. The line in the upper bone's frame: the mid's head offset plus B_m L_m times the end's; in the
+        end's frame: (B_m L_m B_e L_e)^T times that."""
+        (mid, end), upper = self.limbs[limb], self.uppers[limb]
+        mid_rows, end_rows = quaternion_matrix(q[mid].tolist()), quaternion_matrix(q[end].tolist())
+        line = [a + b for a, b in zip(offsets[mid], _times(bridges[mid], _times(mid_rows, offsets[end])))]
+        length = math.sqrt(line[0] * line[0] + line[1] * line[1] + line[2] * line[2])
+        if length < 1e-12:
+            line = (0.0, 0.0, 0.0)
+        else:
+            line = (line[0] / length, line[1] / length, line[2] / length)
+        in_end = _times_t(end_rows, _times_t(bridges[end], _times_t(mid_rows, _times_t(bridges[mid], line))))
+        (mean_upper, low_upper, high_upper), (mean_end, low_end, high_end, _inside) = \
+            self.upper_checks[limb], self.checks[2 * limb + 1]
+        return ((quaternion_product(mean_upper, q[upper].tolist()), line, low_upper, high_upper),
+                (quaternion_product(mean_end, q[end].tolist()), in_end, low_end, high_end))
 
     def _joints(self, q, limb, axes):
         """One limb of one character (q (23, 4)) for `solve`: per joint (mid, end) its delta from the mean pose
@@ -173,7 +214,17 @@ class EndTwist:
                      for role, u, (mean_inverse, low, high, _inside) in zip((mid, end), (tuple(line), u_end), checks))
 
 
-SIGNS = (1.0, -1.0)      # the mid turns by t, the end by -t
+SIGNS = (1.0, -1.0)      # the mid (or upper) bone turns by t, the end by -t
+
+
+def _times(rows, v):
+    """A 3x3 matrix (rows) times a vector."""
+    return tuple(r[0] * v[0] + r[1] * v[1] + r[2] * v[2] for r in rows)
+
+
+def _times_t(rows, v):
+    """The transpose of a 3x3 matrix (rows) times a vector."""
+    return tuple(rows[0][i] * v[0] + rows[1][i] * v[1] + rows[2][i] * v[2] for i in range(3))
 
 
 def limb_cost(joints, t):

@@ -184,3 +184,22 @@ def test_with_a_memory_a_turn_moves_at_most_its_speed_and_a_bake_gives_what_tick
     baked, sequence = frames.copy(), RefineMemory(1, 4, sequence=True)
     end_twist.settle(baked, memory=sequence)
     np.testing.assert_allclose(baked, live, atol=1e-12)
+
+
+def test_a_rig_without_an_upper_neck_rolls_the_head_on_the_lower_one():
+    """Bandai's skeleton has one neck bone: the head's roll goes to it, and the head stays where and as it is."""
+    skel = humanoid_skeleton(drop=("NeckUpper",))
+    mean_q = matrix_to_quaternion(np.asarray(mean_pose(), np.float64))
+    low, high = limits(width=0.7)
+    end_twist = twist.EndTwist(skel, mean_q, low, high)
+    neck, head = ROLE_INDEX["NeckLower"], ROLE_INDEX["Head"]
+    assert (neck, head) in end_twist.limbs
+    q = poses(mean_q, 40, 0.5, seed=9)
+    q[:, ROLE_INDEX["NeckUpper"]] = [1.0, 0.0, 0.0, 0.0]
+    settled = q.copy()
+    end_twist.settle(settled)
+    assert np.abs(settled[:, neck] - q[:, neck]).max() > 1e-3
+    (r0, p0), (r1, p1) = world(skel, q), world(skel, settled)
+    np.testing.assert_allclose(p1[:, head], p0[:, head], atol=1e-9)
+    np.testing.assert_allclose(r1[:, head], r0[:, head], atol=1e-9)
+    assert excess(mean_q, low, high, settled)[:, [neck, head]].sum() < excess(mean_q, low, high, q)[:, [neck, head]].sum()

@@ -67,7 +67,9 @@ class EndTwist:
 
     def __init__(self, skeleton, mean_quaternions, limit_low, limit_high):
         mask = skeleton.role_mask
-        self.limbs = [(m, e) for m, e in LIMBS if mask[m] and mask[e]]
+        # each limb's end and the mapped bone it hangs off (a rig without an upper neck: the head on the lower one)
+        self.limbs = [(m if mask[m] else int(skeleton.parents[e]), e) for m, e in LIMBS
+                      if mask[e] and (mask[m] or (m == ROLE_INDEX["NeckUpper"] and mask[ROLE_INDEX["NeckLower"]]))]
         self.uppers = [UPPERS[m] if m in UPPERS and mask[UPPERS[m]] else None for m, _e in self.limbs]
         self.bridges, self.offsets = skeleton.bridges.tolist(), skeleton.offsets.tolist()
         mean_all = np.asarray(mean_quaternions, np.float64) * np.array([1.0, -1.0, -1.0, -1.0])

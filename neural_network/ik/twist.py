@@ -1,16 +1,17 @@
-"""End twist: a hand, foot or the head turned past the model's limits gives its roll to the forearm, shin or upper neck.
+"""End twist: a hand, foot or head past the model's limits gives its roll to the bone above it; an arm also swings.
 
 Why: with a hand pinned, its local rotation is whatever turns the forearm's frame into the target's. Where the
-forearm's roll (the network's, kept by the refinement) differs from the clip's, the wrist takes the whole difference:
-on 35 unseen Bandai clips with six targets pinned, 61 hand frames went past the model's limits by 23-43 degrees on
-average (up to 83) beyond what the clip's own wrist did (docs/results.md, "End twist"). Turning the forearm about its
-own line (elbow to wrist) and the hand back by the same turn leaves every joint where it is and the hand's world
-rotation as it is, and moves the roll from the wrist into the forearm, where a real arm's roll happens. The feet
-(on the shins) and the head (on the upper neck) take the same stage; their excess was smaller (1-2 degrees on the
-shins, 6-16 on the feet) and so is the roll a knee has to give. A roll cannot undo a wrist bent past its limits
-(flexed, not rolled): after the roll, an arm swings as a whole about its shoulder-hand line, the hand turned back,
-by the same kind of turn on the upper arm and the hand (the elbow moves; the hand stays). A leg's swing was
-measured and left out: it left more thigh and foot frames past, not fewer, and the inner joints further off.
+forearm's roll (the network's, kept by the refinement) differs from the clip's, the wrist takes the whole
+difference: on 35 unseen Bandai clips with six targets pinned, 61 hand frames went past the model's limits by 23-43
+degrees on average (up to 83) beyond what the clip's own wrist did (docs/results.md, "End twist"). Turning the
+forearm about its own line (elbow to wrist) and the hand back by the same turn leaves every joint where it is and
+the hand's world rotation as it is, and moves the roll from the wrist into the forearm, where a real arm's roll
+happens. The feet (on the shins) and the head (on the upper neck, or the one neck bone a rig like Bandai's has) take
+the same stage; their excess was smaller (1-2 degrees on the shins, 6-16 on the feet) and so is the roll a knee has
+to give. A roll cannot undo a wrist bent past its limits (flexed, not rolled): after the roll, an arm swings as a
+whole about its shoulder-hand line, the hand turned back, by the same kind of turn on the upper arm and the hand
+(the elbow moves; the hand stays). A leg's swing was measured and left out: it left more thigh and foot frames past,
+not fewer, and the inner joints further off.
 
 For one limb with mid bone m and end bone e (local rotations L, mean-pose rotations M, the model's limits [low, high]
 on each axis of d = log(M^-1 L)), a turn t about the line from the end's head to the mid's head:
@@ -62,8 +63,8 @@ UPPERS = {ROLE_INDEX[mid]: ROLE_INDEX[upper] for mid, upper in (     # an arm's 
 
 
 class EndTwist:
-    """The twist stage of one rig and model: its limbs (mapped mid and end bones), their mean-pose rotations, limits
-    and twist axes."""
+    """The twist stage of one rig and model: its limbs (each end and the mapped bone it hangs off; an arm's upper bone
+    for its swing), their mean-pose rotations, limits and twist axes."""
 
     def __init__(self, skeleton, mean_quaternions, limit_low, limit_high):
         mask = skeleton.role_mask
@@ -72,17 +73,14 @@ class EndTwist:
                       if mask[e] and (mask[m] or (m == ROLE_INDEX["NeckUpper"] and mask[ROLE_INDEX["NeckLower"]]))]
         self.uppers = [UPPERS[m] if m in UPPERS and mask[UPPERS[m]] else None for m, _e in self.limbs]
         self.bridges, self.offsets = skeleton.bridges.tolist(), skeleton.offsets.tolist()
-        mean_all = np.asarray(mean_quaternions, np.float64) * np.array([1.0, -1.0, -1.0, -1.0])
-        self.upper_checks = [None if u is None else (tuple(mean_all[u].tolist()),
-                                                     tuple(np.asarray(limit_low, np.float64).reshape(-1, 3)[u].tolist()),
-                                                     tuple(np.asarray(limit_high, np.float64).reshape(-1, 3)[u].tolist()))
-                             for u in self.uppers]
+        mean_inverse = np.asarray(mean_quaternions, np.float64) * np.array([1.0, -1.0, -1.0, -1.0])
+        low, high = (np.asarray(limit, np.float64).reshape(-1, 3) for limit in (limit_low, limit_high))
+        self.upper_checks = [None if u is None else (tuple(mean_inverse[u].tolist()), tuple(low[u].tolist()),
+                                                     tuple(high[u].tolist())) for u in self.uppers]
         joints = [j for limb in self.limbs for j in limb]                  # mid, end, mid, end, ...
         self.roles = np.array(joints, int)
-        mean = np.asarray(mean_quaternions, np.float64)[joints]
-        self.mean_inverse = (mean * np.array([1.0, -1.0, -1.0, -1.0])).reshape(-1, 2, 4)
-        self.low = np.asarray(limit_low, np.float64).reshape(-1, 3)[joints].reshape(-1, 2, 3)
-        self.high = np.asarray(limit_high, np.float64).reshape(-1, 3)[joints].reshape(-1, 2, 3)
+        self.mean_inverse = mean_inverse[joints].reshape(-1, 2, 4)
+        self.low, self.high = low[joints].reshape(-1, 2, 3), high[joints].reshape(-1, 2, 3)
         self.axes = self._axes(skeleton.bridges, skeleton.offsets)
         # the one-character check's constants as floats: per joint (M^-1, low, high, and cos^2 of half the angle a
         # turn from the mean stays within the limits below: the nearest face of the box, 2 where the mean is outside)
@@ -128,7 +126,7 @@ class EndTwist:
         offsets: per-character links ((K, 23, 3, 3), (K, 23, 3)), or None for the rig's own. memory: the Solver's
         RefineMemory (refine_memory.py): a limb's turn moves at most SPEED * memory.dt from its last tick's (a Bake:
         its last frame's, the frames in order), so it never flips between ticks and eases out as gradually. Returns
-        how many limbs turned."""
+        how many turns (rolls and swings) it made."""
         if memory is None or not memory.sequence:
             return self._settle(q, bridges, offsets, memory)
         turned = 0

@@ -50,8 +50,8 @@ class RefineMemory:
     last tick, while they differ from the network's own (`head_active`); each limb's clavicle (the hips for a leg),
     upper and mid bones' local rotations last tick, the network's own and the refinement's correction between them
     (network * c = solved) (`last`, (K, 3, 4, 3, 4); arms then legs, refine.CHAINS order; `limbs_known`); the arms'
-    swivel turns (`swivel`, `swivel_known`: a turn moves at most swivel.SPEED * dt a tick); the ends' twists
-    (`twist`, `twist_known`: twist.SPEED * dt a tick)."""
+    swivel turns (`swivel`, `swivel_known`: a turn moves at most swivel.SPEED * dt a tick); the ends' rolls
+    and the arms' swings (`twist`, `swing`, `twist_known`: twist.SPEED * dt a tick)."""
 
     @property
     def bones(self):

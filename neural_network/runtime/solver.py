@@ -407,8 +407,8 @@ class Solver:
         self._hold(usable, refine_iterations > 0 or measure_errors, refine_iterations > 0)
 
     def _refine(self, q, hips, positions, rotations, iterations, follow=None):
-        """The refinement of q (K, 23, 4) in place, then the arms' swivel (ik/swivel.py) and the hands' and feet's
-        twist (ik/twist.py; both leave the effectors exact); follow: (K, 5) the free effectors
+        """The refinement of q (K, 23, 4) in place, then the arms' swivel (ik/swivel.py) and the ends'
+        twist (ik/twist.py: hands, feet, head; both leave the effectors exact); follow: (K, 5) the free effectors
         (Refiner.refine_quaternions). Returns the effector errors (K, 5)."""
         errors = self.refiner.refine_quaternions(q, hips, positions, rotations, iterations=iterations,
                                                  memory=self.memory, follow=follow)

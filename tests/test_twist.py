@@ -49,8 +49,8 @@ def excess(mean_q, low, high, q):
 
 def test_the_ends_stay_where_and_as_they_are_and_the_excess_falls(stage):
     """Random poses far from the mean: every hand, foot and the head keeps its place and world rotation; the legs and
-    the neck keep every joint where it was (a roll moves none); an arm's swing moves only its elbow; each limb's
-    joints end less far past their limits (squared), and much less in all."""
+    the neck keep every joint where it was (a roll moves none); an arm's swing moves only its elbow; a leg's or the
+    neck's joints end less far past their limits (squared), and all of them much less in all."""
     skel, mean_q, low, high, end_twist = stage
     q = poses(mean_q, 60, 0.5, seed=3)
     before = excess(mean_q, low, high, q)
@@ -72,7 +72,9 @@ def test_the_ends_stay_where_and_as_they_are_and_the_excess_falls(stage):
                                                           ("RightShin", "RightFoot"))]
     limb_before = np.stack([before[:, roles].sum(axis=1) for roles in limbs], axis=1)
     limb_after = np.stack([after[:, roles].sum(axis=1) for roles in limbs], axis=1)
-    assert (limb_after <= limb_before + 1e-12).all()
+    # a roll alone (the neck, the legs) never leaves its two joints further past; an arm's swing answers only for
+    # what lies SWING_MARGIN past, so there the sum may shift between joints
+    assert (limb_after[:, 2:] <= limb_before[:, 2:] + 1e-12).all()
     assert limb_after.sum() < 0.6 * limb_before.sum()      # random limbs: a roll and a swing cannot undo every bend
 
 

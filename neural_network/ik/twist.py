@@ -10,8 +10,9 @@ happens. The feet (on the shins) and the head (on the upper neck, or the one nec
 the same stage; their excess was smaller (1-2 degrees on the shins, 6-16 on the feet) and so is the roll a knee has
 to give. A roll cannot undo a wrist bent past its limits (flexed, not rolled): after the roll, an arm swings as a
 whole about its shoulder-hand line, the hand turned back, by the same kind of turn on the upper arm and the hand
-(the elbow moves; the hand stays). A leg's swing was measured and left out: it left more thigh and foot frames past,
-not fewer, and the inner joints further off.
+(the elbow moves; the hand stays), for what lies more than SWING_MARGIN past the limits only (a clip's own wrist may
+sit a little past them, and the least-excess elbow is not the clip's). A leg's swing was measured and left out: it
+left more thigh and foot frames past, not fewer, and the inner joints further off.
 
 For one limb with mid bone m and end bone e (local rotations L, mean-pose rotations M, the model's limits [low, high]
 on each axis of d = log(M^-1 L)), a turn t about the line from the end's head to the mid's head:
@@ -55,6 +56,8 @@ MAX_TWIST = 1.6       # radians, the largest turn
 SPEED = 2.0           # radians a second: how fast a limb's turn may change from tick to tick (or frame to frame)
 STEPS = 6             # Gauss-Newton steps
 HALVINGS = 6          # a step that does not lower f is halved this many times at most (then not taken)
+SWING_MARGIN = 0.25   # radians: an arm swings only for what lies this far past the limits (the clip may go a little
+                      # past them itself; the swing moves the elbow, the roll nothing)
 LIMBS = tuple((ROLE_INDEX[mid], ROLE_INDEX[end]) for mid, end in (
     ("LeftForeArm", "LeftHand"), ("RightForeArm", "RightHand"), ("NeckUpper", "Head"), ("LeftShin", "LeftFoot"),
     ("RightShin", "RightFoot")))
@@ -200,8 +203,10 @@ class EndTwist:
         in_end = _times_t(end_rows, _times_t(bridges[end], _times_t(mid_rows, _times_t(bridges[mid], line))))
         (mean_upper, low_upper, high_upper), (mean_end, low_end, high_end, _inside) = \
             self.upper_checks[limb], self.checks[2 * limb + 1]
-        return ((quaternion_product(mean_upper, q[upper].tolist()), line, low_upper, high_upper),
-                (quaternion_product(mean_end, q[end].tolist()), in_end, low_end, high_end))
+        wider = [tuple(v - SWING_MARGIN for v in low) for low in (low_upper, low_end)], \
+            [tuple(v + SWING_MARGIN for v in high) for high in (high_upper, high_end)]
+        return ((quaternion_product(mean_upper, q[upper].tolist()), line, wider[0][0], wider[1][0]),
+                (quaternion_product(mean_end, q[end].tolist()), in_end, wider[0][1], wider[1][1]))
 
     def _joints(self, q, limb, axes):
         """One limb of one character (q (23, 4)) for `solve`: per joint (mid, end) its delta from the mean pose

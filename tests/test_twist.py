@@ -10,7 +10,11 @@ from live_helpers import humanoid_skeleton, limits, mean_pose
 
 from neural_ik.neural_network.geometry import kinematics
 from neural_ik.neural_network.geometry.quaternion_math import multiply_quaternions, quaternions_to_matrices
-from neural_ik.neural_network.geometry.rotations import axis_angle_to_quaternion, matrix_to_quaternion
+from neural_ik.neural_network.geometry.rotations import (
+    axis_angle_to_quaternion,
+    matrix_to_quaternion,
+    quaternion_to_axis_angle,
+)
 from neural_ik.neural_network.ik import twist
 from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
 
@@ -42,7 +46,6 @@ def world(skel, q):
 
 def excess(mean_q, low, high, q):
     """(n, 23) squared radians past the limits, summed over the axes (what the stage lowers)."""
-    from neural_ik.neural_network.geometry.rotations import quaternion_to_axis_angle
     d = quaternion_to_axis_angle(multiply_quaternions(mean_q * np.array([1.0, -1.0, -1.0, -1.0]), q))
     return ((np.maximum(d - high, 0.0) + np.maximum(low - d, 0.0)) ** 2).sum(axis=-1)
 

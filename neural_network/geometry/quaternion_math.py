@@ -120,8 +120,8 @@ def multiply_quaternions(a, b):
 
 # -- one rotation at a time, in plain Python floats -----------------------------------------------------------------
 # For a handful of rotations of one character, Python float operations beat NumPy calls (a NumPy call costs more
-# than a dozen float operations): the reach assist works per character with these (tuples of floats; matrices as
-# rows).
+# than a dozen float operations): the reach assist and the end twist work per character with these (tuples of
+# floats; matrices as rows).
 
 def quaternion_product(a, b):
     """a * b for (w, x, y, z) tuples (Hamilton product)."""
@@ -163,3 +163,31 @@ def rotation_about(n, angle):
     return ((c + x * x * k, x * y * k - z * s, x * z * k + y * s),
             (y * x * k + z * s, c + y * y * k, y * z * k - x * s),
             (z * x * k - y * s, z * y * k + x * s, c + z * z * k))
+
+
+def matrix_times(M, v):
+    """A 3x3 matrix (rows) times a vector."""
+    return (M[0][0] * v[0] + M[0][1] * v[1] + M[0][2] * v[2], M[1][0] * v[0] + M[1][1] * v[1] + M[1][2] * v[2],
+            M[2][0] * v[0] + M[2][1] * v[1] + M[2][2] * v[2])
+
+
+def matrix_transposed_times(M, v):
+    """The transpose of a 3x3 matrix (rows) times a vector."""
+    return (M[0][0] * v[0] + M[1][0] * v[1] + M[2][0] * v[2], M[0][1] * v[0] + M[1][1] * v[1] + M[2][1] * v[2],
+            M[0][2] * v[0] + M[1][2] * v[1] + M[2][2] * v[2])
+
+
+def log_slope(d, a):
+    """J_r^-1(d) a, the derivative of log(exp(d) exp(s a)) in s at 0, for an axis-angle d and an axis a:
+    a + d x a / 2 + c d x (d x a), c = 1/t^2 - (1 + cos t) / (2 t sin t) (swivel.py writes it inline, and for
+    arrays)."""
+    d0, d1, d2 = d
+    t2 = d0 * d0 + d1 * d1 + d2 * d2
+    if t2 < 1e-8:
+        c = 1.0 / 12.0
+    else:
+        t = math.sqrt(t2)
+        c = 1.0 / t2 - (1.0 + math.cos(t)) / (2.0 * t * math.sin(t)) if t < 3.14 else 1.0 / t2
+    x0, x1, x2 = d1 * a[2] - d2 * a[1], d2 * a[0] - d0 * a[2], d0 * a[1] - d1 * a[0]
+    return (a[0] + 0.5 * x0 + c * (d1 * x2 - d2 * x1), a[1] + 0.5 * x1 + c * (d2 * x0 - d0 * x2),
+            a[2] + 0.5 * x2 + c * (d0 * x1 - d1 * x0))

@@ -27,6 +27,8 @@ import numpy as np
 
 from ..geometry.quaternion_math import (
     axis_angle_quaternion,
+    matrix_times,
+    matrix_transposed_times,
     quaternion_axis_angle,
     quaternion_matrix,
     quaternion_product,
@@ -66,15 +68,6 @@ def _scaled(a, s):
     return (a[0] * s, a[1] * s, a[2] * s)
 
 
-def _apply(M, v):
-    return (_dot(M[0], v), _dot(M[1], v), _dot(M[2], v))
-
-
-def _apply_transposed(M, v):
-    return (M[0][0] * v[0] + M[1][0] * v[1] + M[2][0] * v[2], M[0][1] * v[0] + M[1][1] * v[1] + M[2][1] * v[2],
-            M[0][2] * v[0] + M[1][2] * v[1] + M[2][2] * v[2])
-
-
 def _matrix_product(A, B):
     columns = tuple(zip(*B))
     return tuple(tuple(_dot(row, column) for column in columns) for row in A)
@@ -82,7 +75,7 @@ def _matrix_product(A, B):
 
 def _turn_point(M, pivot, x):
     """x turned by M about pivot."""
-    d = _apply(M, _sub(x, pivot))
+    d = matrix_times(M, _sub(x, pivot))
     return (pivot[0] + d[0], pivot[1] + d[1], pivot[2] + d[2])
 
 
@@ -94,7 +87,7 @@ def _frame(matrix):
 def _turned_quaternion(q, R, n, angle):
     """The local quaternion q of a joint with world rotation R after it turns by `angle` about the world unit axis n:
     q * (the same turn about R^T n, n in the joint's own frame)."""
-    b = _apply_transposed(R, n)
+    b = matrix_transposed_times(R, n)
     s = math.sin(0.5 * angle)
     return quaternion_product(q, (math.cos(0.5 * angle), b[0] * s, b[1] * s, b[2] * s))
 

@@ -43,6 +43,9 @@ import numpy as np
 
 from ..geometry.quaternion_math import (
     axis_angle_quaternion,
+    log_slope,
+    matrix_times,
+    matrix_transposed_times,
     multiply_quaternions,
     quaternion_axis_angle,
     quaternion_matrix,
@@ -194,13 +197,14 @@ class EndTwist:
         end's frame: (B_m L_m B_e L_e)^T times that."""
         (mid, end), upper = self.limbs[limb], self.uppers[limb]
         mid_rows, end_rows = quaternion_matrix(q[mid].tolist()), quaternion_matrix(q[end].tolist())
-        line = [a + b for a, b in zip(offsets[mid], _times(bridges[mid], _times(mid_rows, offsets[end])))]
+        line = [a + b for a, b in zip(offsets[mid], matrix_times(bridges[mid], matrix_times(mid_rows, offsets[end])))]
         length = math.sqrt(line[0] * line[0] + line[1] * line[1] + line[2] * line[2])
         if length < 1e-12:
             line = (0.0, 0.0, 0.0)
         else:
             line = (line[0] / length, line[1] / length, line[2] / length)
-        in_end = _times_t(end_rows, _times_t(bridges[end], _times_t(mid_rows, _times_t(bridges[mid], line))))
+        in_end = matrix_transposed_times(end_rows, matrix_transposed_times(bridges[end], matrix_transposed_times(
+            mid_rows, matrix_transposed_times(bridges[mid], line))))
         (mean_upper, low_upper, high_upper), (mean_end, low_end, high_end, _inside) = \
             self.upper_checks[limb], self.checks[2 * limb + 1]
         wider = [tuple(v - SWING_MARGIN for v in low) for low in (low_upper, low_end)], \
@@ -213,23 +217,13 @@ class EndTwist:
         M^-1 L, its turn's axis in its own frame (u_m; u_e = L_e^-1 B_e^T u_m), its limits."""
         (mid, end), (line, in_end) = self.limbs[limb], axes
         end_rows = quaternion_matrix(q[end].tolist())               # L_e as rows: L_e^-1 w = L_e^T w
-        u_end = tuple(sum(end_rows[r][i] * in_end[r] for r in range(3)) for i in range(3))
+        u_end = matrix_transposed_times(end_rows, in_end)
         checks = self.checks[2 * limb:2 * limb + 2]
         return tuple((quaternion_product(mean_inverse, q[role].tolist()), u, low, high)
                      for role, u, (mean_inverse, low, high, _inside) in zip((mid, end), (tuple(line), u_end), checks))
 
 
 SIGNS = (1.0, -1.0)      # the mid (or upper) bone turns by t, the end by -t
-
-
-def _times(rows, v):
-    """A 3x3 matrix (rows) times a vector."""
-    return tuple(r[0] * v[0] + r[1] * v[1] + r[2] * v[2] for r in rows)
-
-
-def _times_t(rows, v):
-    """The transpose of a 3x3 matrix (rows) times a vector."""
-    return tuple(rows[0][i] * v[0] + rows[1][i] * v[1] + rows[2][i] * v[2] for i in range(3))
 
 
 def limb_cost(joints, t):
@@ -255,7 +249,7 @@ def solve(joints, start=0.0, lower=-MAX_TWIST, upper=MAX_TWIST):
         for (d, residual), (_delta0, u, _low, _high), sign in zip(parts, joints, SIGNS):
             if residual == (0.0, 0.0, 0.0):
                 continue
-            j = _log_slope(d, u)
+            j = log_slope(d, u)
             for i in range(3):
                 if residual[i] != 0.0:
                     slope += sign * residual[i] * j[i]
@@ -273,18 +267,3 @@ def solve(joints, start=0.0, lower=-MAX_TWIST, upper=MAX_TWIST):
         else:
             break
     return t
-
-
-def _log_slope(d, a):
-    """J_r^-1(d) a, the derivative of log(exp(d) exp(s a)) in s at 0, for an axis-angle d and an axis a (floats):
-    a + d x a / 2 + c d x (d x a), c = 1/t^2 - (1 + cos t) / (2 t sin t)."""
-    d0, d1, d2 = d
-    t2 = d0 * d0 + d1 * d1 + d2 * d2
-    if t2 < 1e-8:
-        c = 1.0 / 12.0
-    else:
-        t = math.sqrt(t2)
-        c = 1.0 / t2 - (1.0 + math.cos(t)) / (2.0 * t * math.sin(t)) if t < 3.14 else 1.0 / t2
-    x0, x1, x2 = d1 * a[2] - d2 * a[1], d2 * a[0] - d0 * a[2], d0 * a[1] - d1 * a[0]
-    return (a[0] + 0.5 * x0 + c * (d1 * x2 - d2 * x1), a[1] + 0.5 * x1 + c * (d2 * x0 - d0 * x2),
-            a[2] + 0.5 * x2 + c * (d0 * x1 - d1 * x0))

@@ -160,7 +160,7 @@ def _stage_cost(stage, targets, pinned, anchors, u):
     offset = root[:, None, :3, 3] + u[:, None, :3] + np.einsum("kab,kmb->kma", turned, local) \
         - targets[:, [LIMBS[r][0] for r in rows]][..., :3, 3]
     over = np.maximum(np.linalg.norm(offset, axis=-1) - reach, 0.0)
-    under = np.where(feet, np.maximum(CROUCH / LEG_REACH * reach - offset[..., 2], 0.0), 0.0)
+    under = np.where(feet, np.maximum(CROUCH / LEG_REACH * reach - np.linalg.norm(offset, axis=-1), 0.0), 0.0)
     bend = hips_reach.HEAD_BEND if (reach <= 0).any() else hips_reach.BEND
     return (((over + under) * weight) ** 2).sum(1) + hips_reach.MOVE * (u[:, :3] ** 2).sum(1) / stage.height ** 2 \
         + bend * u[:, 3] ** 2
@@ -249,12 +249,32 @@ def test_hips_stage_leaves_a_reachable_root_and_brings_the_hips_down_to_a_hand_o
         hip = moved[0, :3, 3] + moved[0, :3, :3] @ stage.anchors[row]
         foot = floor[0, LIMBS[row][0], :3, 3]
         assert np.linalg.norm(hip - foot) <= stage.reaches[row] + 0.01
-        assert hip[2] - foot[2] >= CROUCH / LEG_REACH * stage.reaches[row] - 0.01
+        assert np.linalg.norm(hip - foot) >= CROUCH / LEG_REACH * stage.reaches[row] - 0.01
     # the goal moved a little moves the root a little (a dragged hand moves the body continuously)
     nudged = floor.copy()
     nudged[0, 2, :3, 3] += 0.005 * forward / np.linalg.norm(forward)
     again, _u = stage.place(nudged, pinned, u)
     assert np.abs(again[0, :3, 3] - moved[0, :3, 3]).max() < 0.02
+
+
+def test_hips_stage_keeps_the_standing_foot_in_reach_under_a_raised_foot(trained):
+    """A kick: the left foot pinned at the hip joint's height in front, the right foot on the ground. The stage must
+    leave both legs within reach and fold neither knee past its crouch, with the hips no higher than they stand.
+    (When the crouch bounded the hip's height above each foot instead of their distance, it lifted the hips a crouch
+    above the raised foot, and the standing foot missed by a third of the leg.)"""
+    stage = HipsReach.for_model(trained[1].model)
+    targets = _standing(stage, 1.0)
+    forward = np.cross(stage.lateral, [0.0, 0.0, 1.0])
+    forward /= np.linalg.norm(forward)
+    hip = targets[0, 0, :3, 3] + stage.anchors[2]
+    targets[0, LIMBS[2][0], :3, 3] = hip + 0.8 * stage.reaches[2] * forward
+    for free in (["root", "head"], ["root", "head", "left_hand", "right_hand"]):
+        root, _u = stage.place(targets, ~prior.free_mask(free))
+        for row in (2, 3):
+            joint = root[0, :3, 3] + root[0, :3, :3] @ stage.anchors[row]
+            distance = np.linalg.norm(joint - targets[0, LIMBS[row][0], :3, 3])
+            assert CROUCH / LEG_REACH * stage.reaches[row] - 0.01 <= distance <= stage.reaches[row] + 0.01, (free, row)
+        assert root[0, 2, 3] <= targets[0, 0, 2, 3] + 0.01
 
 
 def test_a_free_effector_lands_where_the_network_puts_it_and_the_pinned_ones_exactly(trained):

@@ -11,7 +11,7 @@ anchors are fixed in the hips, so their weight W is LEG, as the head's, the arms
 translation t and a bend b about the body's left-right axis (through the root's position) that minimise
 
     sum over pinned limbs  W^2 max(0, |anchor - target| - reach)^2 / h^2           a limb must reach
-    + over pinned feet     LEG^2 max(0, CROUCH * leg - (anchor - target)_z)^2 / h^2  a knee folds only so far
+    + over pinned feet     LEG^2 max(0, CROUCH * leg - |anchor - target|)^2 / h^2   a knee folds only so far
     + MOVE * |t|^2 / h^2 + BEND * b^2                                          move as little as that allows
 
 (h the rig's standing height; the prior gave the root's heading, roll and twist; with the network's anchors the head
@@ -20,7 +20,10 @@ trust region and halved steps (a step is taken only where it lowers the cost) fr
 where every limb reaches, nothing moves and the prior stands; as a target leaves reach the hips follow it
 continuously, so a dragged hand moves the body smoothly. The spine's own bend and the limbs' landing stay the
 refinement's (refine.py). The anchors come from the mean pose, or better from a first solve of the network
-(free_targets.FreeTargets.step: where its spine put the shoulders and the head). Pure NumPy; no bpy.
+(free_targets.FreeTargets.step: where its spine put the shoulders and the head). The crouch bounds the hip-foot
+distance, not the height: a foot raised in a kick or on the floor leaves the hips free to stay low (a height bound
+held them CROUCH legs above a raised foot, and the standing foot missed by up to 46 cm on an unseen dance).
+Pure NumPy; no bpy.
 """
 
 import numpy as np
@@ -147,7 +150,7 @@ class HipsReach:
             distance = np.sqrt((offset * offset).sum(-1))
             n = offset / np.maximum(distance, 1e-9)[..., None]
             over = np.maximum(distance - reach, 0.0)
-            under = np.maximum(crouch - offset[..., 2], 0.0)
+            under = np.maximum(crouch - distance, 0.0)
             under[:, not_feet] = 0.0
             size = m + 2 * len(points) + 4
             out_r, out_J = np.empty((k, size)), np.empty((k, size, 4))
@@ -155,18 +158,18 @@ class HipsReach:
             out_r[:, -4:-1] = u[:, :3] * move_weight
             out_r[:, -1] = u[:, 3] * bend_weight
             out_J[:, -4:] = regularise
-            # per limb: d distance / d t = n, d distance / d bend = (side x arm) . n; a crouch: d height = z,
-            # (side x arm)_z; signed as the residual grows
+            # per limb: d distance / d t = n, d distance / d bend = (side x arm) . n, signed as the residual grows
+            # (a crouch shrinks the distance: minus those)
             turning = c * across + s * (along - arm0)
             grad = out_J[:, :m]
             reaching = (over > 0)[..., None]
+            spin = (turning * n).sum(-1, keepdims=True)
             grad[..., :3] = n * reaching
-            grad[..., 3:] = (turning * n).sum(-1, keepdims=True) * reaching
+            grad[..., 3:] = spin * reaching
             crouching = under > 0
             if crouching.any():
-                grad[crouching] = 0.0
-                grad[crouching, 2] = -1.0
-                grad[crouching, 3] = -turning[crouching][:, 2]
+                grad[crouching, :3] = -n[crouching]
+                grad[crouching, 3:] = -spin[crouching]
             grad *= weight[:, None]
             if len(points):
                 w = weight[points]

@@ -21,6 +21,7 @@ from neural_ik.neural_network.skeleton.roles import ROLE_INDEX
 LIMB_ROLES = [ROLE_INDEX[name] for name in ("LeftForeArm", "LeftHand", "RightForeArm", "RightHand", "NeckUpper", "Head",
                                             "LeftShin", "LeftFoot", "RightShin", "RightFoot")]
 ENDS = ("LeftHand", "RightHand", "Head", "LeftFoot", "RightFoot")
+UPPERS = [ROLE_INDEX[name] for name in ("LeftArm", "RightArm", "LeftThigh", "RightThigh")]    # an upper bone rolls too
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +45,11 @@ def world(skel, q):
     return pose.rotations, pose.positions
 
 
-def excess(mean_q, low, high, q):
-    """(n, 23) squared radians past the limits, summed over the axes (what the stage lowers)."""
+def excess(mean_q, low, high, q, power=2):
+    """(n, 23) radians past the limits, squared (power 2: what a roll lowers) or not (1: what an arm's or a leg's two
+    rolls lower), summed over the axes."""
     d = quaternion_to_axis_angle(multiply_quaternions(mean_q * np.array([1.0, -1.0, -1.0, -1.0]), q))
-    return ((np.maximum(d - high, 0.0) + np.maximum(low - d, 0.0)) ** 2).sum(axis=-1)
+    return ((np.maximum(d - high, 0.0) + np.maximum(low - d, 0.0)) ** power).sum(axis=-1)
 
 
 def test_the_ends_stay_where_and_as_they_are_and_the_excess_falls(stage):
@@ -68,16 +70,19 @@ def test_the_ends_stay_where_and_as_they_are_and_the_excess_falls(stage):
     for name in ENDS:                                                  # every end turned as it was
         np.testing.assert_allclose(r1[:, ROLE_INDEX[name]], r0[:, ROLE_INDEX[name]], atol=1e-9)
     changed = np.abs(settled - q).max(axis=(0, 2)) > 1e-12
-    assert set(np.nonzero(changed)[0]) <= set(LIMB_ROLES) | {ROLE_INDEX["LeftArm"], ROLE_INDEX["RightArm"]}
+    assert set(np.nonzero(changed)[0]) <= set(LIMB_ROLES) | set(UPPERS)
     after = excess(mean_q, low, high, settled)
     limbs = [[ROLE_INDEX[side + name] for name in ("Arm", "ForeArm", "Hand")] for side in ("Left", "Right")] + [
-        [ROLE_INDEX[name] for name in pair] for pair in (("NeckUpper", "Head"), ("LeftShin", "LeftFoot"),
-                                                          ("RightShin", "RightFoot"))]
+        [ROLE_INDEX["NeckUpper"], ROLE_INDEX["Head"]]] + [[ROLE_INDEX[side + name] for name in ("Thigh", "Shin", "Foot")]
+                                                          for side in ("Left", "Right")]
     limb_before = np.stack([before[:, roles].sum(axis=1) for roles in limbs], axis=1)
     limb_after = np.stack([after[:, roles].sum(axis=1) for roles in limbs], axis=1)
-    # a roll alone (the neck, the legs) never leaves its two joints further past; an arm's swing answers only for
-    # what lies SWING_MARGIN past, so there the sum may shift between joints
-    assert (limb_after[:, 2:] <= limb_before[:, 2:] + 1e-12).all()
+    # rolls alone (the neck; the legs, by the unsquared sum their two rolls lower) never leave their joints further
+    # past; an arm's swing answers only for what lies SWING_MARGIN past, so there the sum may shift between joints
+    assert (limb_after[:, 2] <= limb_before[:, 2] + 1e-12).all()
+    plain = [excess(mean_q, low, high, pose, power=1) for pose in (q, settled)]
+    legs = [np.stack([p[:, roles].sum(axis=1) for roles in limbs[3:]], axis=1) for p in plain]
+    assert (legs[1] <= legs[0] + 1e-12).all() and legs[1].sum() < 0.5 * legs[0].sum()
     assert limb_after.sum() < 0.6 * limb_before.sum()      # random limbs: a roll and a swing cannot undo every bend
 
 
@@ -180,15 +185,45 @@ def test_with_a_memory_a_turn_moves_at_most_its_speed_and_a_bake_gives_what_tick
     live, memory, turns = frames.copy(), RefineMemory(1, 4), []
     for i in range(len(frames)):
         end_twist.settle(live[i:i + 1], memory=memory)
-        turns.append((memory.twist[0, 0], memory.swing[0, 0]))
-    left, swings = np.array(turns).T
-    for moves in (left, swings):
+        turns.append((memory.twist[0, 0], memory.swing[0, 0], memory.upper_roll[0, 0]))
+    left, swings, uppers = np.array(turns).T
+    for moves in (left, swings, uppers):
         assert np.abs(np.diff(moves)).max() <= twist.SPEED * memory.dt + 1e-12
     assert np.abs(left).max() > 0.3                      # it did roll the forearm
     assert abs(left[-1]) < abs(left).max() - 0.1        # and is easing back out
     baked, sequence = frames.copy(), RefineMemory(1, 4, sequence=True)
     end_twist.settle(baked, memory=sequence)
     np.testing.assert_allclose(baked, live, atol=1e-12)
+
+
+def test_a_knee_bent_sideways_comes_back_by_the_thigh_and_the_shin_rolling_together(stage):
+    """A knee whose bend axis is turned about the shin (the thigh rolled one way, the foot the other: the knee bent
+    sideways, past a hinge's narrow limits) comes back within every limit, the joints and the foot's world rotation
+    as they were; the shin's roll with the foot alone cannot do it."""
+    skel, mean_q, low, high, _stage = stage
+    shin = ROLE_INDEX["LeftShin"]
+    low, high = low.copy(), high.copy()
+    low[shin], high[shin] = -0.05, 0.05                                  # a hinge: hardly any turn but its bend
+    end_twist = twist.EndTwist(skel, mean_q, low, high)
+    limb = [m for m, _e in end_twist.limbs].index(shin)
+    leg = [end_twist.rolled[limb], *end_twist.limbs[limb]]
+    q = mean_q[None].copy()
+    chain = end_twist._chain_joints(q[0], limb, end_twist.axes[limb].tolist(), end_twist.upper_axes[limb].tolist())
+    for role, local in zip(leg, twist.chain_turned(chain, 0.8, 0.8)):
+        q[0, role] = local
+    assert excess(mean_q, low, high, q)[0, leg].min() > 1e-3                 # all three past their limits
+    alone = twist.solve(end_twist._joints(q[0], limb, end_twist.axes[limb].tolist()))
+    rolled = q.copy()
+    for role, sign, (_d, u, _l, _h) in zip(end_twist.limbs[limb], twist.SIGNS,
+                                           end_twist._joints(q[0], limb, end_twist.axes[limb].tolist())):
+        rolled[0, role] = multiply_quaternions(rolled[0, role], axis_angle_to_quaternion(sign * alone * np.array(u)))
+    assert excess(mean_q, low, high, rolled)[0, shin] > 1e-3
+    settled = q.copy()
+    assert end_twist.settle(settled) >= 2
+    assert excess(mean_q, low, high, settled)[0, leg].sum() < 1e-8
+    (r0, p0), (r1, p1) = world(skel, q), world(skel, settled)
+    np.testing.assert_allclose(p1, p0, atol=1e-9)
+    np.testing.assert_allclose(r1[0, ROLE_INDEX["LeftFoot"]], r0[0, ROLE_INDEX["LeftFoot"]], atol=1e-9)
 
 
 def test_a_rig_without_an_upper_neck_rolls_the_head_on_the_lower_one():

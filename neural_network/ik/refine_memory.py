@@ -51,7 +51,8 @@ class RefineMemory:
     upper and mid bones' local rotations last tick, the network's own and the refinement's correction between them
     (network * c = solved) (`last`, (K, 3, 4, 3, 4); arms then legs, refine.CHAINS order; `limbs_known`); the arms'
     swivel turns (`swivel`, `swivel_known`: a turn moves at most swivel.SPEED * dt a tick); the ends' rolls
-    and the arms' swings (`twist`, `swing`, `twist_known`: twist.SPEED * dt a tick)."""
+    and the arms' swings, the upper arms' and thighs' rolls (`twist`, `swing`, `upper_roll`, `twist_known`:
+    twist.SPEED * dt a tick)."""
 
     @property
     def bones(self):
@@ -71,6 +72,7 @@ class RefineMemory:
         self.swivel_known = np.zeros(k, bool)
         self.twist = np.zeros((k, 5))           # the ends' twist turns last tick (ik/twist.py), radians: rolls
         self.swing = np.zeros((k, 5))           # ... and swings
+        self.upper_roll = np.zeros((k, 5))      # ... and the upper bones' rolls (arms, legs)
         self.twist_known = np.zeros(k, bool)
         self.dt = 1.0 / 60.0
 

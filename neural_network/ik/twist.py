@@ -32,6 +32,14 @@ jumps (two rolls nearly as good, a forearm's limits meeting the hand's) the fore
 and a turn no longer needed eases out. The swing is the same solve with the upper bone in the mid's place and the
 line from its head to the end's (in the upper bone's frame: the mid's head offset plus B_m L_m times the end's).
 
+An arm's or a leg's upper bone (the upper arm, the thigh) rolls as well, about its own line, the mid turned back by
+as much: L_u(t1) = L_u r(a_u, t1), L_m = r(B_m^T a_u, -t1) L_m r(u_m, t2). Rolled together (t1 = t2) the thigh and
+the foot turn the knee's bend axis about the shin, which takes back a knee bent sideways past a hinge's narrow limits
+(neither roll alone does). The two turns minimise, before the arm's swing, how far the three joints lie past their
+limits summed (not squared: as many joints as can be come wholly within, rather than each a little past; on the
+Bandai clips squared sums spread a thigh's excess over the knee and the foot) by a scan and a pattern search
+(solve_two: f has several valleys and kinks).
+
 One character (the live tick) is checked in Python floats (a NumPy call costs more than a joint's dozen float
 operations), many characters or a Bake's frames in arrays; the turns themselves (a few limbs in a hundred) are solved
 limb by limb in floats. Pure NumPy and Python; no bpy.
@@ -66,6 +74,11 @@ LIMBS = tuple((ROLE_INDEX[mid], ROLE_INDEX[end]) for mid, end in (
     ("RightShin", "RightFoot")))
 UPPERS = {ROLE_INDEX[mid]: ROLE_INDEX[upper] for mid, upper in (     # an arm's upper bone: its swing
     ("LeftForeArm", "LeftArm"), ("RightForeArm", "RightArm"))}
+ROLLED = {ROLE_INDEX[mid]: ROLE_INDEX[upper] for mid, upper in (     # a limb whose upper bone rolls too
+    ("LeftForeArm", "LeftArm"), ("RightForeArm", "RightArm"), ("LeftShin", "LeftThigh"), ("RightShin", "RightThigh"))}
+PATTERN = ((1, 0), (-1, 0), (0, 1), (0, -1), (1, 1), (-1, -1), (1, -1), (-1, 1))   # the two-turn search's steps
+PATTERN_STEP, PATTERN_END = 0.15, 1e-4     # radians: its first step, and the step it stops below
+SCAN = (-1.2, -0.9, -0.6, -0.3, 0.3, 0.6, 0.9, 1.2)     # radians: the two-turn solve's other starts (clipped to its box)
 
 
 class EndTwist:
@@ -95,6 +108,22 @@ class EndTwist:
         self.checks = [(tuple(self.mean_inverse[i, s].tolist()), tuple(self.low[i, s].tolist()),
                         tuple(self.high[i, s].tolist()), float(inside_cos2[i, s]))
                        for i in range(len(self.limbs)) for s in (0, 1)]
+        self.check_limbs = [i for i in range(len(self.limbs)) for _s in (0, 1)]      # the limb of each checked joint
+        # a limb whose upper bone rolls as well (arms, legs): the upper joint is checked too, after the others
+        self.rolled = [ROLLED[m] if m in ROLLED and mask[ROLLED[m]] else None for m, _e in self.limbs]
+        rolled = [(i, u) for i, u in enumerate(self.rolled) if u is not None]
+        self.rolled_limbs = np.array([i for i, _u in rolled], int)
+        self.rolled_roles = np.array([u for _i, u in rolled], int)
+        if rolled:
+            u_low, u_high = low[self.rolled_roles], high[self.rolled_roles]
+            u_inside = np.minimum(-u_low, u_high).min(axis=-1)
+            u_cos2 = np.where(u_inside > 0.0, np.cos(0.5 * np.minimum(u_inside, np.pi)) ** 2, 2.0)
+            self.checks += [(tuple(mean_inverse[u].tolist()), tuple(low[u].tolist()), tuple(high[u].tolist()),
+                             float(c)) for (_i, u), c in zip(rolled, u_cos2)]
+            self.check_limbs += [i for i, _u in rolled]
+            self.upper_mean_inverse, self.upper_low, self.upper_high = mean_inverse[self.rolled_roles], u_low, u_high
+        self.check_roles = np.concatenate([self.roles, self.rolled_roles])
+        self.upper_axes = self._upper_axes(skeleton.bridges, skeleton.offsets)
 
     @property
     def active(self):
@@ -109,13 +138,29 @@ class EndTwist:
         in_end = np.einsum("...ba,...b->...a", np.asarray(bridges, np.float64)[..., ends, :, :], line)
         return np.stack([line, in_end], axis=-2)
 
+    def _upper_axes(self, bridges, offsets):
+        """(..., limbs, 2, 3) for the rolled limbs (zeros elsewhere): a_u, the mid's head offset in the upper bone's
+        frame (unit: the upper bone's own line), and B_m^T a_u, the same line in the frame the mid's local rotation
+        turns from."""
+        offsets, bridges = np.asarray(offsets, np.float64), np.asarray(bridges, np.float64)
+        out = np.zeros(offsets.shape[:-2] + (len(self.limbs), 2, 3))
+        for i, upper in enumerate(self.rolled):
+            if upper is None:
+                continue
+            mid = self.limbs[i][0]
+            line = offsets[..., mid, :]
+            line = line / np.maximum(np.linalg.norm(line, axis=-1, keepdims=True), 1e-300)
+            out[..., i, 0, :] = line
+            out[..., i, 1, :] = np.einsum("...ba,...b->...a", bridges[..., mid, :, :], line)
+        return out
+
     def _past_one(self, q):
         """Indices of the limbs of one character (q (23, 4)) with a joint past its limits, in Python floats (the
         product M^-1 L and its log map written out: a call costs as much as a joint's arithmetic). A joint turned
         from the mean by less than the nearest face of its limits' box is inside: |w| of M^-1 L says so."""
         past = []
         for i, ((w, x, y, z), ((mw, mx, my, mz), low, high, inside_cos2)) in enumerate(
-                zip(q[self.roles].tolist(), self.checks)):
+                zip(q[self.check_roles].tolist(), self.checks)):
             qw = mw * w - mx * x - my * y - mz * z
             if qw * qw >= inside_cos2:
                 continue
@@ -124,7 +169,7 @@ class EndTwist:
             scale = math.copysign(2.0 * math.atan2(s, abs(qw)) / max(s, 1e-300), qw)
             if not (low[0] <= qx * scale <= high[0] and low[1] <= qy * scale <= high[1]
                     and low[2] <= qz * scale <= high[2]):
-                past.append(i // 2)
+                past.append(self.check_limbs[i])
         return past
 
     def settle(self, q, bridges=None, offsets=None, memory=None):
@@ -147,48 +192,87 @@ class EndTwist:
         k, n = len(q), len(self.limbs)
         if k == 1:
             known = memory is not None and bool(memory.twist_known[0])
-            last = (memory.twist[0, :n].tolist(), memory.swing[0, :n].tolist()) if known else ([0.0] * n, [0.0] * n)
+            last = (memory.twist[0, :n].tolist(), memory.swing[0, :n].tolist(), memory.upper_roll[0, :n].tolist()) \
+                if known else ([0.0] * n, [0.0] * n, [0.0] * n)
             past = self._past_one(q[0])
-            pairs = [(0, limb) for limb in range(n) if limb in past or last[0][limb] != 0.0 or last[1][limb] != 0.0]
+            pairs = [(0, limb) for limb in range(n) if limb in past or any(moves[limb] != 0.0 for moves in last)]
             if not pairs and (known or memory is None):
                 return 0
             known, last = [known], [last]
         else:
             known = np.zeros(k, bool) if memory is None else memory.twist_known[:k].copy()
-            rolls, swings = (np.where(known[:, None], memory.twist[:k, :n], 0.0), np.where(
-                known[:, None], memory.swing[:k, :n], 0.0)) if memory is not None else (np.zeros((k, n)),) * 2
+            moves = [np.where(known[:, None], remembered[:k, :n], 0.0) if memory is not None else np.zeros((k, n))
+                     for remembered in ((memory.twist, memory.swing, memory.upper_roll) if memory is not None
+                                        else (None,) * 3)]
             d = quaternion_to_axis_angle(multiply_quaternions(self.mean_inverse, q[:, self.roles].reshape(k, n, 2, 4)))
-            needed = ((d < self.low) | (d > self.high)).any(axis=(2, 3)) | (rolls != 0.0) | (swings != 0.0)
+            needed = ((d < self.low) | (d > self.high)).any(axis=(2, 3)) | (moves[0] != 0.0) | (moves[1] != 0.0) \
+                | (moves[2] != 0.0)
+            if len(self.rolled_limbs):
+                d = quaternion_to_axis_angle(multiply_quaternions(self.upper_mean_inverse, q[:, self.rolled_roles]))
+                needed[:, self.rolled_limbs] |= ((d < self.upper_low) | (d > self.upper_high)).any(axis=2)
             pairs = list(zip(*(index.tolist() for index in np.nonzero(needed))))
-            known, last = known.tolist(), list(zip(rolls.tolist(), swings.tolist()))
-        turns = ([[0.0] * n for _ in range(k)], [[0.0] * n for _ in range(k)])       # rolls, swings
+            known, last = known.tolist(), list(zip(*(move.tolist() for move in moves)))
+        turns = tuple([[0.0] * n for _ in range(k)] for _move in range(3))       # rolls, swings, upper rolls
         if pairs:
             axes = self.axes if bridges is None else self._axes(bridges, offsets)
+            upper_axes = self.upper_axes if bridges is None else self._upper_axes(bridges, offsets)
             rate = SPEED * memory.dt if memory is not None else 0.0
+
+            def bounds(row, start):
+                """The turn's box and where it starts: within SPEED of last tick's with a memory."""
+                lower, upper = (max(start - rate, -MAX_TWIST), min(start + rate, MAX_TWIST)) if known[row] \
+                    else (-MAX_TWIST, MAX_TWIST)
+                return min(max(start, lower), upper), lower, upper
+
             for row, limb in pairs:
                 links = (self.bridges, self.offsets) if bridges is None else (bridges[row], offsets[row])
-                for move in (0, 1):                        # the roll, then the swing (an upper bone: a limb's)
-                    if move == 0:
-                        joints = self._joints(q[row], limb, (axes[limb] if bridges is None else axes[row, limb]).tolist())
-                        roles = self.limbs[limb]
-                    elif self.uppers[limb] is not None:
-                        joints = self._swing_joints(q[row], limb, *links)
-                        roles = (self.uppers[limb], self.limbs[limb][1])
-                    else:
-                        continue
-                    start = last[row][move][limb]
-                    lower, upper = (max(start - rate, -MAX_TWIST), min(start + rate, MAX_TWIST)) if known[row] \
-                        else (-MAX_TWIST, MAX_TWIST)
-                    t = solve(joints, min(max(start, lower), upper), lower, upper)
-                    t = turns[move][row][limb] = t if abs(t) > 1e-9 else 0.0   # eased out: done (not 1e-18)
+                line = (axes[limb] if bridges is None else axes[row, limb]).tolist()
+                if self.rolled[limb] is not None:          # the upper bone's roll and the mid's, together
+                    chain = self._chain_joints(q[row], limb, line, (upper_axes[limb] if bridges is None
+                                                                    else upper_axes[row, limb]).tolist())
+                    first, second = bounds(row, last[row][2][limb]), bounds(row, last[row][0][limb])
+                    t1, t2 = solve_two(chain, (first[0], second[0]), (first[1], second[1]), (first[2], second[2]))
+                    t1 = turns[2][row][limb] = t1 if abs(t1) > 1e-9 else 0.0
+                    t2 = turns[0][row][limb] = t2 if abs(t2) > 1e-9 else 0.0
+                    if t1 != 0.0 or t2 != 0.0:
+                        for role, local in zip((self.rolled[limb], *self.limbs[limb]), chain_turned(chain, t1, t2)):
+                            q[row, role] = local
+                else:
+                    joints = self._joints(q[row], limb, line)
+                    start, lower, upper = bounds(row, last[row][0][limb])
+                    t = solve(joints, start, lower, upper)
+                    t = turns[0][row][limb] = t if abs(t) > 1e-9 else 0.0   # eased out: done (not 1e-18)
                     if t != 0.0:
-                        for role, sign, (_delta0, u, _low, _high) in zip(roles, SIGNS, joints):
+                        for role, sign, (_delta0, u, _low, _high) in zip(self.limbs[limb], SIGNS, joints):
+                            q[row, role] = quaternion_product(q[row, role].tolist(), axis_angle_quaternion(
+                                (u[0] * sign * t, u[1] * sign * t, u[2] * sign * t)))
+                if self.uppers[limb] is not None:          # then an arm's swing
+                    joints = self._swing_joints(q[row], limb, *links)
+                    start, lower, upper = bounds(row, last[row][1][limb])
+                    t = solve(joints, start, lower, upper)
+                    t = turns[1][row][limb] = t if abs(t) > 1e-9 else 0.0
+                    if t != 0.0:
+                        for role, sign, (_delta0, u, _low, _high) in zip((self.uppers[limb], self.limbs[limb][1]),
+                                                                          SIGNS, joints):
                             q[row, role] = quaternion_product(q[row, role].tolist(), axis_angle_quaternion(
                                 (u[0] * sign * t, u[1] * sign * t, u[2] * sign * t)))
         if memory is not None:
-            memory.twist[:k, :n], memory.swing[:k, :n] = turns
+            memory.twist[:k, :n], memory.swing[:k, :n], memory.upper_roll[:k, :n] = turns
             memory.twist_known[:k] = True
         return sum(t != 0.0 for move in turns for row in move for t in row)
+
+    def _chain_joints(self, q, limb, line, upper_line):
+        """A rolled limb of one character (q (23, 4)) for solve_two: per joint (upper, mid, end) its local rotation,
+        M^-1, limits; the upper's roll axis a_u (its own line), the mid's B_m^T a_u (turned by -t1 before its local
+        rotation) and u_m (after it), the end's u_e = L_e^-1 B_e^T u_m."""
+        upper, (mid, end) = self.rolled[limb], self.limbs[limb]
+        u_check = self.checks[len(self.limbs) * 2 + int(np.searchsorted(self.rolled_limbs, limb))]
+        end_rows = quaternion_matrix(q[end].tolist())
+        u_end = matrix_transposed_times(end_rows, line[1])
+        (m_mean, m_low, m_high, _i), (e_mean, e_low, e_high, _j) = self.checks[2 * limb:2 * limb + 2]
+        return ((tuple(q[upper].tolist()), u_check[0], u_check[1], u_check[2], tuple(upper_line[0])),
+                (tuple(q[mid].tolist()), m_mean, m_low, m_high, tuple(upper_line[1]), tuple(line[0])),
+                (tuple(q[end].tolist()), e_mean, e_low, e_high, tuple(u_end)))
 
     def _swing_joints(self, q, limb, bridges, offsets):
         """One limb of one character for `solve`, turned as a whole about the line from its upper bone's head to its
@@ -266,4 +350,60 @@ def solve(joints, start=0.0, lower=-MAX_TWIST, upper=MAX_TWIST):
             step *= 0.5
         else:
             break
+    return t
+
+
+def _turn(axis, angle):
+    return axis_angle_quaternion((axis[0] * angle, axis[1] * angle, axis[2] * angle))
+
+
+def chain_turned(chain, t1, t2):
+    """The three local rotations of a rolled limb (`chain` as EndTwist._chain_joints gives) after the upper bone's
+    roll t1 (the mid turned back by as much) and the mid's roll t2 (the end turned back): L_u r(a_u, t1),
+    r(B_m^T a_u, -t1) L_m r(u_m, t2), L_e r(u_e, -t2). No joint moves; the mid and the end keep their world rotations
+    but for the mid's own roll."""
+    (upper, _um, _ul, _uh, a_u), (mid, _mm, _ml, _mh, back, a_m), (end, _em, _el, _eh, u_e) = chain
+    return (quaternion_product(upper, _turn(a_u, t1)),
+            quaternion_product(quaternion_product(_turn(back, -t1), mid), _turn(a_m, t2)),
+            quaternion_product(end, _turn(u_e, -t2)))
+
+
+def chain_cost(chain, t1, t2):
+    """f(t1, t2) for a rolled limb: the radians its three joints lie past their limits, summed over the axes (not
+    squared: the turns then leave as many joints as they can wholly within their limits, rather than each a little
+    past), plus STAY per radian of each turn (squared)."""
+    cost = STAY * (t1 * t1 + t2 * t2)
+    for local, (_q, mean_inverse, low, high, *_axes) in zip(chain_turned(chain, t1, t2), chain):
+        d = quaternion_axis_angle(quaternion_product(mean_inverse, local))
+        cost += sum(max(d[i] - high[i], 0.0) - min(d[i] - low[i], 0.0) for i in range(3))
+    return cost
+
+
+def solve_two(chain, start=(0.0, 0.0), lower=(-MAX_TWIST, -MAX_TWIST), upper=(MAX_TWIST, MAX_TWIST)):
+    """A rolled limb's two turns: the least chain_cost in the box [lower, upper], from the best of `start` and a scan
+    over the box's diagonal and axes (f has several valleys), by a pattern search (steps along the axes and the
+    diagonals, halved when none lowers f: f has kinks where a joint meets its limits, which stall slopes)."""
+    def clip(t):
+        return min(max(t[0], lower[0]), upper[0]), min(max(t[1], lower[1]), upper[1])
+
+    t = clip(start)
+    cost = chain_cost(chain, *t)
+    if cost <= STAY * (t[0] * t[0] + t[1] * t[1]) and t == (0.0, 0.0):
+        return 0.0, 0.0                                 # within the limits and unturned: nothing to do
+    for c in SCAN:
+        for trial in ((c, c), (c, 0.0), (0.0, c)):
+            trial = clip(trial)
+            trial_cost = chain_cost(chain, *trial)
+            if trial_cost < cost:
+                t, cost = trial, trial_cost
+    step = min(PATTERN_STEP, 0.5 * max(upper[0] - lower[0], upper[1] - lower[1]))
+    while step > PATTERN_END:
+        moved = False
+        for dx, dy in PATTERN:
+            trial = clip((t[0] + dx * step, t[1] + dy * step))
+            trial_cost = chain_cost(chain, *trial)
+            if trial_cost < cost:
+                t, cost, moved = trial, trial_cost, True
+        if not moved:
+            step *= 0.5
     return t

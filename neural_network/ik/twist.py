@@ -372,9 +372,27 @@ def chain_cost(chain, t1, t2):
     """f(t1, t2) for a rolled limb: the radians its three joints lie past their limits, summed over the axes (not
     squared: the turns then leave as many joints as they can wholly within their limits, rather than each a little
     past), plus STAY per radian of each turn (squared)."""
+    return _parts_cost(_cost_parts(chain), t1, t2)
+
+
+def _cost_parts(chain):
+    """chain_cost's constants: the deltas M^-1 L at no turn and the turns' axes in the deltas' frames (the mid's
+    first turn, r(b, -t1) before L_m, is r(M_m^-1 b, -t1) before M_m^-1 L_m), with each joint's limits."""
+    (upper, u_mean, u_low, u_high, a_u), (mid, m_mean, m_low, m_high, back, a_m), (end, e_mean, e_low, e_high, u_e) \
+        = chain
+    return (quaternion_product(u_mean, upper), a_u, u_low, u_high,
+            quaternion_product(m_mean, mid), matrix_times(quaternion_matrix(m_mean), back), a_m, m_low, m_high,
+            quaternion_product(e_mean, end), u_e, e_low, e_high)
+
+
+def _parts_cost(parts, t1, t2):
+    upper, a_u, u_low, u_high, mid, back, a_m, m_low, m_high, end, u_e, e_low, e_high = parts
     cost = STAY * (t1 * t1 + t2 * t2)
-    for local, (_q, mean_inverse, low, high, *_axes) in zip(chain_turned(chain, t1, t2), chain):
-        d = quaternion_axis_angle(quaternion_product(mean_inverse, local))
+    for delta, low, high in ((quaternion_product(upper, _turn(a_u, t1)), u_low, u_high),
+                             (quaternion_product(quaternion_product(_turn(back, -t1), mid), _turn(a_m, t2)), m_low,
+                              m_high),
+                             (quaternion_product(end, _turn(u_e, -t2)), e_low, e_high)):
+        d = quaternion_axis_angle(delta)
         cost += sum(max(d[i] - high[i], 0.0) - min(d[i] - low[i], 0.0) for i in range(3))
     return cost
 
@@ -383,25 +401,31 @@ def solve_two(chain, start=(0.0, 0.0), lower=(-MAX_TWIST, -MAX_TWIST), upper=(MA
     """A rolled limb's two turns: the least chain_cost in the box [lower, upper], from the best of `start` and a scan
     over the box's diagonal and axes (f has several valleys), by a pattern search (steps along the axes and the
     diagonals, halved when none lowers f: f has kinks where a joint meets its limits, which stall slopes)."""
+    parts = _cost_parts(chain)
+
     def clip(t):
         return min(max(t[0], lower[0]), upper[0]), min(max(t[1], lower[1]), upper[1])
 
-    t = clip(start)
-    cost = chain_cost(chain, *t)
-    if cost <= STAY * (t[0] * t[0] + t[1] * t[1]) and t == (0.0, 0.0):
-        return 0.0, 0.0                                 # within the limits and unturned: nothing to do
-    for c in SCAN:
-        for trial in ((c, c), (c, 0.0), (0.0, c)):
-            trial = clip(trial)
-            trial_cost = chain_cost(chain, *trial)
-            if trial_cost < cost:
-                t, cost = trial, trial_cost
+    # the box's point nearest no turn: where all three joints are within their limits there, it is the least f
+    # (the common case: a turn easing out, or no turn at all)
+    t = clip((0.0, 0.0))
+    cost = _parts_cost(parts, *t)
+    if cost <= STAY * (t[0] * t[0] + t[1] * t[1]):
+        return t
+    tried = {t}
+    for trial in [clip(start)] + [clip(point) for c in SCAN for point in ((c, c), (c, 0.0), (0.0, c))]:
+        if trial in tried:                          # a narrow box (a live tick's) clips many starts alike
+            continue
+        tried.add(trial)
+        trial_cost = _parts_cost(parts, *trial)
+        if trial_cost < cost:
+            t, cost = trial, trial_cost
     step = min(PATTERN_STEP, 0.5 * max(upper[0] - lower[0], upper[1] - lower[1]))
     while step > PATTERN_END:
         moved = False
         for dx, dy in PATTERN:
             trial = clip((t[0] + dx * step, t[1] + dy * step))
-            trial_cost = chain_cost(chain, *trial)
+            trial_cost = _parts_cost(parts, *trial)
             if trial_cost < cost:
                 t, cost, moved = trial, trial_cost, True
         if not moved:

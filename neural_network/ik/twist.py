@@ -36,7 +36,7 @@ An arm's or a leg's upper bone (the upper arm, the thigh) rolls as well, about i
 as much: L_u(t1) = L_u r(a_u, t1), L_m = r(B_m^T a_u, -t1) L_m r(u_m, t2). Rolled together (t1 = t2) the thigh and
 the foot turn the knee's bend axis about the shin, which takes back a knee bent sideways past a hinge's narrow limits
 (neither roll alone does). The two turns minimise, before the arm's swing, how far the three joints lie past their
-limits summed (not squared: as many joints as can be come wholly within, rather than each a little past; on the
+limits summed (not squared: as many joints as can come wholly within, rather than each a little past; on the
 Bandai clips squared sums spread a thigh's excess over the knee and the foot) by a scan and a pattern search
 (solve_two: f has several valleys and kinks).
 
@@ -386,6 +386,7 @@ def _cost_parts(chain):
 
 
 def _parts_cost(parts, t1, t2):
+    """chain_cost from _cost_parts' constants (a search evaluates it a hundred times or more)."""
     upper, a_u, u_low, u_high, mid, back, a_m, m_low, m_high, end, u_e, e_low, e_high = parts
     cost = STAY * (t1 * t1 + t2 * t2)
     for delta, low, high in ((quaternion_product(upper, _turn(a_u, t1)), u_low, u_high),

@@ -376,26 +376,46 @@ def chain_cost(chain, t1, t2):
 
 
 def _cost_parts(chain):
-    """chain_cost's constants: the deltas M^-1 L at no turn and the turns' axes in the deltas' frames (the mid's
-    first turn, r(b, -t1) before L_m, is r(M_m^-1 b, -t1) before M_m^-1 L_m), with each joint's limits."""
+    """chain_cost's constants. A turn r(a, t) = cos(t/2) + sin(t/2) (0, a), so each joint's delta from the mean pose
+    is a sum of a few fixed quaternions weighted by the turns' cosines and sines: the upper's M_u^-1 L_u r(a_u, t1) =
+    c1 P + s1 P a_u; the mid's r(M_m^-1 b, -t1) M_m^-1 L_m r(a_m, t2) = c1 c2 P + c1 s2 P a - s1 c2 b P - s1 s2 b P a;
+    the end's c2 P - s2 P u_e (products with pure quaternions (0, v) written v). Returns those with the limits."""
     (upper, u_mean, u_low, u_high, a_u), (mid, m_mean, m_low, m_high, back, a_m), (end, e_mean, e_low, e_high, u_e) \
         = chain
-    return (quaternion_product(u_mean, upper), a_u, u_low, u_high,
-            quaternion_product(m_mean, mid), matrix_times(quaternion_matrix(m_mean), back), a_m, m_low, m_high,
-            quaternion_product(e_mean, end), u_e, e_low, e_high)
+    def pure(v):
+        return 0.0, v[0], v[1], v[2]
+
+    p_u, p_m, p_e = quaternion_product(u_mean, upper), quaternion_product(m_mean, mid), quaternion_product(e_mean, end)
+    b = pure(matrix_times(quaternion_matrix(m_mean), back))
+    b_p = quaternion_product(b, p_m)
+    return ((p_u, quaternion_product(p_u, pure(a_u)), u_low, u_high),
+            (p_m, quaternion_product(p_m, pure(a_m)), b_p, quaternion_product(b_p, pure(a_m)), m_low, m_high),
+            (p_e, quaternion_product(p_e, pure(u_e)), e_low, e_high))
+
+
+def _past(q, low, high):
+    """How far the axis-angle of unit quaternion q lies past [low, high], summed over the axes."""
+    w, x, y, z = q
+    s = math.sqrt(x * x + y * y + z * z)
+    scale = math.copysign(2.0 * math.atan2(s, abs(w)) / max(s, 1e-300), w)
+    out = 0.0
+    for v, lo, hi in ((x * scale, low[0], high[0]), (y * scale, low[1], high[1]), (z * scale, low[2], high[2])):
+        if v > hi:
+            out += v - hi
+        elif v < lo:
+            out += lo - v
+    return out
 
 
 def _parts_cost(parts, t1, t2):
     """chain_cost from _cost_parts' constants (a search evaluates it a hundred times or more)."""
-    upper, a_u, u_low, u_high, mid, back, a_m, m_low, m_high, end, u_e, e_low, e_high = parts
-    cost = STAY * (t1 * t1 + t2 * t2)
-    for delta, low, high in ((quaternion_product(upper, _turn(a_u, t1)), u_low, u_high),
-                             (quaternion_product(quaternion_product(_turn(back, -t1), mid), _turn(a_m, t2)), m_low,
-                              m_high),
-                             (quaternion_product(end, _turn(u_e, -t2)), e_low, e_high)):
-        d = quaternion_axis_angle(delta)
-        cost += sum(max(d[i] - high[i], 0.0) - min(d[i] - low[i], 0.0) for i in range(3))
-    return cost
+    (p_u, pa_u, u_low, u_high), (p_m, pa_m, bp_m, bpa_m, m_low, m_high), (p_e, pu_e, e_low, e_high) = parts
+    c1, s1, c2, s2 = math.cos(0.5 * t1), math.sin(0.5 * t1), math.cos(0.5 * t2), math.sin(0.5 * t2)
+    cc, cs, sc, ss = c1 * c2, c1 * s2, s1 * c2, s1 * s2
+    return (STAY * (t1 * t1 + t2 * t2)
+            + _past(tuple(c1 * a + s1 * b for a, b in zip(p_u, pa_u)), u_low, u_high)
+            + _past(tuple(cc * a + cs * b - sc * c - ss * d for a, b, c, d in zip(p_m, pa_m, bp_m, bpa_m)), m_low, m_high)
+            + _past(tuple(c2 * a - s2 * b for a, b in zip(p_e, pu_e)), e_low, e_high))
 
 
 def solve_two(chain, start=(0.0, 0.0), lower=(-MAX_TWIST, -MAX_TWIST), upper=(MAX_TWIST, MAX_TWIST)):

@@ -79,6 +79,9 @@ ROLLED = {ROLE_INDEX[mid]: ROLE_INDEX[upper] for mid, upper in (     # a limb wh
 PATTERN = ((1, 0), (-1, 0), (0, 1), (0, -1), (1, 1), (-1, -1), (1, -1), (-1, 1))   # the two-turn search's steps
 PATTERN_STEP, PATTERN_END = 0.15, 1e-4     # radians: its first step, and the step it stops below
 SCAN = (-1.2, -0.9, -0.6, -0.3, 0.3, 0.6, 0.9, 1.2)     # radians: the two-turn solve's other starts (clipped to its box)
+LIVE_BOX, LIVE_STEP, LIVE_ROUNDS = 0.3, 0.01, 2   # a box narrower than LIVE_BOX (the memory's speed limit): no scan,
+                                                  # a first step of LIVE_STEP and at most LIVE_ROUNDS rounds of the
+                                                  # search, which goes on from there next tick
 
 
 class EndTwist:
@@ -433,17 +436,20 @@ def solve_two(chain, start=(0.0, 0.0), lower=(-MAX_TWIST, -MAX_TWIST), upper=(MA
     cost = _parts_cost(parts, *t)
     if cost <= STAY * (t[0] * t[0] + t[1] * t[1]):
         return t
+    narrow = max(upper[0] - lower[0], upper[1] - lower[1]) < LIVE_BOX      # a live tick's (or a Bake frame's) box
     tried = {t}
-    for trial in [clip(start)] + [clip(point) for c in SCAN for point in ((c, c), (c, 0.0), (0.0, c))]:
+    for trial in [clip(start)] + ([] if narrow else [clip(point) for c in SCAN for point in ((c, c), (c, 0.0),
+                                                                                              (0.0, c))]):
         if trial in tried:                          # a narrow box (a live tick's) clips many starts alike
             continue
         tried.add(trial)
         trial_cost = _parts_cost(parts, *trial)
         if trial_cost < cost:
             t, cost = trial, trial_cost
-    step = min(PATTERN_STEP, 0.5 * max(upper[0] - lower[0], upper[1] - lower[1]))
-    while step > PATTERN_END:
-        moved = False
+    step = min(LIVE_STEP if narrow else PATTERN_STEP, 0.5 * max(upper[0] - lower[0], upper[1] - lower[1]))
+    rounds = 0
+    while step > PATTERN_END and not (narrow and rounds >= LIVE_ROUNDS):
+        moved, rounds = False, rounds + 1
         for dx, dy in PATTERN:
             trial = clip((t[0] + dx * step, t[1] + dy * step))
             trial_cost = _parts_cost(parts, *trial)

@@ -224,6 +224,18 @@ def test_a_knee_bent_sideways_comes_back_by_the_thigh_and_the_shin_rolling_toget
     (r0, p0), (r1, p1) = world(skel, q), world(skel, settled)
     np.testing.assert_allclose(p1, p0, atol=1e-9)
     np.testing.assert_allclose(r1[0, ROLE_INDEX["LeftFoot"]], r0[0, ROLE_INDEX["LeftFoot"]], atol=1e-9)
+    # live, the turns move at most their speed a tick and the search goes on from where the last tick left it (a few
+    # rounds a tick): held still, the pose comes back within its limits as well within a second
+    from neural_ik.neural_network.ik.refine_memory import RefineMemory
+
+    memory, steps = RefineMemory(1, 4), []
+    end_twist.settle(mean_q[None].copy(), memory=memory)       # a tick within the limits first: known, no turn
+    for _tick in range(60):
+        live = q.copy()
+        end_twist.settle(live, memory=memory)
+        steps.append(memory.upper_roll[0, limb])
+    assert np.abs(np.diff(steps)).max() <= twist.SPEED * memory.dt + 1e-12
+    assert excess(mean_q, low, high, live)[0, leg].sum() < 1e-6
 
 
 def test_a_rig_without_an_upper_neck_rolls_the_head_on_the_lower_one():

@@ -10,6 +10,7 @@ from neural_ik.neural_network.geometry.quaternion_math import (
     quaternion_axis_angle,
     quaternion_product,
     quaternions_to_matrices,
+    turn_quaternion,
 )
 from neural_ik.neural_network.geometry.rotations import axis_angle_to_quaternion, matrix_to_quaternion
 from neural_ik.neural_network.ik import swivel
@@ -45,7 +46,7 @@ def test_the_inverse_jacobian_is_the_log_maps_derivative():
         h = 1e-6
 
         def log_at(t, base=base, a=a):
-            return np.array(quaternion_axis_angle(quaternion_product(base, swivel._turn(tuple(a), t))))
+            return np.array(quaternion_axis_angle(quaternion_product(base, turn_quaternion(tuple(a), t))))
 
         numeric = (log_at(h) - log_at(-h)) / (2 * h)
         np.testing.assert_allclose(swivel._inverse_jacobian_times_array(v, a), numeric, atol=1e-6)
@@ -108,7 +109,7 @@ def test_an_arm_turned_away_from_the_mean_pose_about_its_line_comes_back(stage):
     q = np.broadcast_to(mean_q, (1, 23, 4)).copy()
     for side in ("Left", "Right"):
         j = ROLE_INDEX[side + "ForeArm"]
-        q[0, j] = quaternion_product(tuple(q[0, j]), swivel._turn((0.0, 0.0, 1.0), np.radians(70)))
+        q[0, j] = quaternion_product(tuple(q[0, j]), turn_quaternion((0.0, 0.0, 1.0), np.radians(70)))
     hips = np.eye(4)[None]
     rest = refiner.chain_forward(q, hips).copy()
     turned = q.copy()
@@ -117,8 +118,8 @@ def test_an_arm_turned_away_from_the_mean_pose_about_its_line_comes_back(stage):
         s, h = rest[0, refiner.slot_of[arm]], rest[0, refiner.slot_of[hand]]
         line = (h[:3, 3] - s[:3, 3]) / np.linalg.norm(h[:3, 3] - s[:3, 3])
         angle = np.radians(25)
-        turned[0, arm] = quaternion_product(tuple(q[0, arm]), swivel._turn(tuple(s[:3, :3].T @ line), angle))
-        turned[0, hand] = quaternion_product(tuple(q[0, hand]), swivel._turn(tuple(h[:3, :3].T @ line), -angle))
+        turned[0, arm] = quaternion_product(tuple(q[0, arm]), turn_quaternion(tuple(s[:3, :3].T @ line), angle))
+        turned[0, hand] = quaternion_product(tuple(q[0, hand]), turn_quaternion(tuple(h[:3, :3].T @ line), -angle))
     away = refiner.chain_forward(turned, hips).copy()
     settled = turned.copy()
     assert arm_stage.settle(settled, away) == 2
@@ -140,7 +141,7 @@ def test_a_shoulder_or_wrist_far_from_anything_the_model_knows_is_left_alone(sta
     hips = np.broadcast_to(np.eye(4), (30, 4, 4)).copy()
     for side in ("Left", "Right"):
         j = ROLE_INDEX[side + "Hand"]
-        q[:, j] = quaternion_product(tuple(mean_q[j]), swivel._turn((1.0, 0.0, 0.0), 2.7 * 1.2))
+        q[:, j] = quaternion_product(tuple(mean_q[j]), turn_quaternion((1.0, 0.0, 0.0), 2.7 * 1.2))
     settled = q.copy()
     assert arm_stage.settle(settled, refiner.chain_forward(q, hips).copy()) == 0
     np.testing.assert_array_equal(settled, q)
@@ -155,7 +156,7 @@ def test_with_a_memory_a_turn_moves_at_most_speed_times_dt_a_tick(stage):
     base = np.broadcast_to(mean_q, (1, 23, 4)).copy()
     for side in ("Left", "Right"):
         j = ROLE_INDEX[side + "ForeArm"]
-        base[0, j] = quaternion_product(tuple(base[0, j]), swivel._turn((0.0, 0.0, 1.0), np.radians(70)))
+        base[0, j] = quaternion_product(tuple(base[0, j]), turn_quaternion((0.0, 0.0, 1.0), np.radians(70)))
     rest = refiner.chain_forward(base, hips).copy()
 
     def turned(angle):
@@ -164,8 +165,8 @@ def test_with_a_memory_a_turn_moves_at_most_speed_times_dt_a_tick(stage):
             arm, hand = ROLE_INDEX[side + "Arm"], ROLE_INDEX[side + "Hand"]
             s, h = rest[0, refiner.slot_of[arm]], rest[0, refiner.slot_of[hand]]
             line = (h[:3, 3] - s[:3, 3]) / np.linalg.norm(h[:3, 3] - s[:3, 3])
-            q[0, arm] = quaternion_product(tuple(q[0, arm]), swivel._turn(tuple(s[:3, :3].T @ line), angle))
-            q[0, hand] = quaternion_product(tuple(q[0, hand]), swivel._turn(tuple(h[:3, :3].T @ line), -angle))
+            q[0, arm] = quaternion_product(tuple(q[0, arm]), turn_quaternion(tuple(s[:3, :3].T @ line), angle))
+            q[0, hand] = quaternion_product(tuple(q[0, hand]), turn_quaternion(tuple(h[:3, :3].T @ line), -angle))
         return q, refiner.chain_forward(q, hips).copy()
 
     alone = []

@@ -147,6 +147,23 @@ def axis_angle_quaternion(v):
     return (math.cos(0.5 * angle), v[0] * scale, v[1] * scale, v[2] * scale)
 
 
+def turn_quaternion(axis, angle):
+    """The turn by `angle` about a unit axis (x, y, z) as a (w, x, y, z) quaternion."""
+    s = math.sin(0.5 * angle)
+    return (math.cos(0.5 * angle), axis[0] * s, axis[1] * s, axis[2] * s)
+
+
+def axis_angle_excess(d, low, high):
+    """How far an axis-angle d lies past the box [low, high], summed over its axes."""
+    out = 0.0
+    for v, lo, hi in ((d[0], low[0], high[0]), (d[1], low[1], high[1]), (d[2], low[2], high[2])):
+        if v > hi:
+            out += v - hi
+        elif v < lo:
+            out += lo - v
+    return out
+
+
 def quaternion_matrix(q):
     """(w, x, y, z) unit quaternion -> rotation matrix as three row tuples."""
     w, x, y, z = q

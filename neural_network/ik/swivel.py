@@ -35,7 +35,13 @@ import math
 
 import numpy as np
 
-from ..geometry.quaternion_math import multiply_quaternions, quaternion_axis_angle, quaternion_product
+from ..geometry.quaternion_math import (
+    axis_angle_excess,
+    multiply_quaternions,
+    quaternion_axis_angle,
+    quaternion_product,
+    turn_quaternion,
+)
 from ..geometry.rotations import quaternion_to_axis_angle
 from ..skeleton.roles import ROLE_INDEX
 
@@ -48,11 +54,6 @@ WRAP = (2.4, 2.9)     # ... or this many radians (a delta wraps at pi)
 LIMIT_BISECTIONS = 5  # a step that takes a joint further past its limits is cut to within 1/32 of where it would
 BATCH_FROM = 8        # this many characters together (not a Bake's frames, which run in order): the NumPy path
 ARMS = tuple(tuple(ROLE_INDEX[side + name] for name in ("Arm", "ForeArm", "Hand")) for side in ("Left", "Right"))
-
-
-def _turn(axis, angle):
-    s = math.sin(0.5 * angle)
-    return (math.cos(0.5 * angle), axis[0] * s, axis[1] * s, axis[2] * s)
 
 
 class ArmSwivel:
@@ -168,7 +169,7 @@ class ArmSwivel:
         if abs(phi) < 1e-7:
             return 0.0
         for role, sign, axis, _delta0, _low, _high, local, _d in parts:
-            q[role] = quaternion_product(local, _turn(axis, sign * phi))
+            q[role] = quaternion_product(local, turn_quaternion(axis, sign * phi))
         return phi
 
     def _settle_batch(self, q, world, memory):
@@ -231,20 +232,16 @@ class ArmSwivel:
         return turned
 
 
-def _past(d, low, high):
-    """How far an axis-angle d is past the limits (summed over its axes)."""
-    return sum(max(d[i] - high[i], 0.0) + max(low[i] - d[i], 0.0) for i in range(3))
-
-
 def _within_limits(parts, phi, least=0.0):
     """_settle_arm's turn phi, or the turn nearest it between `least` and phi (bisection) that takes neither joint
     further past the limits (summed over their axes) than the refinement left them; `least` (0, or with a memory the
     smallest turn its speed limit allows) where none does: the speed limit comes first."""
     def past(turn):
-        return sum(_past(quaternion_axis_angle(quaternion_product(delta0, _turn(axis, sign * turn))), low, high)
+        return sum(axis_angle_excess(quaternion_axis_angle(quaternion_product(delta0, turn_quaternion(axis, sign * turn))),
+                                     low, high)
                    for _role, sign, axis, delta0, low, high, _local, _d in parts)
 
-    past0 = sum(_past(d, low, high) for *_, low, high, _local, d in parts) + 1e-9
+    past0 = sum(axis_angle_excess(d, low, high) for *_, low, high, _local, d in parts) + 1e-9
     if past(phi) <= past0:
         return phi
     low, high = 0.0, 1.0
@@ -255,7 +252,7 @@ def _within_limits(parts, phi, least=0.0):
 
 
 def _turn_array(axes, angles):
-    """(..., 3) unit axes, (...) angles -> (..., 4) quaternions: _turn for arrays."""
+    """(..., 3) unit axes, (...) angles -> (..., 4) quaternions: turn_quaternion for arrays."""
     return np.concatenate([np.cos(0.5 * angles)[..., None], axes * np.sin(0.5 * angles)[..., None]], axis=-1)
 
 

@@ -50,6 +50,7 @@ import math
 import numpy as np
 
 from ..geometry.quaternion_math import (
+    axis_angle_excess,
     axis_angle_quaternion,
     log_slope,
     matrix_times,
@@ -58,6 +59,7 @@ from ..geometry.quaternion_math import (
     quaternion_axis_angle,
     quaternion_matrix,
     quaternion_product,
+    turn_quaternion,
 )
 from ..geometry.rotations import quaternion_to_axis_angle
 from ..skeleton.roles import ROLE_INDEX
@@ -97,34 +99,30 @@ class EndTwist:
         self.bridges, self.offsets = skeleton.bridges.tolist(), skeleton.offsets.tolist()
         mean_inverse = np.asarray(mean_quaternions, np.float64) * np.array([1.0, -1.0, -1.0, -1.0])
         low, high = (np.asarray(limit, np.float64).reshape(-1, 3) for limit in (limit_low, limit_high))
-        self.upper_checks = [None if u is None else (tuple(mean_inverse[u].tolist()), tuple(low[u].tolist()),
-                                                     tuple(high[u].tolist())) for u in self.uppers]
         joints = [j for limb in self.limbs for j in limb]                  # mid, end, mid, end, ...
         self.roles = np.array(joints, int)
         self.mean_inverse = mean_inverse[joints].reshape(-1, 2, 4)
         self.low, self.high = low[joints].reshape(-1, 2, 3), high[joints].reshape(-1, 2, 3)
         self.axes = self._axes(skeleton.bridges, skeleton.offsets)
-        # the one-character check's constants as floats: per joint (M^-1, low, high, and cos^2 of half the angle a
-        # turn from the mean stays within the limits below: the nearest face of the box, 2 where the mean is outside)
-        inside = np.minimum(-self.low, self.high).min(axis=-1)
-        inside_cos2 = np.where(inside > 0.0, np.cos(0.5 * np.minimum(inside, np.pi)) ** 2, 2.0)
-        self.checks = [(tuple(self.mean_inverse[i, s].tolist()), tuple(self.low[i, s].tolist()),
-                        tuple(self.high[i, s].tolist()), float(inside_cos2[i, s]))
-                       for i in range(len(self.limbs)) for s in (0, 1)]
-        self.check_limbs = [i for i in range(len(self.limbs)) for _s in (0, 1)]      # the limb of each checked joint
-        # a limb whose upper bone rolls as well (arms, legs): the upper joint is checked too, after the others
+        # a limb whose upper bone rolls as well (arms, legs; an arm's swing turns the same bone)
         self.rolled = [ROLLED[m] if m in ROLLED and mask[ROLLED[m]] else None for m, _e in self.limbs]
-        rolled = [(i, u) for i, u in enumerate(self.rolled) if u is not None]
-        self.rolled_limbs = np.array([i for i, _u in rolled], int)
-        self.rolled_roles = np.array([u for _i, u in rolled], int)
-        if rolled:
-            u_low, u_high = low[self.rolled_roles], high[self.rolled_roles]
-            u_inside = np.minimum(-u_low, u_high).min(axis=-1)
-            u_cos2 = np.where(u_inside > 0.0, np.cos(0.5 * np.minimum(u_inside, np.pi)) ** 2, 2.0)
-            self.checks += [(tuple(mean_inverse[u].tolist()), tuple(low[u].tolist()), tuple(high[u].tolist()),
-                             float(c)) for (_i, u), c in zip(rolled, u_cos2)]
-            self.check_limbs += [i for i, _u in rolled]
-            self.upper_mean_inverse, self.upper_low, self.upper_high = mean_inverse[self.rolled_roles], u_low, u_high
+        self.rolled_limbs = np.array([i for i, u in enumerate(self.rolled) if u is not None], int)
+        self.rolled_roles = np.array([u for u in self.rolled if u is not None], int)
+        self.upper_mean_inverse = mean_inverse[self.rolled_roles]
+        self.upper_low, self.upper_high = low[self.rolled_roles], high[self.rolled_roles]
+        # the one-character check's constants as floats, per joint: M^-1, low, high, and cos^2 of half the angle a
+        # turn from the mean stays within the limits below (the nearest face of the box, 2 where the mean is
+        # outside); the mids and ends, then the rolled upper bones
+        inside = np.minimum(-low, high).min(axis=-1)
+        inside_cos2 = np.where(inside > 0.0, np.cos(0.5 * np.minimum(inside, np.pi)) ** 2, 2.0)
+
+        def check(role):
+            return (tuple(mean_inverse[role].tolist()), tuple(low[role].tolist()), tuple(high[role].tolist()),
+                    float(inside_cos2[role]))
+
+        self.upper_checks = [None if u is None else check(u) for u in self.rolled]
+        self.checks = [check(j) for j in joints] + [self.upper_checks[i] for i in self.rolled_limbs.tolist()]
+        self.check_limbs = [i for i in range(len(self.limbs)) for _s in (0, 1)] + self.rolled_limbs.tolist()
         self.check_roles = np.concatenate([self.roles, self.rolled_roles])
         self.upper_axes = self._upper_axes(skeleton.bridges, skeleton.offsets)
 
@@ -204,12 +202,11 @@ class EndTwist:
             known, last = [known], [last]
         else:
             known = np.zeros(k, bool) if memory is None else memory.twist_known[:k].copy()
-            moves = [np.where(known[:, None], remembered[:k, :n], 0.0) if memory is not None else np.zeros((k, n))
-                     for remembered in ((memory.twist, memory.swing, memory.upper_roll) if memory is not None
-                                        else (None,) * 3)]
+            moves = [np.zeros((k, n))] * 3 if memory is None else [
+                np.where(known[:, None], remembered[:k, :n], 0.0)
+                for remembered in (memory.twist, memory.swing, memory.upper_roll)]
             d = quaternion_to_axis_angle(multiply_quaternions(self.mean_inverse, q[:, self.roles].reshape(k, n, 2, 4)))
-            needed = ((d < self.low) | (d > self.high)).any(axis=(2, 3)) | (moves[0] != 0.0) | (moves[1] != 0.0) \
-                | (moves[2] != 0.0)
+            needed = ((d < self.low) | (d > self.high)).any(axis=(2, 3)) | (np.stack(moves) != 0.0).any(axis=0)
             if len(self.rolled_limbs):
                 d = quaternion_to_axis_angle(multiply_quaternions(self.upper_mean_inverse, q[:, self.rolled_roles]))
                 needed[:, self.rolled_limbs] |= ((d < self.upper_low) | (d > self.upper_high)).any(axis=2)
@@ -245,20 +242,13 @@ class EndTwist:
                     start, lower, upper = bounds(row, last[row][0][limb])
                     t = solve(joints, start, lower, upper)
                     t = turns[0][row][limb] = t if abs(t) > 1e-9 else 0.0   # eased out: done (not 1e-18)
-                    if t != 0.0:
-                        for role, sign, (_delta0, u, _low, _high) in zip(self.limbs[limb], SIGNS, joints):
-                            q[row, role] = quaternion_product(q[row, role].tolist(), axis_angle_quaternion(
-                                (u[0] * sign * t, u[1] * sign * t, u[2] * sign * t)))
+                    _turned(q[row], self.limbs[limb], joints, t)
                 if self.uppers[limb] is not None:          # then an arm's swing
                     joints = self._swing_joints(q[row], limb, *links)
                     start, lower, upper = bounds(row, last[row][1][limb])
                     t = solve(joints, start, lower, upper)
                     t = turns[1][row][limb] = t if abs(t) > 1e-9 else 0.0
-                    if t != 0.0:
-                        for role, sign, (_delta0, u, _low, _high) in zip((self.uppers[limb], self.limbs[limb][1]),
-                                                                          SIGNS, joints):
-                            q[row, role] = quaternion_product(q[row, role].tolist(), axis_angle_quaternion(
-                                (u[0] * sign * t, u[1] * sign * t, u[2] * sign * t)))
+                    _turned(q[row], (self.uppers[limb], self.limbs[limb][1]), joints, t)
         if memory is not None:
             memory.twist[:k, :n], memory.swing[:k, :n], memory.upper_roll[:k, :n] = turns
             memory.twist_known[:k] = True
@@ -269,7 +259,7 @@ class EndTwist:
         M^-1, limits; the upper's roll axis a_u (its own line), the mid's B_m^T a_u (turned by -t1 before its local
         rotation) and u_m (after it), the end's u_e = L_e^-1 B_e^T u_m."""
         upper, (mid, end) = self.rolled[limb], self.limbs[limb]
-        u_check = self.checks[len(self.limbs) * 2 + int(np.searchsorted(self.rolled_limbs, limb))]
+        u_check = self.upper_checks[limb]
         end_rows = quaternion_matrix(q[end].tolist())
         u_end = matrix_transposed_times(end_rows, line[1])
         (m_mean, m_low, m_high, _i), (e_mean, e_low, e_high, _j) = self.checks[2 * limb:2 * limb + 2]
@@ -292,7 +282,7 @@ class EndTwist:
             line = (line[0] / length, line[1] / length, line[2] / length)
         in_end = matrix_transposed_times(end_rows, matrix_transposed_times(bridges[end], matrix_transposed_times(
             mid_rows, matrix_transposed_times(bridges[mid], line))))
-        (mean_upper, low_upper, high_upper), (mean_end, low_end, high_end, _inside) = \
+        (mean_upper, low_upper, high_upper, _u), (mean_end, low_end, high_end, _e) = \
             self.upper_checks[limb], self.checks[2 * limb + 1]
         wider = [tuple(v - SWING_MARGIN for v in low) for low in (low_upper, low_end)], \
             [tuple(v + SWING_MARGIN for v in high) for high in (high_upper, high_end)]
@@ -311,6 +301,14 @@ class EndTwist:
 
 
 SIGNS = (1.0, -1.0)      # the mid (or upper) bone turns by t, the end by -t
+
+
+def _turned(q, roles, joints, t):
+    """One character's q (23, 4) in place: the two joints `roles` of a `solve` turned by t and -t about their axes."""
+    if t != 0.0:
+        for role, sign, (_delta0, u, _low, _high) in zip(roles, SIGNS, joints):
+            q[role] = quaternion_product(q[role].tolist(), axis_angle_quaternion(
+                (u[0] * sign * t, u[1] * sign * t, u[2] * sign * t)))
 
 
 def limb_cost(joints, t):
@@ -356,19 +354,15 @@ def solve(joints, start=0.0, lower=-MAX_TWIST, upper=MAX_TWIST):
     return t
 
 
-def _turn(axis, angle):
-    return axis_angle_quaternion((axis[0] * angle, axis[1] * angle, axis[2] * angle))
-
-
 def chain_turned(chain, t1, t2):
     """The three local rotations of a rolled limb (`chain` as EndTwist._chain_joints gives) after the upper bone's
     roll t1 (the mid turned back by as much) and the mid's roll t2 (the end turned back): L_u r(a_u, t1),
     r(B_m^T a_u, -t1) L_m r(u_m, t2), L_e r(u_e, -t2). No joint moves; the mid and the end keep their world rotations
     but for the mid's own roll."""
     (upper, _um, _ul, _uh, a_u), (mid, _mm, _ml, _mh, back, a_m), (end, _em, _el, _eh, u_e) = chain
-    return (quaternion_product(upper, _turn(a_u, t1)),
-            quaternion_product(quaternion_product(_turn(back, -t1), mid), _turn(a_m, t2)),
-            quaternion_product(end, _turn(u_e, -t2)))
+    return (quaternion_product(upper, turn_quaternion(a_u, t1)),
+            quaternion_product(quaternion_product(turn_quaternion(back, -t1), mid), turn_quaternion(a_m, t2)),
+            quaternion_product(end, turn_quaternion(u_e, -t2)))
 
 
 def chain_cost(chain, t1, t2):
@@ -396,29 +390,17 @@ def _cost_parts(chain):
             (p_e, quaternion_product(p_e, pure(u_e)), e_low, e_high))
 
 
-def _past(q, low, high):
-    """How far the axis-angle of unit quaternion q lies past [low, high], summed over the axes."""
-    w, x, y, z = q
-    s = math.sqrt(x * x + y * y + z * z)
-    scale = math.copysign(2.0 * math.atan2(s, abs(w)) / max(s, 1e-300), w)
-    out = 0.0
-    for v, lo, hi in ((x * scale, low[0], high[0]), (y * scale, low[1], high[1]), (z * scale, low[2], high[2])):
-        if v > hi:
-            out += v - hi
-        elif v < lo:
-            out += lo - v
-    return out
-
-
 def _parts_cost(parts, t1, t2):
     """chain_cost from _cost_parts' constants (a search evaluates it a hundred times or more)."""
     (p_u, pa_u, u_low, u_high), (p_m, pa_m, bp_m, bpa_m, m_low, m_high), (p_e, pu_e, e_low, e_high) = parts
     c1, s1, c2, s2 = math.cos(0.5 * t1), math.sin(0.5 * t1), math.cos(0.5 * t2), math.sin(0.5 * t2)
     cc, cs, sc, ss = c1 * c2, c1 * s2, s1 * c2, s1 * s2
-    return (STAY * (t1 * t1 + t2 * t2)
-            + _past(tuple(c1 * a + s1 * b for a, b in zip(p_u, pa_u)), u_low, u_high)
-            + _past(tuple(cc * a + cs * b - sc * c - ss * d for a, b, c, d in zip(p_m, pa_m, bp_m, bpa_m)), m_low, m_high)
-            + _past(tuple(c2 * a - s2 * b for a, b in zip(p_e, pu_e)), e_low, e_high))
+    upper = tuple(c1 * a + s1 * b for a, b in zip(p_u, pa_u))
+    mid = tuple(cc * a + cs * b - sc * c - ss * d for a, b, c, d in zip(p_m, pa_m, bp_m, bpa_m))
+    end = tuple(c2 * a - s2 * b for a, b in zip(p_e, pu_e))
+    return (STAY * (t1 * t1 + t2 * t2) + axis_angle_excess(quaternion_axis_angle(upper), u_low, u_high)
+            + axis_angle_excess(quaternion_axis_angle(mid), m_low, m_high)
+            + axis_angle_excess(quaternion_axis_angle(end), e_low, e_high))
 
 
 def solve_two(chain, start=(0.0, 0.0), lower=(-MAX_TWIST, -MAX_TWIST), upper=(MAX_TWIST, MAX_TWIST)):

@@ -142,7 +142,7 @@ def _standing(stage, height):
 
 
 def _stage_cost(stage, targets, pinned, anchors, u):
-    """The hips stage's cost as its docstring writes it (hips_reach.py), for a solution u (K, 4): the limbs' excess,
+    """The hips stage's cost as its docstring writes it (hips_reach.py), for a solution u (K, 5): the limbs' excess,
     the feet's crouch, the moves."""
     from neural_ik.neural_network.ik import hips_reach
 
@@ -155,7 +155,8 @@ def _stage_cost(stage, targets, pinned, anchors, u):
     side = root[:, :3, :3] @ stage.lateral
     side[:, 2] = 0.0
     side /= np.linalg.norm(side, axis=-1, keepdims=True)
-    turned = axis_angle_to_matrix(side * u[:, 3:4]) @ root[:, :3, :3]
+    ahead = np.cross(side, [0.0, 0.0, 1.0])
+    turned = axis_angle_to_matrix(side * u[:, 3:4]) @ axis_angle_to_matrix(ahead * u[:, 4:5]) @ root[:, :3, :3]
     local = np.broadcast_to(stage.anchors[rows] if anchors is None else anchors[:, rows], (len(u), len(rows), 3))
     offset = root[:, None, :3, 3] + u[:, None, :3] + np.einsum("kab,kmb->kma", turned, local) \
         - targets[:, [LIMBS[r][0] for r in rows]][..., :3, 3]
@@ -163,14 +164,14 @@ def _stage_cost(stage, targets, pinned, anchors, u):
     under = np.where(feet, np.maximum(CROUCH / LEG_REACH * reach - np.linalg.norm(offset, axis=-1), 0.0), 0.0)
     bend = hips_reach.HEAD_BEND if (reach <= 0).any() else hips_reach.BEND
     return (((over + under) * weight) ** 2).sum(1) + hips_reach.MOVE * (u[:, :3] ** 2).sum(1) / stage.height ** 2 \
-        + bend * u[:, 3] ** 2
+        + bend * (u[:, 3:] ** 2).sum(1)
 
 
 def _stage_slopes(stage, targets, pinned, anchors, u, step=1e-6):
-    """(K, 4) central differences of _stage_cost at solutions u (K, 4): its slope along the move and the bend."""
+    """(K, 5) central differences of _stage_cost at solutions u (K, 5): its slope along the move, the bend, the roll."""
     return np.stack([(_stage_cost(stage, targets, pinned, anchors, u + step * e)
                       - _stage_cost(stage, targets, pinned, anchors, u - step * e)) / (2 * step)
-                     for e in np.eye(4)], axis=1)
+                     for e in np.eye(5)], axis=1)
 
 
 def test_hips_stage_with_a_pinned_head_finds_the_least_cost(trained, monkeypatch):
@@ -190,9 +191,10 @@ def test_hips_stage_with_a_pinned_head_finds_the_least_cost(trained, monkeypatch
     pinned = ~prior.free_mask(["root", "left_foot", "right_foot"])
     root, u = stage.place(targets, pinned, anchors=anchors)
     grads = [_stage_slopes(stage, targets, pinned, anchors, solution) for solution in (np.zeros_like(u), u)]
+    assert (u[:, 4] == 0.0).all()                  # with the head pinned this way the root does not roll
     low, high = u[:, 3] <= -hips_reach.BACKWARD, u[:, 3] >= hips_reach.FORWARD
     assert (grads[1][low, 3] > 0.0).all() and (grads[1][high, 3] < 0.0).all()
-    slope = np.where((low | high)[:, None] & (np.arange(4) == 3), 0.0, grads[1])
+    slope = np.where((low | high)[:, None] & (np.arange(5) == 3) | (np.arange(5) == 4), 0.0, grads[1])
     # a limb right at its reach is a kink the Gauss-Newton steps close in on slowly: within 1 % of the starting slope
     # (a stage that stops short leaves 30 % or more)
     assert (np.abs(slope).max(axis=1) < 1e-2 * np.abs(grads[0]).max(axis=1)).all()
@@ -275,6 +277,35 @@ def test_hips_stage_keeps_the_standing_foot_in_reach_under_a_raised_foot(trained
             distance = np.linalg.norm(joint - targets[0, LIMBS[row][0], :3, 3])
             assert CROUCH / LEG_REACH * stage.reaches[row] - 0.01 <= distance <= stage.reaches[row] + 0.01, (free, row)
         assert root[0, 2, 3] <= targets[0, 0, 2, 3] + 0.01
+
+
+def test_hips_stage_rolls_the_pelvis_away_from_a_foot_kicked_high_to_the_side(trained, monkeypatch):
+    """A side kick with both hands up (an unseen Bandai dance): the left foot pinned high out to the left, the right
+    on the ground, the hands overhead. Rolled away from the kick (the left hip up), the hips let every limb reach;
+    with a bend alone (the stage before the roll) a limb stays out of reach (a hand 3-8 cm and the feet 2 cm on the
+    dance)."""
+    from neural_ik.neural_network.ik import hips_reach
+
+    stage = HipsReach.for_model(trained[1].model)
+    targets = _standing(stage, 1.0)
+    up = np.array([0.0, 0.0, 1.0])
+    hip = targets[0, 0, :3, 3] + stage.anchors[2]
+    targets[0, LIMBS[2][0], :3, 3] = hip + stage.reaches[2] * (stage.lateral + 0.9 * up)
+    for row in (0, 1):                                  # the hands straight up over the shoulders
+        targets[0, LIMBS[row][0], :3, 3] = targets[0, 0, :3, 3] + stage.anchors[row] + 1.1 * stage.reaches[row] * up
+    pinned = ~prior.free_mask(["root", "head"])
+
+    def worst_excess(root):
+        return max(np.linalg.norm(root[0, :3, 3] + root[0, :3, :3] @ stage.anchors[row]
+                                  - targets[0, LIMBS[row][0], :3, 3]) - stage.reaches[row] - SLACK * stage.carried[row]
+                   for row in range(4))
+
+    root, u = stage.place(targets, pinned)
+    left_hip, right_hip = (root[0, :3, :3] @ stage.anchors[row] for row in (2, 3))
+    assert worst_excess(root) < 0.005 and left_hip[2] > right_hip[2] + 0.05          # rolled: the left hip up
+    monkeypatch.setattr(hips_reach, "ROLL", 0.0)
+    bent, u_bent = stage.place(targets, pinned)
+    assert u_bent[0, 4] == 0.0 and worst_excess(bent) > 0.02
 
 
 def test_a_free_effector_lands_where_the_network_puts_it_and_the_pinned_ones_exactly(trained):

@@ -8,21 +8,25 @@ Each limb is a point on the body (its *anchor*: the shoulder for a hand, the hip
 at a fixed place in the hips' frame (the model's mean pose), and a reach: REACH of the limb's length (LEG_REACH for a
 leg; none for the head), and for an arm or the head a share of the spine's length more (the spine bends; the legs'
 anchors are fixed in the hips, so their weight W is LEG, as the head's, the arms' ARM). The root moves by a
-translation t and a bend b about the body's left-right axis (through the root's position) that minimise
+translation t, a roll r about the body's forward axis and a bend b about its left-right axis (both level, through
+the root's position) that minimise
 
     sum over pinned limbs  W^2 max(0, |anchor - target| - reach)^2 / h^2           a limb must reach
     + over pinned feet     LEG^2 max(0, CROUCH * leg - |anchor - target|)^2 / h^2   a knee folds only so far
-    + MOVE * |t|^2 / h^2 + BEND * b^2                                          move as little as that allows
+    + MOVE * |t|^2 / h^2 + BEND * (b^2 + r^2)                                  move as little as that allows
 
-(h the rig's standing height; the prior gave the root's heading, roll and twist; with the network's anchors the head
-has no reach: it must be on its target, and the bend costs HEAD_BEND), by damped Gauss-Newton with a
+(h the rig's standing height; the prior gave the root's heading and twist; with the network's anchors the head
+has no reach: it must be on its target, the bend costs HEAD_BEND and the root does not roll: rolled, the VR case's
+body leaned after the head, 6.44 -> 6.46 cm on unseen Bandai clips), by damped Gauss-Newton with a
 trust region and halved steps (a step is taken only where it lowers the cost) from where the prior put the root:
 where every limb reaches, nothing moves and the prior stands; as a target leaves reach the hips follow it
 continuously, so a dragged hand moves the body smoothly. The spine's own bend and the limbs' landing stay the
 refinement's (refine.py). The anchors come from the mean pose, or better from a first solve of the network
 (free_targets.FreeTargets.step: where its spine put the shoulders and the head). The crouch bounds the hip-foot
 distance, not the height: a foot raised in a kick or on the floor leaves the hips free to stay low (a height bound
-held them CROUCH legs above a raised foot, and the standing foot missed by up to 46 cm on an unseen dance).
+held them CROUCH legs above a raised foot, and the standing foot missed by up to 46 cm on an unseen dance). The roll
+tilts the pelvis away from a foot kicked high to the side (with a bend alone the stage left a pinned hand 3-8 cm
+and the feet 2 cm short over 17 frames of an unseen dance).
 Pure NumPy; no bpy.
 """
 
@@ -49,6 +53,7 @@ MAX_MOVE = 0.1        # the largest move of one step, in rig heights
 MAX_BEND = 0.3        # the largest bend of one step, radians
 HALVINGS = 6          # a step that does not lower the cost is halved at most this often
 FORWARD, BACKWARD = 1.6, 0.4      # radians: how far the root bends forward and back at most
+ROLL = 0.8            # radians: how far it rolls to either side at most
 DAMPING = 1e-3
 # (target slot in the six targets, anchor role, the roles whose bone lengths make the reach)
 LIMBS = ((1, "LeftArm", ("LeftArm", "LeftForeArm", "LeftHand")),
@@ -97,15 +102,15 @@ class HipsReach:
 
     def place(self, targets, pinned, start=None, anchors=None, tight=False):
         """(K, 4, 4) root transforms moved so the pinned limbs reach (see the module docstring). targets (K, 6, 4, 4)
-        with the root as the prior placed it; pinned (6,) bool; start: (K, 4) (move, bend) to start from (last tick's), or
-        None; anchors: (K, 5, 3) the anchors in the root's frame as a pose puts them (the network's: its spine bent),
-        else the mean pose's; tight: no slack at all (a solve from these anchors missed a pinned target). Also
-        returns the (K, 4) solution, for the next call's start."""
+        with the root as the prior placed it; pinned (6,) bool; start: (K, 5) (move, bend, roll) to start from (last
+        tick's), or None; anchors: (K, 5, 3) the anchors in the root's frame as a pose puts them (the network's: its
+        spine bent), else the mean pose's; tight: no slack at all (a solve from these anchors missed a pinned target).
+        Also returns the (K, 5) solution, for the next call's start."""
         targets = np.asarray(targets, np.float64)
         k = len(targets)
         rows = [row for row, (slot, _a, _c) in enumerate(LIMBS) if pinned[slot]]
         root = targets[:, 0]
-        u = np.zeros((k, 4)) if start is None else np.array(start, np.float64)
+        u = np.zeros((k, 5)) if start is None else np.array(start, np.float64)
         if not rows:
             return root.copy(), u
         slots = [LIMBS[row][0] for row in rows]
@@ -115,98 +120,110 @@ class HipsReach:
         feet = np.array([row in FEET for row in rows])
         weight = np.where(feet | (np.array(rows) == 4), LEG, ARM) / self.height
         h = self.height
-        # the turn is a bend about the body's left-right axis (on the ground), through the root's position
+        # the turns: a roll about the body's forward axis, then a bend about its left-right axis (both on the ground),
+        # through the root's position
         side = root[:, :3, :3] @ self.lateral
         side[:, 2] = 0.0
         side /= np.maximum(np.linalg.norm(side, axis=-1, keepdims=True), 1e-9)
+        ahead = np.stack([side[:, 1], -side[:, 0], np.zeros(k)], axis=-1)       # side x up: level, across the side
         local = self.anchors[None, rows] if anchors is None else np.asarray(anchors, np.float64)[:, rows]
-        arm0 = np.einsum("kab,kmb->kma", root[:, :3, :3], np.broadcast_to(local, (k, len(rows), 3)))   # unbent
+        arm0 = np.einsum("kab,kmb->kma", root[:, :3, :3], np.broadcast_to(local, (k, len(rows), 3)))   # unturned
         # a limb of no reach (the head where the network's pose holds it) must put its anchor on its target: its
         # residual is the offset's three components, the same cost as the offset's length but smooth where it
         # vanishes (Gauss-Newton on a length zig-zags about zero: 20 iterations where these take one or two)
         points = np.nonzero(reach <= 0.0)[0]
         move_weight, bend_weight = np.sqrt(MOVE) / h, np.sqrt(HEAD_BEND if len(points) else BEND)
-        regularise = np.zeros((k, 4, 4))
+        regularise = np.zeros((k, 5, 5))
         regularise[:, :3, :3] = np.eye(3) * move_weight
-        regularise[:, 3, 3] = bend_weight
+        regularise[:, 3, 3] = regularise[:, 4, 4] = bend_weight
         crouch = CROUCH / LEG_REACH * reach
-        # the bend turns each anchor about the unit axis `side` (Rodrigues): arm = c arm0 + s (side x arm0)
-        # + (1 - c)(side . arm0) side, and side x arm = c (side x arm0) + s ((side . arm0) side - arm0); these
-        # products are fixed, so a residual costs a few elementwise operations (it runs a few times every live tick)
-        sides = side[:, None]
-        across = np.cross(sides, arm0)
-        along = (arm0 * sides).sum(-1, keepdims=True) * sides
+        # a turn about a unit axis a (Rodrigues): R x = c x + s (a x x) + (1 - c)(a . x) a, and a x (R x) =
+        # c (a x x) + s ((a . x) a - x); the roll's products with the anchors are fixed, the bend's follow the roll
+        sides, aheads = side[:, None], ahead[:, None]
+        across0 = np.cross(aheads, arm0)
+        along0 = (arm0 * aheads).sum(-1, keepdims=True) * aheads
         base = root[:, None, :3, 3] - goal
         m = len(rows)
         not_feet = ~feet
         extra = slice(m, m + 2 * len(points))
+        size = m + 2 * len(points) + 5
 
         def residuals(u):
-            """(r (K, m + 2p + 4), J (K, m + 2p + 4, 4)) at u: per limb its excess (weighted; a limb of no reach, p of
+            """(r (K, m + 2p + 5), J (K, m + 2p + 5, 5)) at u: per limb its excess (weighted; a limb of no reach, p of
             them, its offset's x there and its y and z after the limbs), then the costs (new arrays)."""
             c, s = np.cos(u[:, 3])[:, None, None], np.sin(u[:, 3])[:, None, None]
-            arm = c * (arm0 - along) + s * across + along
+            cr, sr = np.cos(u[:, 4])[:, None, None], np.sin(u[:, 4])[:, None, None]
+            rolled = cr * (arm0 - along0) + sr * across0 + along0
+            across = np.cross(sides, rolled)
+            along = (rolled * sides).sum(-1, keepdims=True) * sides
+            arm = c * (rolled - along) + s * across + along
             offset = base + u[:, None, :3] + arm
             distance = np.sqrt((offset * offset).sum(-1))
             n = offset / np.maximum(distance, 1e-9)[..., None]
             over = np.maximum(distance - reach, 0.0)
             under = np.maximum(crouch - distance, 0.0)
             under[:, not_feet] = 0.0
-            size = m + 2 * len(points) + 4
-            out_r, out_J = np.empty((k, size)), np.empty((k, size, 4))
+            out_r, out_J = np.empty((k, size)), np.empty((k, size, 5))
             out_r[:, :m] = (over + under) * weight
-            out_r[:, -4:-1] = u[:, :3] * move_weight
-            out_r[:, -1] = u[:, 3] * bend_weight
-            out_J[:, -4:] = regularise
-            # per limb: d distance / d t = n, d distance / d bend = (side x arm) . n, signed as the residual grows
-            # (a crouch shrinks the distance: minus those)
-            turning = c * across + s * (along - arm0)
+            out_r[:, -5:-2] = u[:, :3] * move_weight
+            out_r[:, -2:] = u[:, 3:] * bend_weight
+            out_J[:, -5:] = regularise
+            # per limb: d distance / d t = n, d distance / d bend = (side x arm) . n, d distance / d roll =
+            # ((the bent forward axis) x arm) . n, signed as the residual grows (a crouch shrinks the distance: minus)
+            bending = c * across + s * (along - rolled)
+            rolling = np.cross(c * aheads + s * np.cross(sides, aheads), arm)
             grad = out_J[:, :m]
             reaching = (over > 0)[..., None]
-            spin = (turning * n).sum(-1, keepdims=True)
+            spins = np.stack([(bending * n).sum(-1), (rolling * n).sum(-1)], axis=-1)
             grad[..., :3] = n * reaching
-            grad[..., 3:] = spin * reaching
+            grad[..., 3:] = spins * reaching
             crouching = under > 0
             if crouching.any():
                 grad[crouching, :3] = -n[crouching]
-                grad[crouching, 3:] = -spin[crouching]
+                grad[crouching, 3:] = -spins[crouching]
             grad *= weight[:, None]
             if len(points):
                 w = weight[points]
                 out_r[:, points] = offset[:, points, 0] * w
                 out_r[:, extra] = (offset[:, points, 1:] * w[:, None]).transpose(0, 2, 1).reshape(k, -1)
-                point_J = np.zeros((k, len(points), 3, 4))
+                point_J = np.zeros((k, len(points), 3, 5))
                 point_J[..., [0, 1, 2], [0, 1, 2]] = 1.0
-                point_J[..., 3] = turning[:, points]
+                point_J[..., 3] = bending[:, points]
+                point_J[..., 4] = rolling[:, points]
                 point_J *= w[:, None, None]
                 out_J[:, points] = point_J[:, :, 0]
-                out_J[:, extra] = point_J[:, :, 1:].transpose(0, 2, 1, 3).reshape(k, -1, 4)
+                out_J[:, extra] = point_J[:, :, 1:].transpose(0, 2, 1, 3).reshape(k, -1, 5)
             return out_r, out_J
 
+        roll = 0.0 if len(points) else ROLL      # a pinned head leads the body: the hips do not roll under it
+        low, high = np.array([-BACKWARD, -roll]), np.array([FORWARD, roll])
         r, J = residuals(u)
         cost = (r * r).sum(axis=1)
         for _ in range(ITERATIONS):
             if cost.max() < 1e-18:               # every limb reaches and nothing moved: the prior stands
                 break
             Jt = np.swapaxes(J, 1, 2)
-            normal, gradient = Jt @ J + DAMPING * np.eye(4), Jt @ r[..., None]
+            normal, gradient = Jt @ J + DAMPING * np.eye(5), Jt @ r[..., None]
             step = np.linalg.solve(normal, gradient)[..., 0]
-            # a bend on its bound that the step would take past it: the move alone (else the clipped trial is no
-            # Gauss-Newton step, no halving lowers the cost, and the root stops short of where the move alone goes)
-            held = ((u[:, 3] <= -BACKWARD) & (step[:, 3] > 0.0)) | ((u[:, 3] >= FORWARD) & (step[:, 3] < 0.0))
+            # a turn on its bound that the step would take past it is held there, the rest solved without it (else
+            # the clipped trial is no Gauss-Newton step, no halving lowers the cost, and the root stops short of
+            # where the rest alone goes)
+            held = np.zeros((k, 5), bool)
+            held[:, 3:] = ((u[:, 3:] <= low) & (step[:, 3:] > 0.0)) | ((u[:, 3:] >= high) & (step[:, 3:] < 0.0))
             if held.any():
-                step[held, :3] = np.linalg.solve(normal[held, :3, :3], gradient[held, :3])[..., 0]
-                step[held, 3] = 0.0
+                kept = ~held
+                reduced = normal * (kept[:, :, None] & kept[:, None, :]) + held[:, :, None] * np.eye(5)
+                step = np.linalg.solve(reduced, gradient * kept[..., None])[..., 0]
             if np.abs(step).max() < 1e-9:
                 break
             # a trust region (the hinges change where they bite, so long steps overshoot), then halved until the
             # cost falls (the characters that found no such step keep theirs)
             scale = np.minimum(1.0, np.minimum(MAX_MOVE * h / np.maximum(np.linalg.norm(step[:, :3], axis=-1), 1e-12),
-                                               MAX_BEND / np.maximum(np.abs(step[:, 3]), 1e-12)))
+                                               MAX_BEND / np.maximum(np.abs(step[:, 3:]).max(axis=-1), 1e-12)))
             moving = np.ones(k, bool)
             for _halving in range(HALVINGS):
                 trial = u - step * scale[:, None]
-                trial[:, 3] = np.clip(trial[:, 3], -BACKWARD, FORWARD)
+                trial[:, 3:] = np.clip(trial[:, 3:], low, high)
                 r_trial, J_trial = residuals(trial)
                 cost_trial = (r_trial * r_trial).sum(axis=1)
                 better = moving & (cost_trial < cost)
@@ -219,7 +236,7 @@ class HipsReach:
             if moving.all() or np.abs(step * scale[:, None]).max() < 1e-7:
                 break
         out = root.copy()
-        out[:, :3, :3] = axis_angle_to_matrix(side * u[:, 3:4]) @ root[:, :3, :3]
+        turn = axis_angle_to_matrix(side * u[:, 3:4]) @ axis_angle_to_matrix(ahead * u[:, 4:5])
+        out[:, :3, :3] = turn @ root[:, :3, :3]
         out[:, :3, 3] = root[:, :3, 3] + u[:, :3]
         return out, u
-

@@ -88,7 +88,7 @@ class FreeTargets:
 
     def place(self, completed, sequence=False, anchors=None, tight=False, start=None):
         """The hips stage on targets the prior completed (a copy; as is without a free root); tight, start: see
-        HipsReach.place (start: (K, 4), the sequence's own otherwise)."""
+        HipsReach.place (start: (K, 5), the sequence's own otherwise)."""
         out = np.array(completed, np.float64)
         if self.hips is None:
             return out
@@ -96,7 +96,7 @@ class FreeTargets:
         rows = np.nonzero(free[:, 0])[0]
         before = out[rows, 0].copy()
         local = None if anchors is None else np.asarray(anchors)[rows]
-        solution = np.zeros((len(rows), 4))
+        solution = np.zeros((len(rows), 5))
         if sequence:                             # one set for the clip
             u = None
             for i, row in enumerate(rows):

@@ -197,6 +197,15 @@ class HipsReach:
 
         roll = 0.0 if len(points) else ROLL      # a pinned head leads the body: the hips do not roll under it
         low, high = np.array([-BACKWARD, -roll]), np.array([FORWARD, roll])
+        fixed = np.zeros((k, 5), bool)
+        fixed[:, 4] = roll == 0.0               # a turn with no room: kept out of every step
+
+        def solve(normal, gradient, held):
+            """The Gauss-Newton step with the parameters `held` (K, 5) kept where they are."""
+            kept = ~held
+            reduced = normal * (kept[:, :, None] & kept[:, None, :]) + held[:, :, None] * np.eye(5)
+            return np.linalg.solve(reduced, gradient * kept[..., None])[..., 0]
+
         r, J = residuals(u)
         cost = (r * r).sum(axis=1)
         for _ in range(ITERATIONS):
@@ -204,16 +213,14 @@ class HipsReach:
                 break
             Jt = np.swapaxes(J, 1, 2)
             normal, gradient = Jt @ J + DAMPING * np.eye(5), Jt @ r[..., None]
-            step = np.linalg.solve(normal, gradient)[..., 0]
+            step = solve(normal, gradient, fixed)
             # a turn on its bound that the step would take past it is held there, the rest solved without it (else
             # the clipped trial is no Gauss-Newton step, no halving lowers the cost, and the root stops short of
             # where the rest alone goes)
-            held = np.zeros((k, 5), bool)
-            held[:, 3:] = ((u[:, 3:] <= low) & (step[:, 3:] > 0.0)) | ((u[:, 3:] >= high) & (step[:, 3:] < 0.0))
-            if held.any():
-                kept = ~held
-                reduced = normal * (kept[:, :, None] & kept[:, None, :]) + held[:, :, None] * np.eye(5)
-                step = np.linalg.solve(reduced, gradient * kept[..., None])[..., 0]
+            held = fixed.copy()
+            held[:, 3:] |= ((u[:, 3:] <= low) & (step[:, 3:] > 0.0)) | ((u[:, 3:] >= high) & (step[:, 3:] < 0.0))
+            if (held != fixed).any():
+                step = solve(normal, gradient, held)
             if np.abs(step).max() < 1e-9:
                 break
             # a trust region (the hinges change where they bite, so long steps overshoot), then halved until the

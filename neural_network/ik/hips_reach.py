@@ -100,12 +100,12 @@ class HipsReach:
         offset = np.asarray(positions, np.float64)[:, roles] - root[:, None, :3, 3]
         return np.einsum("kba,kmb->kma", root[:, :3, :3], offset)
 
-    def place(self, targets, pinned, start=None, anchors=None, tight=False):
+    def place(self, targets, pinned, start=None, anchors=None, tight=False, roll=True):
         """(K, 4, 4) root transforms moved so the pinned limbs reach (see the module docstring). targets (K, 6, 4, 4)
         with the root as the prior placed it; pinned (6,) bool; start: (K, 5) (move, bend, roll) to start from (last
         tick's), or None; anchors: (K, 5, 3) the anchors in the root's frame as a pose puts them (the network's: its
-        spine bent), else the mean pose's; tight: no slack at all (a solve from these anchors missed a pinned target).
-        Also returns the (K, 5) solution, for the next call's start."""
+        spine bent), else the mean pose's; tight: no slack at all (a solve from these anchors missed a pinned target);
+        roll=False: no roll. Also returns the (K, 5) solution, for the next call's start."""
         targets = np.asarray(targets, np.float64)
         k = len(targets)
         rows = [row for row, (slot, _a, _c) in enumerate(LIMBS) if pinned[slot]]
@@ -195,8 +195,9 @@ class HipsReach:
                 out_J[:, extra] = point_J[:, :, 1:].transpose(0, 2, 1, 3).reshape(k, -1, 5)
             return out_r, out_J
 
-        roll = 0.0 if len(points) else ROLL      # a pinned head leads the body: the hips do not roll under it
+        roll = ROLL if roll and not len(points) else 0.0    # a pinned head leads the body: the hips do not roll
         low, high = np.array([-BACKWARD, -roll]), np.array([FORWARD, roll])
+        u[:, 4] = np.clip(u[:, 4], -roll, roll)      # (last tick's roll, where it may not roll now)
         fixed = np.zeros((k, 5), bool)
         fixed[:, 4] = roll == 0.0               # a turn with no room: kept out of every step
 

@@ -7,6 +7,8 @@
     -> the solver as always; a free effector then lands where the network puts it (Solver.step's `follow`): only
        the pinned ones are made exact, so a hand pinned to the floor bends the spine without a free head pulling it
        back up
+    -> where a pinned target missed, the hips stage again with no slack, then also with no roll, and the solve
+       (each kept where the worst pinned miss gets smaller)
     -> with the root free and the head pinned, a head the spine could not bring onto its target moves the root by
        its miss, and the pose is refined again (Solver.refine_again; kept where the worst pinned miss gets smaller).
 
@@ -86,8 +88,8 @@ class FreeTargets:
             return np.array(targets, np.float64)
         return self.place(self.prior.complete(targets, self.free), sequence, anchors)
 
-    def place(self, completed, sequence=False, anchors=None, tight=False, start=None):
-        """The hips stage on targets the prior completed (a copy; as is without a free root); tight, start: see
+    def place(self, completed, sequence=False, anchors=None, tight=False, start=None, roll=True):
+        """The hips stage on targets the prior completed (a copy; as is without a free root); tight, start, roll: see
         HipsReach.place (start: (K, 5), the sequence's own otherwise)."""
         out = np.array(completed, np.float64)
         if self.hips is None:
@@ -102,7 +104,7 @@ class FreeTargets:
             for i, row in enumerate(rows):
                 u = u if start is None else start[i:i + 1]
                 out[row:row + 1, 0], u = self.hips.place(out[row:row + 1], ~free[row], u,
-                                                         None if local is None else local[i:i + 1], tight)
+                                                         None if local is None else local[i:i + 1], tight, roll)
                 solution[i] = u
         else:
             if start is None:
@@ -114,7 +116,7 @@ class FreeTargets:
                 same = np.nonzero((~free[rows] == pinned).all(axis=1))[0]
                 placed[same], solution[same] = self.hips.place(
                     out[rows[same]], pinned, None if start is None else start[same],
-                    None if local is None else local[same], tight)
+                    None if local is None else local[same], tight, roll)
             out[rows, 0] = placed
         self.last = solution
         # the root's change, applied to the free effectors (a rigid inverse: the rotation's transpose)
@@ -146,16 +148,25 @@ class FreeTargets:
             anchors = self.hips.anchors_of(pose.positions, completed[:, 0])
             filled = self.place(completed, sequence, anchors)
         solver.step(filled, refine_iterations=refine_iterations, follow=self.follow, graph=False, **settings)
-        missed = np.nanmax(np.nan_to_num(solver.errors, nan=0.0), axis=1) > solver.tolerance
-        if self.hips is not None and refine_iterations > 0 and missed.any():
-            # a pinned target missed (the spine could not bring a shoulder the stage's slack further): for those
-            # characters or frames the hips stage again with no slack, and the solve
-            loose = self.last
-            tight = self.place(completed, sequence, anchors, True, started)
-            filled[missed] = tight[missed]
-            rooted = np.broadcast_to(self.free, filled.shape[:2])[:, 0]          # the rows self.last holds
-            self.last = np.where(missed[rooted][:, None], self.last, loose)
-            solver.step(filled, refine_iterations=refine_iterations, follow=self.follow, graph=False, **settings)
+        # a pinned target missed (the spine could not bring a shoulder the stage's slack further, or a roll took the
+        # body where the network's spine does not follow): for those characters or frames the hips stage again with
+        # no slack, then also with no roll, and the solve, each kept where it lowers the worst pinned miss
+        pinned = ~np.broadcast_to(self.free, filled.shape[:2])[:, 1:]
+        rooted = np.broadcast_to(self.free, filled.shape[:2])[:, 0]              # the rows self.last holds
+        for roll in (True, False):
+            worst = _worst_pinned(solver, pinned)
+            missed = worst > solver.tolerance
+            if self.hips is None or refine_iterations <= 0 or not missed.any():
+                break
+            kept, before = self.last, _snapshot(solver)
+            tight = self.place(completed, sequence, anchors, True, started, roll=roll)
+            retried = filled.copy()
+            retried[missed] = tight[missed]
+            solver.step(retried, refine_iterations=refine_iterations, follow=self.follow, graph=False, **settings)
+            better = missed & (_worst_pinned(solver, pinned) < worst)
+            _restore(solver, before, ~better)
+            filled[better] = retried[better]
+            self.last = np.where(better[rooted][:, None], self.last, kept)
         if self.hips is not None and refine_iterations > 0:
             filled = self._shift_to_head(solver, filled, refine_iterations)
         return filled
@@ -177,13 +188,26 @@ class FreeTargets:
             head = solver.refiner.chain_forward(solver.q, filled[:, 0])[:, solver.effector_slots[4], :3, 3]
             moved = filled.copy()
             moved[rows, 0, :3, 3] += filled[rows, 5, :3, 3] - head[rows]
-            before = (solver.q.copy(), solver.errors.copy(), solver.status.copy(), solver.last_hips.copy())
-            worst = np.where(pinned, errors, 0.0).max(axis=1)
+            before, worst = _snapshot(solver), np.where(pinned, errors, 0.0).max(axis=1)
             solver.refine_again(moved, refine_iterations, self.follow)
-            after = np.where(pinned, np.nan_to_num(solver.errors, nan=np.inf), 0.0).max(axis=1)
-            keep = rows & (after < worst)
-            back = ~keep
-            solver.q[back], solver.errors[back], solver.status[back] = before[0][back], before[1][back], before[2][back]
-            solver.last_q[back], solver.last_hips[back] = before[0][back], before[3][back]
+            keep = rows & (_worst_pinned(solver, pinned) < worst)
+            _restore(solver, before, ~keep)
             filled[keep] = moved[keep]
         return filled
+
+
+def _snapshot(solver):
+    """What a solve left in the solver (pose, errors, status, hips), to go back to."""
+    return solver.q.copy(), solver.errors.copy(), solver.status.copy(), solver.last_hips.copy()
+
+
+def _restore(solver, before, rows):
+    """Characters `rows` ((K,) bool) back to the solve `before` (_snapshot)."""
+    q, errors, status, hips = before
+    solver.q[rows], solver.errors[rows], solver.status[rows] = q[rows], errors[rows], status[rows]
+    solver.last_q[rows], solver.last_hips[rows] = q[rows], hips[rows]
+
+
+def _worst_pinned(solver, pinned):
+    """(K,) each character's largest miss of a pinned effector (pinned (K, 5) bool; a non-finite miss is infinite)."""
+    return np.where(pinned, np.nan_to_num(solver.errors, nan=np.inf), 0.0).max(axis=1)

@@ -62,6 +62,7 @@ LIMBS = ((1, "LeftArm", ("LeftArm", "LeftForeArm", "LeftHand")),
          (4, "RightThigh", ("RightThigh", "RightShin", "RightFoot")),
          (5, "Head", ("Head",)))         # the head itself: only the spine's bend (SLACK) brings it further
 FEET = (2, 3)         # rows of LIMBS that are legs
+_UP = np.array([0.0, 0.0, 1.0])
 
 
 class HipsReach:
@@ -140,8 +141,10 @@ class HipsReach:
         # a turn about a unit axis a (Rodrigues): R x = c x + s (a x x) + (1 - c)(a . x) a, and a x (R x) =
         # c (a x x) + s ((a . x) a - x); the roll's products with the anchors are fixed, the bend's follow the roll
         sides, aheads = side[:, None], ahead[:, None]
-        across0 = np.cross(aheads, arm0)
+        across0 = _cross(aheads, arm0)
         along0 = (arm0 * aheads).sum(-1, keepdims=True) * aheads
+        rolls = roll and not len(points)        # a pinned head leads the body: the hips do not roll under it
+        unrolled = (_cross(sides, arm0), (arm0 * sides).sum(-1, keepdims=True) * sides)    # the bend's, no roll
         base = root[:, None, :3, 3] - goal
         m = len(rows)
         not_feet = ~feet
@@ -152,10 +155,12 @@ class HipsReach:
             """(r (K, m + 2p + 5), J (K, m + 2p + 5, 5)) at u: per limb its excess (weighted; a limb of no reach, p of
             them, its offset's x there and its y and z after the limbs), then the costs (new arrays)."""
             c, s = np.cos(u[:, 3])[:, None, None], np.sin(u[:, 3])[:, None, None]
-            cr, sr = np.cos(u[:, 4])[:, None, None], np.sin(u[:, 4])[:, None, None]
-            rolled = cr * (arm0 - along0) + sr * across0 + along0
-            across = np.cross(sides, rolled)
-            along = (rolled * sides).sum(-1, keepdims=True) * sides
+            if rolls:
+                cr, sr = np.cos(u[:, 4])[:, None, None], np.sin(u[:, 4])[:, None, None]
+                rolled = cr * (arm0 - along0) + sr * across0 + along0
+                across, along = _cross(sides, rolled), (rolled * sides).sum(-1, keepdims=True) * sides
+            else:
+                rolled, (across, along) = arm0, unrolled
             arm = c * (rolled - along) + s * across + along
             offset = base + u[:, None, :3] + arm
             distance = np.sqrt((offset * offset).sum(-1))
@@ -171,10 +176,13 @@ class HipsReach:
             # per limb: d distance / d t = n, d distance / d bend = (side x arm) . n, d distance / d roll =
             # ((the bent forward axis) x arm) . n, signed as the residual grows (a crouch shrinks the distance: minus)
             bending = c * across + s * (along - rolled)
-            rolling = np.cross(c * aheads + s * np.cross(sides, aheads), arm)
             grad = out_J[:, :m]
             reaching = (over > 0)[..., None]
-            spins = np.stack([(bending * n).sum(-1), (rolling * n).sum(-1)], axis=-1)
+            spins = np.zeros(n.shape[:-1] + (2,))
+            spins[..., 0] = (bending * n).sum(-1)
+            if rolls:         # the bent forward axis: c ahead + s (side x ahead) = c ahead - s up (both level, square)
+                rolling = _cross(c * aheads - s * _UP, arm)
+                spins[..., 1] = (rolling * n).sum(-1)
             grad[..., :3] = n * reaching
             grad[..., 3:] = spins * reaching
             crouching = under > 0
@@ -189,20 +197,25 @@ class HipsReach:
                 point_J = np.zeros((k, len(points), 3, 5))
                 point_J[..., [0, 1, 2], [0, 1, 2]] = 1.0
                 point_J[..., 3] = bending[:, points]
-                point_J[..., 4] = rolling[:, points]
+                if rolls:
+                    point_J[..., 4] = rolling[:, points]
                 point_J *= w[:, None, None]
                 out_J[:, points] = point_J[:, :, 0]
                 out_J[:, extra] = point_J[:, :, 1:].transpose(0, 2, 1, 3).reshape(k, -1, 5)
             return out_r, out_J
 
-        roll = ROLL if roll and not len(points) else 0.0    # a pinned head leads the body: the hips do not roll
-        low, high = np.array([-BACKWARD, -roll]), np.array([FORWARD, roll])
-        u[:, 4] = np.clip(u[:, 4], -roll, roll)      # (last tick's roll, where it may not roll now)
+        low, high = np.array([-BACKWARD, -ROLL * rolls]), np.array([FORWARD, ROLL * rolls])
+        u[:, 4] = np.clip(u[:, 4], low[1], high[1])     # (last tick's roll, where it may not roll now)
         fixed = np.zeros((k, 5), bool)
-        fixed[:, 4] = roll == 0.0               # a turn with no room: kept out of every step
+        fixed[:, 4] = not rolls                 # a turn with no room: kept out of every step
 
         def solve(normal, gradient, held):
             """The Gauss-Newton step with the parameters `held` (K, 5) kept where they are."""
+            if (held == held[0]).all():              # one set for every character: the others' system alone
+                free = np.nonzero(~held[0])[0]
+                step = np.zeros((k, 5))
+                step[:, free] = np.linalg.solve(normal[:, free[:, None], free], gradient[:, free])[..., 0]
+                return step
             kept = ~held
             reduced = normal * (kept[:, :, None] & kept[:, None, :]) + held[:, :, None] * np.eye(5)
             return np.linalg.solve(reduced, gradient * kept[..., None])[..., 0]
@@ -244,7 +257,16 @@ class HipsReach:
             if moving.all() or np.abs(step * scale[:, None]).max() < 1e-7:
                 break
         out = root.copy()
-        turn = axis_angle_to_matrix(side * u[:, 3:4]) @ axis_angle_to_matrix(ahead * u[:, 4:5])
+        turn = axis_angle_to_matrix(side * u[:, 3:4])
+        if rolls and u[:, 4].any():
+            turn = turn @ axis_angle_to_matrix(ahead * u[:, 4:5])
         out[:, :3, :3] = turn @ root[:, :3, :3]
         out[:, :3, 3] = root[:, :3, 3] + u[:, :3]
         return out, u
+
+
+def _cross(a, b):
+    """a x b over the last axis (broadcast): np.cross without its axis handling, which cost a third of the stage."""
+    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
+    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
+    return np.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)

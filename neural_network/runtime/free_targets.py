@@ -153,13 +153,15 @@ class FreeTargets:
         # no slack, then also with no roll, and the solve, each kept where it lowers the worst pinned miss
         pinned = ~np.broadcast_to(self.free, filled.shape[:2])[:, 1:]
         rooted = np.broadcast_to(self.free, filled.shape[:2])[:, 0]              # the rows self.last holds
+        rolled = rooted.copy()                  # where the no-slack stage rolled: only there may no roll differ
         for roll in (True, False):
             worst = _worst_pinned(solver, pinned)
-            missed = worst > solver.tolerance
+            missed = (worst > solver.tolerance) & (roll | rolled)
             if self.hips is None or refine_iterations <= 0 or not missed.any():
                 break
             kept, before = self.last, _snapshot(solver)
             tight = self.place(completed, sequence, anchors, True, started, roll=roll)
+            rolled[rooted] = self.last[:, 4] != 0.0
             retried = filled.copy()
             retried[missed] = tight[missed]
             solver.step(retried, refine_iterations=refine_iterations, follow=self.follow, graph=False, **settings)

@@ -365,18 +365,12 @@ def chain_turned(chain, t1, t2):
             quaternion_product(end, turn_quaternion(u_e, -t2)))
 
 
-def chain_cost(chain, t1, t2):
-    """f(t1, t2) for a rolled limb: the radians its three joints lie past their limits, summed over the axes (not
-    squared: the turns then leave as many joints as they can wholly within their limits, rather than each a little
-    past), plus STAY per radian of each turn (squared)."""
-    return _parts_cost(_cost_parts(chain), t1, t2)
-
-
 def _cost_parts(chain):
-    """chain_cost's constants. A turn r(a, t) = cos(t/2) + sin(t/2) (0, a), so each joint's delta from the mean pose
-    is a sum of a few fixed quaternions weighted by the turns' cosines and sines: the upper's M_u^-1 L_u r(a_u, t1) =
-    c1 P + s1 P a_u; the mid's r(M_m^-1 b, -t1) M_m^-1 L_m r(a_m, t2) = c1 c2 P + c1 s2 P a - s1 c2 b P - s1 s2 b P a;
-    the end's c2 P - s2 P u_e (products with pure quaternions (0, v) written v). Returns those with the limits."""
+    """_parts_cost's constants for a rolled limb (`chain` as EndTwist._chain_joints gives). A turn r(a, t) =
+    cos(t/2) + sin(t/2) (0, a), so each joint's delta from the mean pose is a sum of a few fixed quaternions weighted
+    by the turns' cosines and sines: the upper's M_u^-1 L_u r(a_u, t1) = c1 P + s1 P a_u; the mid's
+    r(M_m^-1 b, -t1) M_m^-1 L_m r(a_m, t2) = c1 c2 P + c1 s2 P a - s1 c2 b P - s1 s2 b P a; the end's c2 P - s2 P u_e
+    (products with pure quaternions (0, v) written v). Returns those with the limits."""
     (upper, u_mean, u_low, u_high, a_u), (mid, m_mean, m_low, m_high, back, a_m), (end, e_mean, e_low, e_high, u_e) \
         = chain
     def pure(v):
@@ -391,7 +385,10 @@ def _cost_parts(chain):
 
 
 def _parts_cost(parts, t1, t2):
-    """chain_cost from _cost_parts' constants (a search evaluates it a hundred times or more)."""
+    """f(t1, t2) for a rolled limb, from _cost_parts' constants (a search evaluates it a hundred times or more): the
+    radians its three joints lie past their limits, summed over the axes (not squared: the turns then leave as many
+    joints as they can wholly within their limits, rather than each a little past), plus STAY per radian of each turn
+    (squared)."""
     (p_u, pa_u, u_low, u_high), (p_m, pa_m, bp_m, bpa_m, m_low, m_high), (p_e, pu_e, e_low, e_high) = parts
     c1, s1, c2, s2 = math.cos(0.5 * t1), math.sin(0.5 * t1), math.cos(0.5 * t2), math.sin(0.5 * t2)
     cc, cs, sc, ss = c1 * c2, c1 * s2, s1 * c2, s1 * s2
@@ -404,7 +401,7 @@ def _parts_cost(parts, t1, t2):
 
 
 def solve_two(chain, start=(0.0, 0.0), lower=(-MAX_TWIST, -MAX_TWIST), upper=(MAX_TWIST, MAX_TWIST)):
-    """A rolled limb's two turns: the least chain_cost in the box [lower, upper], from the best of `start` and a scan
+    """A rolled limb's two turns: the least f (_parts_cost) in the box [lower, upper], from the best of `start` and a scan
     over the box's diagonal and axes (f has several valleys), by a pattern search (steps along the axes and the
     diagonals, halved when none lowers f: f has kinks where a joint meets its limits, which stall slopes). In a box
     narrower than LIVE_BOX (a live tick's or a Bake frame's, held to SPEED) no scan and at most LIVE_ROUNDS rounds

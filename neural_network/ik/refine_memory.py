@@ -119,11 +119,10 @@ class RefineMemory:
         dots = np.einsum("...i,...i->...", last[:, 2], new)
         if (dots * dots).min() > POP_COSINE * POP_COSINE:
             return None, new
-        known = self.limbs_known[rows]
-        turned = np.abs(np.einsum("...i,...i->...", last[:, 0], solved))
-        own = np.abs(np.einsum("...i,...i->...", last[:, 1], network))
-        turns = np.arccos(np.minimum(np.stack((turned, own)), 1.0)).sum(axis=-1)          # (2, k, 4): halves
-        popping = known[:, None] & (turns[0] - turns[1] > 0.5 * POP_TURN)
+        # |cos| of half of how far each bone turned since last tick, and the network's own
+        dots = np.einsum("kpabi,kpabi->kpab", last[:, :2], np.stack((solved, network), axis=1))
+        turns = np.arccos(np.minimum(np.abs(dots), 1.0)).sum(axis=-1)          # (k, 2, 4): halves
+        popping = self.limbs_known[rows][:, None] & (turns[:, 0] - turns[:, 1] > 0.5 * POP_TURN)
         if not popping.any():
             return None, new
         start, angle = turned_toward(last[:, 2], new, self.rate)

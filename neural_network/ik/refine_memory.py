@@ -120,8 +120,8 @@ class RefineMemory:
         if (dots * dots).min() > POP_COSINE * POP_COSINE:
             return None, new
         # |cos| of half of how far each bone turned since last tick, and the network's own
-        dots = np.einsum("kpabi,kpabi->kpab", last[:, :2], np.stack((solved, network), axis=1))
-        turns = np.arccos(np.minimum(np.abs(dots), 1.0)).sum(axis=-1)          # (k, 2, 4): halves
+        halves = np.einsum("kpabi,kpabi->kpab", last[:, :2], np.stack((solved, network), axis=1))
+        turns = np.arccos(np.minimum(np.abs(halves), 1.0)).sum(axis=-1)          # (k, 2, 4): halves
         popping = self.limbs_known[rows][:, None] & (turns[:, 0] - turns[:, 1] > 0.5 * POP_TURN)
         if not popping.any():
             return None, new

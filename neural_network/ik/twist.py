@@ -401,8 +401,8 @@ def _parts_cost(parts, t1, t2):
 
 
 def solve_two(chain, start=(0.0, 0.0), lower=(-MAX_TWIST, -MAX_TWIST), upper=(MAX_TWIST, MAX_TWIST)):
-    """A rolled limb's two turns: the least f (_parts_cost) in the box [lower, upper], from the best of `start` and a scan
-    over the box's diagonal and axes (f has several valleys), by a pattern search (steps along the axes and the
+    """A rolled limb's two turns: the least f (_parts_cost) in the box [lower, upper], from the best of `start` and a
+    scan over the box's diagonal and axes (f has several valleys), by a pattern search (steps along the axes and the
     diagonals, halved when none lowers f: f has kinks where a joint meets its limits, which stall slopes). In a box
     narrower than LIVE_BOX (a live tick's or a Bake frame's, held to SPEED) no scan and at most LIVE_ROUNDS rounds
     from a LIVE_STEP step: the next tick goes on from where this one stopped."""

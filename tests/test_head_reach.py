@@ -177,6 +177,57 @@ def test_head_stage_lands_inside_the_limits(drop):
     assert np.mean(np.linalg.norm(head_positions(skel, plain, hips) - tp[:, 4], axis=-1) > 1e-3) > 0.3
 
 
+def test_the_heads_own_turn_against_finite_differences():
+    """HeadReach.turn_jacobian, d d_h / d d (the head's delta from its mean pose once it takes its target's rotation,
+    against the spine and neck joints' deltas), against central differences through the refiner's forward pass."""
+    from neural_ik.neural_network.geometry.quaternion_math import exp_quaternions, multiply_quaternions
+    from neural_ik.neural_network.geometry.rotations import right_jacobian
+
+    ref, skel, q, hips, tp, tr = head_case(3, seed=74, width=0.45)
+    head = ref.head_reach
+    joints, m = head.joints, len(head.joints)
+    d = matrix_to_axis_angle(np.swapaxes(ref.mean_pose[joints], -1, -2) @ quaternions_to_matrices(q[:, joints]))
+    head_local = quaternions_to_matrices(q[:, HEAD])
+
+    def turn(deltas):
+        posed = q.copy()
+        posed[:, joints] = multiply_quaternions(head.mean, exp_quaternions(0.5 * deltas))
+        return head.head_turns(ref.chain_forward(posed, hips).copy(), head_local, tr[:, 4])
+
+    X = ref.chain_forward(q, hips).copy()
+    analytic = head.turn_jacobian(X, head_local, tr[:, 4], X[:, head.slots, :3, :3] @ right_jacobian(d))
+    numeric = np.zeros_like(analytic)
+    eps = 1e-6
+    for c in range(3 * m):
+        step = np.zeros((m, 3))
+        step.flat[c] = eps
+        numeric[:, :, c] = (turn(d + step) - turn(d - step)) / (2 * eps)
+    assert np.abs(numeric).max() > 0.1
+    np.testing.assert_allclose(analytic, numeric, atol=1e-6)
+
+
+def test_the_head_stage_keeps_the_heads_own_turn_inside_its_limits():
+    """One neck bone, the head's target rotation pinned, a network spine 0.3 rad off on every joint, limits of 0.45
+    rad: taking its target's rotation, the head of one character in five would turn past its limits (up to 25
+    degrees) without the stage's turn rows. With them no head does, every head lands to a micrometre and the spine
+    stays inside its limits."""
+    def past_of(q, ref, roles):
+        d = matrix_to_axis_angle(np.swapaxes(ref.mean_pose[roles], -1, -2) @ quaternions_to_matrices(q[:, roles]))
+        return np.maximum(d - ref.limit_high[roles], 0.0) + np.maximum(ref.limit_low[roles] - d, 0.0)
+
+    ref, skel, q, hips, tp, tr = head_case(200, seed=70, width=0.45)
+    spine = [j for j in SPINE_NECK if skel.role_mask[j]]
+    plain, turn = q.copy(), ref.head_reach.head_turn
+    ref.refine_quaternions(q, hips, tp, tr, iterations=0)
+    assert past_of(q, ref, [HEAD]).max() == 0.0
+    assert past_of(q, ref, spine).max() < 1e-9
+    assert np.linalg.norm(head_positions(skel, q, hips) - tp[:, 4], axis=-1).max() < 1e-5
+    ref.head_reach.head_turn = None
+    ref.refine_quaternions(plain, hips, tp, tr, iterations=0)
+    assert (past_of(plain, ref, [HEAD]).sum(axis=(1, 2)) > 1e-3).sum() > 20
+    ref.head_reach.head_turn = turn
+
+
 def test_memory_runs_the_same_live_and_in_bake():
     """The head's target moving along a path, the network's spine jittering (0.06 rad a tick) about a pose 0.3 rad off
     the target's: refined tick by tick with a memory of one character, and as Bake does (every frame in one call, a

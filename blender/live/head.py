@@ -21,6 +21,9 @@ stopping rules, with the same constants (imported from head_reach.py). What diff
 - the memory's pull is added to the step in Python floats, so a spine pulled all the way back lands exactly on the
   network's pose and the memory settles, as in NumPy.
 
+HeadReach's rows for the head's own turn (a rig without a two-bone neck chain) have no twin here: the live refiner
+covers only rigs whose five chains are all two-bone chains (MathutilsRefiner.covers), the neck's included.
+
 So the point lands where NumPy's does to about a micrometre, and the joints agree to ~1e-5 rad (float32 positions and
 Jacobian); tests/test_live_head.py holds the two together. Needs Blender (mathutils); no bpy.
 """

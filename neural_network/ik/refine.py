@@ -394,10 +394,12 @@ class Refiner:
                 turned = assist.apply(q, hips, world, target_positions, rows, self.chain_forward)
                 if turned is not None:          # nothing turned: what _chain_targets read stands
                     self._chain_targets(ws, turned, target_positions)
+                    world = turned
         if self.head_reach is not None:
-            rows = self._heads_off(ws.upper[:, 4], ws.end[:, 4], target_positions[:, 4], self.links, tolerance)
+            rows = self._heads_off(ws.upper[:, 4], ws.end[:, 4], target_positions[:, 4], self.links, tolerance,
+                                   self.head_reach.past_turns(world, q, target_rotations[:, 4]))
             if rows is not None or (memory is not None and memory.head_active.any()):
-                if self._land_heads(q, hips, target_positions, rows, memory):
+                if self._land_heads(q, hips, target_positions, rows, memory, target_rotations[:, 4]):
                     self._chain_targets(ws, self.chain_forward(q, hips), target_positions)
         self._chain_shape(ws)
         errors = self._solve_chains(q, ws, target_positions, target_rotations)
@@ -450,11 +452,12 @@ class Refiner:
                                         target_rotations[rows], links)
         q[rows] = part
 
-    def _heads_off(self, upper, end, targets, links, tolerance):
+    def _heads_off(self, upper, end, targets, links, tolerance, turned_past=None):
         """Characters (indices) whose head the closed form would leave more than `tolerance` off its target, or None:
         the head's target that far beyond the neck chain's reach from its upper bone's head `upper` (K, 3), or, where
         the rig has no two-bone neck chain, the head (`end`, (K, 3)) that far from it. links: these characters'
-        ChainLinks."""
+        ChainLinks. turned_past: (K,) bool, the heads that would turn past their limits (HeadReach.past_turns), or
+        None."""
         if self.chain_valid[4]:
             reach = links.reach[0][..., 4] + tolerance
             miss = targets - upper
@@ -462,26 +465,29 @@ class Refiner:
         else:
             miss = targets - end
             off = np.einsum("ki,ki->k", miss, miss) > tolerance * tolerance
+        if turned_past is not None:
+            off |= turned_past
         return np.nonzero(off)[0] if off.any() else None
 
-    def _land_heads(self, q, hips, target_positions, rows, memory=None):
+    def _land_heads(self, q, hips, target_positions, rows, memory=None, head_rotations=None):
         """The head stage (head_reach.py), in place on q (K, 23, 4), for characters `rows` (indices, or None) and those
         whose memory holds a spine of their own (from there, moving back toward the network's; memory updated); then
         the reach assist again for those whose arms the spine's turn left beyond reach (the clavicles hang off the
-        spine). Returns whether any character went through it."""
+        spine). head_rotations: (K, 3, 3) the head targets' (the stage keeps the head's turn inside its limits), or
+        None. Returns whether any character went through it."""
         head, k, rate = self.head_reach, len(q), 0.0 if memory is None else memory.rate
         need = np.zeros(k, bool)
         if rows is not None:
             need[rows] = True
         if memory is None:
             rows = np.nonzero(need)[0]
-            head.solve(q, hips, target_positions[:, 4], rows, self.chain_forward, self.links)
+            head.solve(q, hips, target_positions[:, 4], rows, self.chain_forward, self.links, None, 0.0, head_rotations)
         elif memory.sequence:               # frames of one character in order: each starts from the one before
             for i in range(k):
                 if need[i] or memory.head_active[0]:
                     start = memory.head[:1] if memory.head_active[0] else None
                     _, solved, own = head.solve(q, hips, target_positions[:, 4], [i], self.chain_forward, self.links,
-                                                start, rate)
+                                                start, rate, head_rotations)
                     memory.remember_head([0], solved, own)
                     need[i] = True
             rows = np.nonzero(need)[0]
@@ -490,7 +496,7 @@ class Refiner:
             rows = np.nonzero(need)[0]
             start = np.where(memory.head_active[rows, None, None], memory.head[rows], np.nan)
             _, solved, own = head.solve(q, hips, target_positions[:, 4], rows, self.chain_forward, self.links, start,
-                                        rate)
+                                        rate, head_rotations)
             memory.remember_head(rows, solved, own)
         if not len(rows):
             return False
@@ -567,9 +573,11 @@ class Refiner:
             tp[riding] = world[:, self.chain_slots[:, 3]][:, :, :3, 3][riding]
         if self.head_reach is not None:        # least squares moved the spine for the arms: the head again
             upper, end = self.chain_slots[4, 1], self.chain_slots[4, 3]
-            rows = self._heads_off(world[:, upper, :3, 3], world[:, end, :3, 3], tp[:, 4], links, tolerance)
+            rows = self._heads_off(world[:, upper, :3, 3], world[:, end, :3, 3], tp[:, 4], links, tolerance,
+                                   self.head_reach.past_turns(world, q, target_rotations[:, 4]))
             if rows is not None:
-                self.head_reach.solve(q, hips, tp[:, 4], rows, self.chain_forward, links)
+                self.head_reach.solve(q, hips, tp[:, 4], rows, self.chain_forward, links, None, 0.0,
+                                      target_rotations[:, 4])
                 world = self.chain_forward(q, hips, links)
         return self.closed_form(q, world, tp, target_rotations, links)
 

@@ -415,6 +415,36 @@ def test_least_squares_never_takes_a_landed_hand_off_its_target():
         np.testing.assert_allclose(np.linalg.norm(check.positions[:, EFF] - tp, axis=-1), errors, atol=1e-9)
 
 
+def test_least_squares_leaves_the_spine_and_clavicles_inside_the_limits():
+    """Narrow limits (0.2 rad), poses inside them, a right hand 25 % beyond the arm's reach beside a left hand on a
+    nearly straight arm: least squares turns the spine and the clavicles onto their limits, and the share of its move
+    that keeps the left hand landed is a blend of two poses inside the limits. Such a blend can lie outside them (58 of
+    these 200 characters, by up to 5e-4 rad, before the blend was pulled back inside; 3e-5 rad on unseen Bandai
+    clips): none does."""
+    from neural_ik.neural_network.geometry.rotations import matrix_to_axis_angle
+
+    skel = humanoid_skeleton(twist=0.2)
+    ref = refiner_for(skel, width=0.2)
+    roles = [ROLE_INDEX[name] for name in ("Spine", "Spine1", "Spine2", "LeftShoulder", "RightShoulder")]
+    n = 200
+    local, hips_R, hips_p, _pose = random_poses(skel, n, seed=60, spread=0.05)
+    for elbow, bend in (("LeftForeArm", 0.15), ("RightForeArm", 0.8)):
+        local[:, ROLE_INDEX[elbow]] = local[:, ROLE_INDEX[elbow]] @ axis_angle_to_matrix(np.array([0.0, 0.0, bend]))
+    pose = kinematics.forward(skel, local, hips_R, hips_p)
+    away = np.random.default_rng(61).normal(size=(n, 3))
+    away /= np.linalg.norm(away, axis=-1, keepdims=True)
+    tp = pose.positions[:, EFF].copy()
+    tp[:, 1] = pose.positions[:, ROLE_INDEX["RightArm"]] + 1.25 * ref.links.reach[0][1] * away
+    q = matrices_to_quaternions(local)
+    errors = ref.refine_quaternions(q, hips_matrices(hips_R, hips_p), tp, pose.rotations[:, EFF], iterations=2)
+    assert ref.last_least_squares == n
+    assert errors[:, 0].max() < 1e-4                                       # the left hand stays landed
+    d = matrix_to_axis_angle(np.swapaxes(ref.mean_pose[roles], -1, -2) @ quaternions_to_matrices(q[:, roles]))
+    at_limit = np.isclose(d, ref.limit_low[roles], atol=1e-9) | np.isclose(d, ref.limit_high[roles], atol=1e-9)
+    assert at_limit.any(axis=(1, 2)).sum() > n // 4                        # least squares went to the limits
+    assert (d >= ref.limit_low[roles] - 1e-12).all() and (d <= ref.limit_high[roles] + 1e-12).all()
+
+
 def test_least_squares_help_for_a_hand_is_kept_beside_a_foot_beyond_reach():
     """A left foot's target half a metre below its reach (the hips are given: no move of the body brings it closer;
     the leg ends straight toward it either way) and the right hand's 5-8 cm beyond the arm's: least squares' spine

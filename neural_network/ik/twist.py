@@ -81,6 +81,8 @@ ROLLED = {ROLE_INDEX[mid]: ROLE_INDEX[upper] for mid, upper in (     # a limb wh
 PATTERN = ((1, 0), (-1, 0), (0, 1), (0, -1), (1, 1), (-1, -1), (1, -1), (-1, 1))   # the two-turn search's steps
 PATTERN_STEP, PATTERN_END = 0.15, 1e-4     # radians: its first step, and the step it stops below
 SCAN = (-1.2, -0.9, -0.6, -0.3, 0.3, 0.6, 0.9, 1.2)     # radians: the two-turn solve's other starts (clipped to its box)
+INSIDE = 1e-3             # radians: the two-turn solve aims this far inside the limits (its search stops within
+                          # PATTERN_END of a face, which left knees 0.001-0.05 degrees past on unseen Bandai clips)
 LIVE_BOX, LIVE_STEP, LIVE_ROUNDS = 0.3, 0.01, 2   # a box narrower than LIVE_BOX (the memory's speed limit): no scan,
                                                   # a first step of LIVE_STEP and at most LIVE_ROUNDS rounds of the
                                                   # search, which goes on from there next tick
@@ -311,6 +313,12 @@ def _turned(q, roles, joints, t):
                 (u[0] * sign * t, u[1] * sign * t, u[2] * sign * t)))
 
 
+def _inside(low, high):
+    """The limits' box with each face moved INSIDE in (where the box is wider than twice that): what the turns aim at."""
+    return (tuple(lo + INSIDE if hi - lo > 2 * INSIDE else lo for lo, hi in zip(low, high)),
+            tuple(hi - INSIDE if hi - lo > 2 * INSIDE else hi for lo, hi in zip(low, high)))
+
+
 def limb_cost(joints, t):
     """f(t) for one limb (`joints` as EndTwist._joints gives), and per joint its delta d(t) and residuals (how far
     each axis of d lies past its limits, signed)."""
@@ -370,11 +378,15 @@ def _cost_parts(chain):
     cos(t/2) + sin(t/2) (0, a), so each joint's delta from the mean pose is a sum of a few fixed quaternions weighted
     by the turns' cosines and sines: the upper's M_u^-1 L_u r(a_u, t1) = c1 P + s1 P a_u; the mid's
     r(M_m^-1 b, -t1) M_m^-1 L_m r(a_m, t2) = c1 c2 P + c1 s2 P a - s1 c2 b P - s1 s2 b P a; the end's c2 P - s2 P u_e
-    (products with pure quaternions (0, v) written v). Returns those with the limits."""
+    (products with pure quaternions (0, v) written v). Returns those with the limits, each face moved INSIDE in (where
+    the box is wider than that)."""
     (upper, u_mean, u_low, u_high, a_u), (mid, m_mean, m_low, m_high, back, a_m), (end, e_mean, e_low, e_high, u_e) \
         = chain
     def pure(v):
         return 0.0, v[0], v[1], v[2]
+
+    (u_low, u_high), (m_low, m_high), (e_low, e_high) = _inside(u_low, u_high), _inside(m_low, m_high), _inside(e_low,
+                                                                                                         e_high)
 
     p_u, p_m, p_e = quaternion_product(u_mean, upper), quaternion_product(m_mean, mid), quaternion_product(e_mean, end)
     b = pure(matrix_times(quaternion_matrix(m_mean), back))

@@ -2,8 +2,8 @@
 with damaged files.
 
 - The tick: every entry of the six target matrices may be any float, NaN or infinite; the tick drives a real
-  armature through the ONNX Runtime engine and must neither raise nor write a non-finite rotation. (The solver alone
-  is fuzzed in test_solver.py; bone-map auto-detection with random hierarchies in test_bone_map.py.)
+  armature through the ONNX Runtime engine and must neither raise, nor write a non-finite rotation, nor warn. (The
+  solver alone is fuzzed in test_solver.py; bone-map auto-detection with random hierarchies in test_bone_map.py.)
 - The loaders: a valid dataset, checkpoint and ONNX file with bit flips, truncation, inserted and overwritten bytes
   must load into a complete, checked object or be refused with FileRefused/ValueError, never another exception.
 
@@ -212,6 +212,7 @@ def live_tick(addon):
     tick.stop()
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")     # nor prints NumPy's warnings into Blender's console
 @BUDGET
 @given(data=st.data())
 def test_tick_never_raises_and_never_writes_non_finite_rotations(live_tick, data):

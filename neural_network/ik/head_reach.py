@@ -38,7 +38,8 @@ rows for the axes past the limits only, weighted TURN_LENGTH rig heights per rad
 position comes first where both cannot hold), stacked under the point's three. Characters whose head lands inside
 its limits anyway see no such row. Pure NumPy; no bpy. The live tick's
 one-character refiner runs blender/live/head.py instead, which mirrors HeadReach.solve step by step in mathutils (a
-change here goes there too; tests/test_live_head.py holds the two together).
+change here goes there too; tests/test_live_head.py holds the two together); it covers only rigs with a two-bone neck
+chain, so it has no rows for the head's own turn.
 """
 
 import numpy as np

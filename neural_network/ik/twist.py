@@ -38,7 +38,8 @@ the foot turn the knee's bend axis about the shin, which takes back a knee bent 
 (neither roll alone does). The two turns minimise, before the arm's swing, how far the three joints lie past their
 limits summed (not squared: as many joints as can come wholly within, rather than each a little past; on the
 Bandai clips squared sums spread a thigh's excess over the knee and the foot) by a scan and a pattern search
-(solve_two: f has several valleys and kinks).
+(solve_two: f has several valleys and kinks), measured past a box INSIDE within the limits (the search stops within
+its last step of a face, on either side).
 
 One character (the live tick) is checked in Python floats (a NumPy call costs more than a joint's dozen float
 operations), many characters or a Bake's frames in arrays; the turns themselves (a few limbs in a hundred) are solved
@@ -378,15 +379,15 @@ def _cost_parts(chain):
     cos(t/2) + sin(t/2) (0, a), so each joint's delta from the mean pose is a sum of a few fixed quaternions weighted
     by the turns' cosines and sines: the upper's M_u^-1 L_u r(a_u, t1) = c1 P + s1 P a_u; the mid's
     r(M_m^-1 b, -t1) M_m^-1 L_m r(a_m, t2) = c1 c2 P + c1 s2 P a - s1 c2 b P - s1 s2 b P a; the end's c2 P - s2 P u_e
-    (products with pure quaternions (0, v) written v). Returns those with the limits, each face moved INSIDE in (where
-    the box is wider than that)."""
+    (products with pure quaternions (0, v) written v). Returns those with the limits, each face moved INSIDE in (_inside)."""
     (upper, u_mean, u_low, u_high, a_u), (mid, m_mean, m_low, m_high, back, a_m), (end, e_mean, e_low, e_high, u_e) \
         = chain
     def pure(v):
         return 0.0, v[0], v[1], v[2]
 
-    (u_low, u_high), (m_low, m_high), (e_low, e_high) = _inside(u_low, u_high), _inside(m_low, m_high), _inside(e_low,
-                                                                                                         e_high)
+    u_low, u_high = _inside(u_low, u_high)
+    m_low, m_high = _inside(m_low, m_high)
+    e_low, e_high = _inside(e_low, e_high)
 
     p_u, p_m, p_e = quaternion_product(u_mean, upper), quaternion_product(m_mean, mid), quaternion_product(e_mean, end)
     b = pure(matrix_times(quaternion_matrix(m_mean), back))

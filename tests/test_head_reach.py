@@ -208,7 +208,7 @@ def test_the_heads_own_turn_against_finite_differences():
 
 def test_the_head_stage_keeps_the_heads_own_turn_inside_its_limits():
     """One neck bone, the head's target rotation pinned, a network spine 0.3 rad off on every joint, limits of 0.45
-    rad: taking its target's rotation, the head of one character in five would turn past its limits (up to 25
+    rad: taking its target's rotation, the head of one character in five would turn past its limits (up to 26
     degrees) without the stage's turn rows. With them no head does, every head lands to a micrometre and the spine
     stays inside its limits."""
     def past_of(q, ref, roles):

@@ -119,13 +119,13 @@ class HeadReach:
         (K, 3, 3)); X: chain_forward of q (K, 23, 4). None where the stage keeps no such limit (a neck chain)."""
         if self.head_turn is None:
             return None
-        _, low, high, _ = self.head_turn
         d = self.head_turns(X, quaternions_to_matrices(q[:, ROLE_INDEX["Head"]]), rotations)
-        return ((d < low) | (d > high)).any(axis=1)
+        return self._turn_rows(d)[1] > 0.0
 
     def turn_jacobian(self, X, head_local, rotations, turns):
-        """(k, 3, 3m) d d_h / d d: the head's turn (head_turns) against the joints' deltas, -Jr^-1(d_h) R_T^T R_j Jr(d_j)
-        per joint j; turns (k, m, 3, 3) the joints' R_j Jr(d_j) (their world rotations times their right Jacobians)."""
+        """(k, 3, 3m) d d_h / d d: the head's turn (head_turns) against the joints' deltas,
+        -Jr^-1(d_h) R_T^T R_j Jr(d_j) per joint j; turns (k, m, 3, 3) the joints' R_j Jr(d_j) (their world rotations
+        times their right Jacobians)."""
         k, m = len(X), len(self.joints)
         inverse = np.linalg.inv(right_jacobian(self.head_turns(X, head_local, rotations)))
         J = -inverse[:, None] @ rotations.swapaxes(-1, -2)[:, None] @ turns
@@ -195,7 +195,9 @@ class HeadReach:
             head_local = quaternions_to_matrices(qq[:, ROLE_INDEX["Head"]])
             turn_to, scale = rotations[rows], self.head_turn[3]
             e_turn, past = self._turn_rows(self.head_turns(X, head_local, turn_to))
+            damping_matrix = self.damping_matrix[0, 0] * np.eye(6)      # the point's three rows and the turn's
         else:
+            damping_matrix = self.damping_matrix
             past = np.zeros(n)
         final_off = off.copy()
         pulling = pull.any(axis=1)
@@ -230,7 +232,6 @@ class HeadReach:
             back = pull[live] if pulling.any() else None
             free = np.ones((k, 3 * m), bool)
             rest = aim
-            damping_matrix = self.damping_matrix if not turning else self.damping_matrix[0, 0] * np.eye(6)
             for _ in range(ACTIVE_SET_PASSES):     # axes on a limit that the step pushes outward leave the step
                 if back is not None:
                     moves = (J @ (free * back)[..., None])[..., 0]       # the pull's own move of the point

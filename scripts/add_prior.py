@@ -11,6 +11,10 @@ six-target figures). Train does this itself for every new model; this is for the
 
 keeps the prior's weights and gives it the rig's mirror frames fitted on the dataset (a prior made before it answered
 the mirror image too; the shipped one got its frames this way from the demo rig's procedural clips, seed 0).
+
+    .venv/bin/python scripts/add_prior.py --model M --dataset D --clip --seconds 480 --out M
+
+trains the model's clip prior instead (prior.WINDOW: Bake's free effectors), leaving the rest of the model as it is.
 """
 
 import argparse
@@ -37,6 +41,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--clip", action="store_true", help="train the clip prior (a window over the clip) instead")
     parser.add_argument("--mirror-frames-only", action="store_true",
                         help="keep the prior's weights, only fit the rig's mirror frames on the dataset")
     args = parser.parse_args()
@@ -55,11 +60,20 @@ def main():
         return
     rows = [TrainingArrays(part) for part in (train, val)]
     targets = [prior.targets_of_rows(r.positions, r.global_rotations) for r in rows]
-    model.prior = prior.train_prior(targets[0], targets[1], prior.references_of(model.feature_spec),
-                                    model.skeleton.height, args.seconds, args.seed,
-                                    mirror_frames=prior.mirror_frames_of(mirror))
+    window = prior.WINDOW if args.clip else ()
+    fps = float(dataset.meta.get("fps") or 30.0)
+    windows = [prior.clip_window_rows(part.action, part.frame, window, fps) if window else None
+               for part in (train, val)]
+    trained = prior.train_prior(targets[0], targets[1], prior.references_of(model.feature_spec),
+                                model.skeleton.height, args.seconds, args.seed,
+                                mirror_frames=prior.mirror_frames_of(mirror), window=window, train_rows=windows[0],
+                                val_rows=windows[1])
+    if args.clip:
+        model.clip_prior = trained
+    else:
+        model.prior = trained
     checkpoint.save_model(args.out, model)
-    print(f"wrote {args.out}: {model.prior.meta}")
+    print(f"wrote {args.out}: {trained.meta}")
 
 
 if __name__ == "__main__":

@@ -724,7 +724,7 @@ def _demo_command(parser):
         say(f"(seed {args.seed}, {len(state.training.history)} epochs, {args.refine} refinement iterations: the "
             "README's 'nik.py demo' table under Measured figures)")
         say(f"files in {args.out}: dataset.npz, model.npz (+ metrics.json, loss.svg), model.onnx (+ model.json,\n"
-            "    model.prior.onnx), evaluation.json, evaluation.svg, train.blend, heldout.blend")
+            "    model.prior.onnx, model.clip_prior.onnx), evaluation.json, evaluation.svg, train.blend, heldout.blend")
     return run
 
 

@@ -387,7 +387,7 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
         if loose is not None:
             _check_free(free, lock_feet, settings)
             targets[:, free] = np.eye(4)        # a free target is not read from the clip or its empty: gone ...
-            targets = loose.prior.complete(targets, free)      # ... the prior's guess stands in for the edits below
+            targets = loose.complete(targets, True, 1.0 / scene_fps(scene))   # ... the prior's guess stands in below
             if free[0]:                         # the hips come from the solve, and are keyed
                 hips_rot = hips_pos = None
                 key_hips = True
@@ -408,8 +408,8 @@ def bake(context, obj, source_action="", frame_start=0, frame_end=0, refine_iter
         phase = (np.arange(n) / max(n, 1)) % 1.0
         if loose is not None:      # free targets: the prior places them, frame after frame
             loose.step(solver, targets if edited is None else edited, max(refine_iterations, 1), sequence=True,
-                       ground=0.0, desired_contact=desired, task=np.full(n, task), phase=phase, dt=1.0 / 30,
-                       contact=contacts)
+                       clip_dt=1.0 / scene_fps(scene), ground=0.0, desired_contact=desired, task=np.full(n, task),
+                       phase=phase, dt=1.0 / 30, contact=contacts)
             result = solver.result()
         elif edited is None:
             result = solver.solve(targets, 0.0, desired, np.full(n, task), phase,

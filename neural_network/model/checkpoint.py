@@ -15,7 +15,7 @@ from ..data.files import FileRefused, load_npz, save_npz
 from ..skeleton.roles import NUM_ROLES
 from ..skeleton.skeleton import Skeleton
 from .model import Model
-from .prior import NUM_PRIOR_INPUTS, NUM_PRIOR_OUTPUTS, NUM_TARGETS, TargetPrior
+from .prior import NUM_PRIOR_OUTPUTS, NUM_TARGETS, TargetPrior, num_inputs
 
 KIND = "neural_ik.model"
 LAYOUT_VERSION = 1
@@ -34,10 +34,11 @@ def save_model(path, model):
         limit_low=np.asarray(model.limit_low, np.float32), limit_high=np.asarray(model.limit_high, np.float32),
     )
     meta = dict(model.meta)
-    meta.pop("prior", None)
-    if model.prior is not None:
-        arrays.update(prior_arrays(model.prior))
-        meta["prior"] = prior_meta(model.prior)
+    for key, target_prior in (("prior", model.prior), ("clip_prior", model.clip_prior)):
+        meta.pop(key, None)
+        if target_prior is not None:
+            arrays.update(prior_arrays(target_prior, f"{key}_"))
+            meta[key] = prior_meta(target_prior)
     meta.update(
         kind=KIND, layout_version=LAYOUT_VERSION, input_layout_version=INPUT_LAYOUT_VERSION,
         skeleton=model.skeleton.to_json(), feature_spec=model.feature_spec.to_json(),
@@ -87,12 +88,14 @@ def load_model(path, expected_fingerprint=None):
     if np.any(arrays["limit_low"] > arrays["limit_high"]):
         raise FileRefused(f"{name}: a joint limit's low end is above its high end")
     target_prior = load_prior(name, meta.get("prior"), arrays) if "prior" in meta else None
-    training_meta = {k: v for k, v in meta.items()
-                     if k not in ("kind", "layout_version", "skeleton", "feature_spec", "rig_fingerprint", "prior")}
+    clip_prior = load_prior(name, meta.get("clip_prior"), arrays, "clip_prior_") if "clip_prior" in meta else None
+    training_meta = {k: v for k, v in meta.items() if k not in ("kind", "layout_version", "skeleton", "feature_spec",
+                                                                "rig_fingerprint", "prior", "clip_prior")}
     return Model(skeleton=skeleton, feature_spec=spec, weights=weights,
                  input_mean=arrays["input_mean"].astype(np.float32), input_std=arrays["input_std"].astype(np.float32),
                  mean_pose=arrays["mean_pose"].astype(np.float32), limit_low=arrays["limit_low"].astype(np.float32),
-                 limit_high=arrays["limit_high"].astype(np.float32), meta=training_meta, prior=target_prior)
+                 limit_high=arrays["limit_high"].astype(np.float32), meta=training_meta, prior=target_prior,
+                 clip_prior=clip_prior)
 
 
 def _weights(name, meta, arrays):
@@ -114,14 +117,15 @@ def _weights(name, meta, arrays):
     return weights
 
 
-# ---- the target prior (prior.py): arrays prior_W0, prior_b0, ... and a "prior" entry in the metadata ---------------
+# ---- the target priors (prior.py): arrays prior_W0, prior_b0, ... and a "prior" entry in the metadata; a clip
+# prior's the same with clip_prior_ and "clip_prior" (its metadata also holds its window) -------------------------
 
 
-def prior_arrays(target_prior):
+def prior_arrays(target_prior, prefix="prior_"):
     arrays = {}
     for i in range(0, len(target_prior.weights), 2):
-        arrays[f"prior_W{i // 2}"] = np.asarray(target_prior.weights[i], np.float32)
-        arrays[f"prior_b{i // 2}"] = np.asarray(target_prior.weights[i + 1], np.float32)
+        arrays[f"{prefix}W{i // 2}"] = np.asarray(target_prior.weights[i], np.float32)
+        arrays[f"{prefix}b{i // 2}"] = np.asarray(target_prior.weights[i + 1], np.float32)
     return arrays
 
 
@@ -130,32 +134,41 @@ def prior_meta(target_prior):
             "references": np.asarray(target_prior.references, np.float64).reshape(-1).tolist(),
             "training": dict(target_prior.meta),
             **({} if target_prior.mirror_frames is None else
-               {"mirror_frames": np.asarray(target_prior.mirror_frames, np.float64).reshape(-1).tolist()})}
+               {"mirror_frames": np.asarray(target_prior.mirror_frames, np.float64).reshape(-1).tolist()}),
+            **({"window": [float(w) for w in target_prior.window]} if target_prior.window else {})}
 
 
-def load_prior(name, meta, arrays):
-    """TargetPrior from a checkpoint's "prior" metadata and prior_* arrays; FileRefused when they do not fit."""
+def load_prior(name, meta, arrays, prefix="prior_"):
+    """TargetPrior from a checkpoint's "prior" (or "clip_prior") metadata and prior_* (clip_prior_*) arrays;
+    FileRefused when they do not fit."""
+    what = "clip prior" if prefix == "clip_prior_" else "target prior"
     if not isinstance(meta, dict):
-        raise FileRefused(f"{name}: its target prior's metadata is not an object")
+        raise FileRefused(f"{name}: its {what}'s metadata is not an object")
+    try:
+        window = tuple(float(w) for w in meta.get("window", ()))
+    except (TypeError, ValueError):
+        raise FileRefused(f"{name}: its {what}'s window is not a list of seconds") from None
+    if not all(np.isfinite(w) and 0 < abs(w) <= 60 for w in window) or (prefix == "clip_prior_") != bool(window):
+        raise FileRefused(f"{name}: its {what}'s window {list(window)} is not usable")
     sizes = meta.get("layer_sizes")
-    if (not isinstance(sizes, list) or len(sizes) < 2 or sizes[0] != NUM_PRIOR_INPUTS
+    if (not isinstance(sizes, list) or len(sizes) < 2 or sizes[0] != num_inputs(window)
             or sizes[-1] != NUM_PRIOR_OUTPUTS):
-        raise FileRefused(f"{name}: its target prior's layer sizes {sizes} do not map {NUM_PRIOR_INPUTS} inputs to "
+        raise FileRefused(f"{name}: its {what}'s layer sizes {sizes} do not map {num_inputs(window)} inputs to "
                           f"{NUM_PRIOR_OUTPUTS} outputs")
     try:
         height = float(meta["height"])
         references = np.asarray(meta["references"], np.float64).reshape(NUM_TARGETS, 3, 3)
     except (KeyError, TypeError, ValueError):
-        raise FileRefused(f"{name}: its target prior has no readable height or reference rotations") from None
+        raise FileRefused(f"{name}: its {what} has no readable height or reference rotations") from None
     if not (np.isfinite(height) and height > 0 and np.all(np.isfinite(references))):
-        raise FileRefused(f"{name}: its target prior's height or reference rotations are not usable numbers")
+        raise FileRefused(f"{name}: its {what}'s height or reference rotations are not usable numbers")
     weights = []
     for layer, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        W, b = arrays.get(f"prior_W{layer}"), arrays.get(f"prior_b{layer}")
+        W, b = arrays.get(f"{prefix}W{layer}"), arrays.get(f"{prefix}b{layer}")
         if W is None or b is None or W.shape != (fan_in, fan_out) or b.shape != (fan_out,):
-            raise FileRefused(f"{name}: its target prior's layer {layer} is missing or has the wrong shape")
+            raise FileRefused(f"{name}: its {what}'s layer {layer} is missing or has the wrong shape")
         if not (np.all(np.isfinite(W)) and np.all(np.isfinite(b))):
-            raise FileRefused(f"{name}: its target prior's layer {layer} holds NaN or infinite weights")
+            raise FileRefused(f"{name}: its {what}'s layer {layer} holds NaN or infinite weights")
         weights += [W.astype(np.float32), b.astype(np.float32)]
     training = meta.get("training") if isinstance(meta.get("training"), dict) else {}
     mirror_frames = None
@@ -163,8 +176,8 @@ def load_prior(name, meta, arrays):
         try:
             mirror_frames = np.asarray(meta["mirror_frames"], np.float64).reshape(NUM_TARGETS, 3, 3)
         except (TypeError, ValueError):
-            raise FileRefused(f"{name}: its target prior's mirror frames are not 54 numbers") from None
+            raise FileRefused(f"{name}: its {what}'s mirror frames are not 54 numbers") from None
         gram = np.swapaxes(mirror_frames, -1, -2) @ mirror_frames
         if not np.all(np.isfinite(mirror_frames)) or np.abs(gram - np.eye(3)).max() > 1e-4:
-            raise FileRefused(f"{name}: its target prior's mirror frames are not orthogonal matrices")
-    return TargetPrior(weights, height, references, training, mirror_frames)
+            raise FileRefused(f"{name}: its {what}'s mirror frames are not orthogonal matrices")
+    return TargetPrior(weights, height, references, training, mirror_frames, window)

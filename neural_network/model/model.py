@@ -31,6 +31,7 @@ class Model:
     limit_high: np.ndarray        # (23, 3)
     meta: dict = field(default_factory=dict)   # training settings, metrics, history; free-form JSON
     prior: object = None          # prior.TargetPrior that places free targets, or None (a model trained before it)
+    clip_prior: object = None     # the same with a window over the clip (Bake's free effectors), or None
 
     @property
     def layer_sizes(self):

@@ -19,6 +19,13 @@ across x = 0, left and right swapped, each target's rotation carried by its role
 averages that answer, mirrored back, with its own. On the Bandai rig's 35 unseen clips this takes the prior's hips
 from 6.3 to 6.1 cm (docs/results.md).
 
+A Bake has the whole clip, so a second prior, the *clip prior* (a TargetPrior with a `window`), also reads how each
+pinned target moves: its displacement to where it is WINDOW seconds before and after (18 more inputs per offset, zero
+where free). Where a walk's feet are is ambiguous in one frame of the head and hands; over four seconds the head's bob
+and the hands' swing say it. On the Bandai rig's 35 unseen clips the free feet of the VR case go from 17-20 cm to
+15-16 cm; its root gains nothing (docs/results.md), so a Bake takes the free effectors from the clip prior and the
+root from the plain one (runtime/free_targets.py). Live ticks have no future: they use the plain prior.
+
 Everything is relative to the pinned targets, so the prior holds wherever the character stands and whichever way it
 faces. It is trained on the recorded frames (mirror images included, limb mixes left out: their hands come from
 other frames) with the free sets a user picks most often drawn more often (MASK_PATTERNS). Pure NumPy; no bpy.
@@ -39,6 +46,7 @@ TARGET_ROLES = (ROLE_INDEX["Hips"], *EFFECTOR_ROLES)
 PER_TARGET = 9                                   # position (3) + 6D rotation (6)
 NUM_PRIOR_INPUTS = NUM_TARGETS * PER_TARGET + NUM_TARGETS
 NUM_PRIOR_OUTPUTS = NUM_TARGETS * PER_TARGET
+WINDOW = (-2.0, -1.0, -0.5, -0.2, 0.2, 0.5, 1.0, 2.0)   # the clip prior's offsets, seconds (- before, + after)
 DEFAULT_PRIOR_HIDDEN = (128, 128)
 HEADING_WEIGHTS = np.array([4.0, 0.5, 0.5, 2.0, 2.0, 1.0])    # how much each pinned target says about the heading
 ROTATION_WEIGHT = 0.2                            # loss weight of a 6D rotation entry against a position entry
@@ -93,14 +101,48 @@ def ground_frames(targets, free, references):
     return origin, np.stack([x, np.cross(z, x), z], axis=-1)
 
 
-def prior_inputs(targets, free, references, height):
-    """(N, 60) float32 inputs and the frames (origin, rotation) they are in; see the module docstring."""
+def num_inputs(window=()):
+    """How many inputs a prior with these window offsets reads: 60, and 18 per offset."""
+    return NUM_PRIOR_INPUTS + 3 * NUM_TARGETS * len(window)
+
+
+def prior_inputs(targets, free, references, height, window=None):
+    """(N, 60 (+ 18 per offset)) float32 inputs and the frames (origin, rotation) they are in; see the module
+    docstring. window: (N, L, 6, 3) the targets' positions at the clip prior's L offsets (window_rows), or None:
+    each target's displacement to there, in the frame, / height, zero where free."""
     targets = np.asarray(targets, np.float64)
     free = np.broadcast_to(np.asarray(free, bool), targets.shape[:2])
     frames = ground_frames(targets, free, references)
     per = target_outputs(targets, frames, height).reshape(len(targets), NUM_TARGETS, PER_TARGET) * ~free[..., None]
-    x = np.concatenate([per.reshape(len(targets), NUM_PRIOR_OUTPUTS), free], axis=1)
-    return x.astype(np.float32), frames
+    parts = [per.reshape(len(targets), NUM_PRIOR_OUTPUTS), free]
+    if window is not None:
+        moves = targets[:, None, :, :3, 3] - np.asarray(window, np.float64)
+        moves = np.einsum("nba,nlkb->nlka", frames[1], moves) / height * ~free[:, None, :, None]
+        parts.append(moves.reshape(len(targets), -1))
+    return np.concatenate(parts, axis=1).astype(np.float32), frames
+
+
+def window_rows(count, window, dt):
+    """(count, L) for frames 0..count-1 of one clip (dt seconds apart): the frame nearest each offset of `window`,
+    clamped to the clip's first and last."""
+    steps = np.rint(np.asarray(window, np.float64) / dt).astype(np.int64)
+    return np.clip(np.arange(count)[:, None] + steps[None], 0, count - 1)
+
+
+def clip_window_rows(action, frame, window, fps):
+    """(N, L) dataset rows -> the row at each offset within the same run of an action's frames (rows of a run are
+    its consecutive frames, as extraction writes them; clamped to the run's ends): the clip prior's training
+    windows."""
+    action, frame = np.asarray(action), np.asarray(frame)
+    n = len(action)
+    start = np.ones(n, bool)
+    start[1:] = (action[1:] != action[:-1]) | (frame[1:] <= frame[:-1])
+    run = np.cumsum(start) - 1
+    firsts = np.nonzero(start)[0]
+    lasts = np.append(firsts[1:], n) - 1
+    steps = np.rint(np.asarray(window, np.float64) * fps).astype(np.int64)
+    rows = np.arange(n)[:, None] + steps[None]
+    return np.clip(rows, firsts[run][:, None], lasts[run][:, None])
 
 
 def target_outputs(targets, frames, height):
@@ -146,6 +188,7 @@ class TargetPrior:
     references: np.ndarray                        # (6, 3, 3)
     meta: dict = field(default_factory=dict)      # training facts (validation errors per free set)
     mirror_frames: np.ndarray = None              # (6, 3, 3) the targets' roles' T_j: also answer the mirror image
+    window: tuple = ()                            # a clip prior's offsets (seconds; WINDOW), () for the plain prior
 
     @property
     def layer_sizes(self):
@@ -156,29 +199,37 @@ class TargetPrior:
         out, _cache = network.forward(self.weights, np.asarray(x, np.float32))
         return out
 
-    def complete(self, targets, free):
+    def complete(self, targets, free, dt=None):
         """(N, 6, 4, 4) targets with the free ones placed by the prior (a copy; the pinned ones unchanged). free:
-        (6,) or (N, 6) bool."""
+        (6,) or (N, 6) bool. A clip prior's N targets are the frames of one clip in order, dt seconds apart."""
         targets = np.array(targets, np.float64)
         free = np.broadcast_to(np.asarray(free, bool), targets.shape[:2])
         if not free.any():
             return targets
         targets[free] = np.eye(4)                # never read: whatever a free target held (NaN included) is gone
+        rows = None
+        if self.window:
+            if dt is None:
+                raise ValueError("a clip prior places the frames of a clip: give their time step")
+            rows = window_rows(len(targets), self.window, dt)
         if self.mirror_frames is None:
-            targets[free] = self.place_all(targets, free)[free]
+            targets[free] = self.place_all(targets, free, rows)[free]
             return targets
         # its answer and the mirror image's, mirrored back, averaged (the free targets only)
         both = self.place_all(np.concatenate([targets, mirror_targets(targets, self.mirror_frames)]),
-                              np.concatenate([free, free[:, PARTNER]]))
+                              np.concatenate([free, free[:, PARTNER]]),
+                              None if rows is None else np.concatenate([rows, rows + len(targets)]))
         own, image = both[:len(targets)][free], mirror_targets(both[len(targets):], self.mirror_frames)[free]
         own[:, :3, 3] = 0.5 * (own[:, :3, 3] + image[:, :3, 3])
         own[:, :3, :3] = orthonormalize(own[:, :3, :3] + image[:, :3, :3])    # the chordal mean
         targets[free] = own
         return targets
 
-    def place_all(self, targets, free):
-        """(N, 6, 4, 4) where the prior puts every target (the pinned ones too), given the pinned ones."""
-        x, (origin, R) = prior_inputs(targets, free, self.references, self.height)
+    def place_all(self, targets, free, rows=None):
+        """(N, 6, 4, 4) where the prior puts every target (the pinned ones too), given the pinned ones; rows: a clip
+        prior's (N, L) window (window_rows: which of the N rows each offset reads)."""
+        window = None if rows is None else targets[rows][..., :3, 3]
+        x, (origin, R) = prior_inputs(targets, free, self.references, self.height, window)
         out = self.predict(x).astype(np.float64).reshape(len(targets), NUM_TARGETS, PER_TARGET)
         placed = np.broadcast_to(np.eye(4), targets.shape).copy()
         placed[..., :3, 3] = origin[:, None] + np.einsum("nab,nkb->nka", R, out[..., :3] * self.height)
@@ -216,12 +267,13 @@ class PriorTraining:
     drawn free sets. `validate` gives the mean miss (cm, for units in metres) of the free targets per main case."""
 
     def __init__(self, references, height, seed=0, hidden=DEFAULT_PRIOR_HIDDEN, learning_rate=2e-3, start=None,
-                 mirror_frames=None):
+                 mirror_frames=None, window=()):
         self.mirror_frames = mirror_frames       # the rows hold mirror images too: the prior answers both
-        self.rng = np.random.default_rng(seed + 7919)
+        self.window = tuple(float(w) for w in window)     # a clip prior's offsets (steps then take the windows)
+        self.rng = np.random.default_rng(seed + 7919 + (104729 if self.window else 0))
         self.references = np.asarray(references, np.float64)
         self.height = float(height)
-        sizes = [NUM_PRIOR_INPUTS, *hidden, NUM_PRIOR_OUTPUTS]
+        sizes = [num_inputs(self.window), *hidden, NUM_PRIOR_OUTPUTS]
         if start is not None and start.layer_sizes == sizes:
             self.weights = [np.array(w, np.float32) for w in start.weights]
         else:
@@ -230,10 +282,11 @@ class PriorTraining:
         column = np.tile([1.0, 1.0, 1.0] + [ROTATION_WEIGHT] * 6, NUM_TARGETS).astype(np.float32)
         self.loss_weights = column
 
-    def step(self, targets, lr):
-        """One Adam step on (B, 6, 4, 4) targets; returns the weighted mean squared error of the free entries."""
+    def step(self, targets, lr, window=None):
+        """One Adam step on (B, 6, 4, 4) targets (a clip prior's: and their (B, L, 6, 3) window positions); returns
+        the weighted mean squared error of the free entries."""
         free = draw_free_sets(self.rng, len(targets))
-        x, frames = prior_inputs(targets, free, self.references, self.height)
+        x, frames = prior_inputs(targets, free, self.references, self.height, window)
         want = target_outputs(targets, frames, self.height)
         out, cache = network.forward(self.weights, x)
         on = (np.repeat(free, PER_TARGET, axis=1) * self.loss_weights[None]).astype(np.float32)
@@ -246,29 +299,38 @@ class PriorTraining:
 
     def prior(self, meta=None):
         return TargetPrior([w.copy() for w in self.weights], self.height, self.references.copy(), dict(meta or {}),
-                           None if self.mirror_frames is None else np.array(self.mirror_frames, np.float64))
+                           None if self.mirror_frames is None else np.array(self.mirror_frames, np.float64),
+                           self.window)
 
-    def validate(self, targets, units_to_cm=100.0):
+    def validate(self, targets, units_to_cm=100.0, rows=None):
         """{"<free set>_cm": mean position miss of its free targets} for MASK_PATTERNS' first two sets, on (N, 6, 4,
-        4) validation targets."""
+        4) validation targets (a clip prior's: `rows` (N, L), clip_window_rows; its keys start "clip_prior")."""
         prior = self.prior()
         metrics = {}
         for names, _share in MASK_PATTERNS[:2]:
             mask = free_mask(names)
-            placed = prior.complete(targets, mask)
+            free = np.broadcast_to(mask, targets.shape[:2])
+            if rows is None:
+                placed = prior.complete(targets, mask)
+            else:     # frames of several clips: place every row with its own window (no mirror image: a check)
+                blank = np.array(targets, np.float64)
+                blank[free] = np.eye(4)
+                placed = prior.place_all(blank, free, rows)
             miss = np.linalg.norm(placed[:, mask, :3, 3] - targets[:, mask, :3, 3], axis=-1)
-            metrics[f"prior_{'_'.join(names)}_cm"] = float(miss.mean() * units_to_cm)
+            metrics[f"{'clip_' if self.window else ''}prior_{'_'.join(names)}_cm"] = float(miss.mean() * units_to_cm)
         return metrics
 
 
 def train_prior(train_targets, val_targets, references, height, seconds, seed=0, hidden=DEFAULT_PRIOR_HIDDEN,
-                learning_rate=2e-3, batch=128, say=print, mirror_frames=None):
+                learning_rate=2e-3, batch=128, say=print, mirror_frames=None, window=(), train_rows=None,
+                val_rows=None):
     """A TargetPrior trained alone for `seconds` on (N, 6, 4, 4) targets (a model trained before priors existed gets
-    one this way: scripts/add_prior.py); the learning rate decays on a cosine to 5 %. Returns the prior, its
-    validation metrics in its meta."""
+    one this way: scripts/add_prior.py); the learning rate decays on a cosine to 5 %. A clip prior (window: its
+    offsets) also needs each set's (N, L) clip_window_rows. Returns the prior, its validation metrics in its meta."""
     import time
 
-    training = PriorTraining(references, height, seed, hidden, learning_rate, mirror_frames=mirror_frames)
+    training = PriorTraining(references, height, seed, hidden, learning_rate, mirror_frames=mirror_frames,
+                             window=window)
     rng = np.random.default_rng(seed)
     began = time.perf_counter()
     fraction = 0.0
@@ -279,9 +341,11 @@ def train_prior(train_targets, val_targets, references, height, seconds, seed=0,
             if fraction >= 1.0:
                 break
             lr = learning_rate * (0.05 + 0.95 * 0.5 * (1.0 + np.cos(np.pi * fraction)))
-            training.step(train_targets[order[start:start + batch]], lr)
-        say(f"prior: {time.perf_counter() - began:.0f} s, {training.validate(val_targets)}")
-    metrics = training.validate(val_targets)
+            rows = order[start:start + batch]
+            training.step(train_targets[rows], lr,
+                          None if train_rows is None else train_targets[train_rows[rows]][..., :3, 3])
+        say(f"prior: {time.perf_counter() - began:.0f} s, {training.validate(val_targets, rows=val_rows)}")
+    metrics = training.validate(val_targets, rows=val_rows)
     return training.prior({"seconds": seconds, "frames": int(len(train_targets)), **metrics})
 
 

@@ -37,6 +37,8 @@ STATE_FILE = "training_state.npz"
 METRICS_FILE = "metrics.json"
 PLOT_FILE = "loss.svg"
 STATE_KIND = "neural_ik.training_state"
+CLIP_PRIOR_EVERY = 4     # the clip prior takes a step every this many of the network's: a step of its own costs 0.29x
+                         # the network's, and a quarter of the steps trains it as well as all (docs/results.md)
 
 
 @dataclass
@@ -82,11 +84,13 @@ class TrainConfig:
     loss_weights: losses.LossWeights = field(default_factory=losses.LossWeights)
     role_weights: tuple = None          # 23 FK weights; None: losses.default_role_weights()
     prior_hidden: tuple = prior.DEFAULT_PRIOR_HIDDEN   # the target prior's hidden layers (prior.py); () : no prior
+    clip_window: tuple = prior.WINDOW   # the clip prior's offsets in seconds (Bake's free effectors); () : none
 
     def to_json(self):
         out = asdict(self)
         out["hidden"] = list(self.hidden)
         out["prior_hidden"] = list(self.prior_hidden)
+        out["clip_window"] = list(self.clip_window)
         out["loss_weights"] = self.loss_weights.to_json()
         out["role_weights"] = None if self.role_weights is None else [float(w) for w in self.role_weights]
         return out
@@ -96,6 +100,7 @@ class TrainConfig:
         data = dict(data)
         data["hidden"] = tuple(data.get("hidden", network.DEFAULT_HIDDEN))
         data["prior_hidden"] = tuple(data.get("prior_hidden", prior.DEFAULT_PRIOR_HIDDEN))
+        data["clip_window"] = tuple(data.get("clip_window", prior.WINDOW))
         data["loss_weights"] = losses.LossWeights.from_json(data.get("loss_weights", {}))
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
@@ -177,7 +182,7 @@ class TrainingArrays:
         self.offsets = None if offsets is None else offsets[rows]
         action = np.asarray(dataset.action)[rows]
         frame = np.asarray(dataset.frame)[rows]
-        self.action = action
+        self.action, self.frame = action, frame
         self.prev, self.has_prev = previous_rows(action, frame)
         self.global_rotations = np.empty_like(self.local_rotations)
         for start in range(0, len(rows), 4096):
@@ -408,13 +413,21 @@ class Trainer:
         self.optimizer = network.Adam(self.weights, lr=config.learning_rate)
         # the target prior (prior.py) learns beside the network from the recorded rows (limb mixes come after them)
         self.recorded_rows = recorded_rows
-        self.prior = None
+        self.prior = self.clip = None
         if config.prior_hidden:
-            self.prior = prior.PriorTraining(prior.references_of(dataset.feature_spec), skeleton.height,
-                                             config.seed, config.prior_hidden, config.learning_rate,
-                                             None if start_from is None else start_from.prior,
-                                             prior.mirror_frames_of(mirror))
+            references, frames = prior.references_of(dataset.feature_spec), prior.mirror_frames_of(mirror)
+            self.prior = prior.PriorTraining(references, skeleton.height, config.seed, config.prior_hidden,
+                                             config.learning_rate, None if start_from is None else start_from.prior,
+                                             frames)
             self.val_targets = prior.targets_of_rows(self.val.positions, self.val.global_rotations)
+            if config.clip_window:   # the clip prior: each row's window over its clip (rows of a clip run in order)
+                fps = float(dataset.meta.get("fps") or 30.0)
+                self.clip = prior.PriorTraining(references, skeleton.height, config.seed, config.prior_hidden,
+                                                config.learning_rate,
+                                                None if start_from is None else start_from.clip_prior, frames,
+                                                config.clip_window)
+                self.clip_rows = prior.clip_window_rows(self.train.action, self.train.frame, config.clip_window, fps)
+                self.val_clip_rows = prior.clip_window_rows(self.val.action, self.val.frame, config.clip_window, fps)
         self.history = []
         self.start_epoch = 0
         self.best_score = math.inf
@@ -445,7 +458,8 @@ class Trainer:
                      input_mean=self.stats["input_mean"], input_std=self.stats["input_std"],
                      mean_pose=self.stats["mean_pose"], limit_low=self.stats["limit_low"],
                      limit_high=self.stats["limit_high"], meta=meta,
-                     prior=None if self.prior is None else self.prior.prior())
+                     prior=None if self.prior is None else self.prior.prior(),
+                     clip_prior=None if self.clip is None else self.clip.prior())
 
     def _val_action_names(self):
         names = getattr(self.dataset, "action_names", None)
@@ -459,8 +473,9 @@ class Trainer:
     def _save_state(self, epoch):
         arrays = {f"w{i}": w for i, w in enumerate(self.weights)}
         arrays.update(self.optimizer.state_arrays())
-        if self.prior is not None:      # the prior's weights resume too (its optimiser starts afresh)
-            arrays.update({f"prior_w{i}": w for i, w in enumerate(self.prior.weights)})
+        for key, training in (("prior", self.prior), ("clip_prior", self.clip)):   # the priors' weights resume too
+            if training is not None:                                                  # (their optimisers afresh)
+                arrays.update({f"{key}_w{i}": w for i, w in enumerate(training.weights)})
         meta = {"kind": STATE_KIND, "layout_version": 1, "epoch": epoch, "adam_step": self.optimizer.step_count,
                 "config": self.config.to_json(), "history": self.history, "best_score": self.best_score,
                 "best_metrics": self.best_metrics, "elapsed": self._elapsed(),
@@ -480,9 +495,9 @@ class Trainer:
                 raise FileRefused("the saved training state does not match the network")
             w[...] = saved
         self.optimizer.load_state(arrays, meta["adam_step"])
-        if self.prior is not None:
-            for i, w in enumerate(self.prior.weights):
-                saved = arrays.get(f"prior_w{i}")
+        for key, training in (("prior", self.prior), ("clip_prior", self.clip)):
+            for i, w in enumerate(training.weights if training is not None else ()):
+                saved = arrays.get(f"{key}_w{i}")
                 if saved is not None and saved.shape == w.shape:
                     w[...] = saved
         self.start_epoch = int(meta["epoch"])
@@ -519,8 +534,11 @@ class Trainer:
         if self.prior is not None:
             recorded = cur[cur < self.recorded_rows]
             if len(recorded):
-                self.prior.step(prior.targets_of_rows(self.train.positions[recorded],
-                                                      self.train.global_rotations[recorded]), lr)
+                targets = prior.targets_of_rows(self.train.positions[recorded], self.train.global_rotations[recorded])
+                self.prior.step(targets, lr)
+                if self.clip is not None and self.optimizer.step_count % CLIP_PRIOR_EVERY == 0:
+                    window = self.train.positions[self.clip_rows[recorded]][:, :, list(prior.TARGET_ROLES)]
+                    self.clip.step(targets, lr, window)
         return result
 
     def _lr(self, fraction):
@@ -541,6 +559,8 @@ class Trainer:
         metrics = validation_metrics(model, self.val)
         if self.prior is not None and len(self.val_targets):
             metrics.update(self.prior.validate(self.val_targets))
+            if self.clip is not None:
+                metrics.update(self.clip.validate(self.val_targets, rows=self.val_clip_rows))
         return metrics, model
 
     def _keep_if_best(self, metrics, model):

@@ -1,7 +1,9 @@
 """Free targets: the ones a user leaves to the model, filled in before the solve.
 
     targets (K, 6, 4, 4), the free ones whatever they were
-    -> the model's target prior (model/prior.py) places every free target from the pinned ones
+    -> the model's target prior (model/prior.py) places every free target from the pinned ones; in a Bake (the
+       frames of one clip) its clip prior, where it has one, places the free effectors from how the pinned targets
+       move over the clip (the root stays the plain prior's: the window does not place it better)
     -> with the root free, the hips stage (ik/hips_reach.py) moves the root so every pinned limb reaches, and the
        free effectors ride along with it
     -> the solver as always; a free effector then lands where the network puts it (Solver.step's `follow`): only
@@ -71,6 +73,7 @@ class FreeTargets:
                           "again to leave targets free")
         self.free = free
         self.prior = model.prior if prior is None else prior
+        self.clip_prior = getattr(model, "clip_prior", None) if prior is None else None   # another prior: its alone
         self.follow = free[..., 1:].copy()     # effectors the network places (Solver.step's follow)
         self.hips = HipsReach.for_model(model) if free[..., 0].any() else None
         self.last = None                         # the hips stage's last (K, 6) solution
@@ -79,6 +82,16 @@ class FreeTargets:
     def any(self):
         return bool(self.free.any())
 
+    def complete(self, targets, sequence=False, dt=1 / 30):
+        """(K, 6, 4, 4) targets with the free ones placed by the prior (a copy). sequence: the K rows are the frames
+        of one clip in order, dt seconds apart: the clip prior (where the model has one) places the free effectors."""
+        completed = self.prior.complete(targets, self.free)
+        effectors = np.broadcast_to(self.free, completed.shape[:2]).copy()
+        effectors[:, 0] = False
+        if sequence and self.clip_prior is not None and effectors.any():
+            completed[effectors] = self.clip_prior.complete(targets, self.free, dt)[effectors]
+        return completed
+
     def fill(self, targets, sequence=False, anchors=None):
         """(K, 6, 4, 4) targets with the free ones placed (a copy): the prior, then the hips stage (place). sequence:
         the K rows are frames of one character in order (Bake): the hips stage then starts each frame from the one
@@ -86,7 +99,7 @@ class FreeTargets:
         else the mean pose's."""
         if not self.any:
             return np.array(targets, np.float64)
-        return self.place(self.prior.complete(targets, self.free), sequence, anchors)
+        return self.place(self.complete(targets, sequence), sequence, anchors)
 
     def place(self, completed, sequence=False, anchors=None, tight=False, start=None, roll=True):
         """The hips stage on targets the prior completed (a copy; as is without a free root); tight, start, roll: see
@@ -130,13 +143,14 @@ class FreeTargets:
         out[rows, 1:] = ride
         return out
 
-    def step(self, solver, targets, refine_iterations, sequence=False, **settings):
+    def step(self, solver, targets, refine_iterations, sequence=False, clip_dt=None, **settings):
         """solver.step on `targets` with the free ones filled in: the prior places them; with the root free, a first
         pass of the network (no refinement) at the prior's root shows where its spine puts the shoulders and the
         head, and the hips stage works from those; then the solve, the free effectors following the network
-        (Solver.step's follow). settings: solver.step's others (ground, desired_contact, task, phase, dt, contact,
-        measure_errors). Returns the filled targets."""
-        filled = self.prior.complete(targets, self.free)
+        (Solver.step's follow). clip_dt: a sequence's time between frames for the clip prior (default: dt).
+        settings: solver.step's others (ground, desired_contact, task, phase, dt, contact, measure_errors). Returns
+        the filled targets."""
+        filled = self.complete(targets, sequence, clip_dt or settings.get("dt", 1 / 30))
         if sequence:
             filled = smoothed(filled, self.free, max(1, int(round(SMOOTH_SECONDS / settings.get("dt", 1 / 30)))))
         if self.hips is not None:

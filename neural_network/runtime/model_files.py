@@ -15,15 +15,16 @@ from ..model.model import Model, check_model, check_rig
 from ..skeleton.roles import NUM_ROLES, ROLES
 from ..skeleton.skeleton import Skeleton
 from .onnx_export import (
+    CLIP_PRIOR_KIND,
     INPUT_NAME,
     KIND,
     NUM_OUTPUTS,
     OUTPUT_NAME,
     PRIOR_KIND,
-    PRIOR_PORTS,
     build_onnx,
     build_prior_onnx,
     onnx_package,
+    prior_ports,
 )
 
 
@@ -130,35 +131,40 @@ def load_onnx(path):
     path = os.fspath(path)
     proto, data = _read_proto(path)
     model = model_from_onnx_proto(proto, os.path.basename(path))
-    section = next((p.value for p in proto.metadata_props if p.key == "neural_ik.prior"), None)
-    if section is not None:
-        model.prior = _load_prior_file(path, section, model)
+    for key, attribute in (("neural_ik.prior", "prior"), ("neural_ik.clip_prior", "clip_prior")):
+        section = next((p.value for p in proto.metadata_props if p.key == key), None)
+        if section is not None:
+            setattr(model, attribute, _load_prior_file(path, section, model, attribute == "clip_prior"))
     return model, data
 
 
-def _load_prior_file(path, section, model):
-    """The TargetPrior of the model file at `path` from its "neural_ik.prior" metadata and the .prior.onnx file that
-    names, beside it; FileRefused when that file is missing, broken or not this model's."""
+def _load_prior_file(path, section, model, clip=False):
+    """The TargetPrior of the model file at `path` from its "neural_ik.prior" (clip: "neural_ik.clip_prior")
+    metadata and the .prior.onnx (.clip_prior.onnx) file that names, beside it; FileRefused when that file is
+    missing, broken or not this model's."""
     from onnx import numpy_helper
 
     base = os.path.basename(path)
+    what = "clip prior" if clip else "target prior"
     try:
         section = json.loads(section)
         prior_file = section["file"]
         if not isinstance(prior_file, str) or os.path.basename(prior_file) != prior_file or not prior_file:
             raise ValueError(prior_file)
-    except (KeyError, TypeError, ValueError):
-        raise FileRefused(f"{base} has unreadable target prior metadata (no file name)") from None
+        window = tuple(float(w) for w in section.get("window", ()))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise FileRefused(f"{base} has unreadable {what} metadata (no file name)") from None
     prior_path = os.path.join(os.path.dirname(path), prior_file)
     if not os.path.isfile(prior_path):
-        raise FileRefused(f"{base} needs its target prior {prior_file} beside it, which is missing: copy it along "
+        raise FileRefused(f"{base} needs its {what} {prior_file} beside it, which is missing: copy it along "
                           "or export the model again")
     proto, _data = _read_proto(prior_path)
-    inits, meta = _check_interface(proto, prior_file, "a Neural IK target prior", PRIOR_KIND, PRIOR_PORTS)
+    inits, meta = _check_interface(proto, prior_file, f"a Neural IK {what}", CLIP_PRIOR_KIND if clip else PRIOR_KIND,
+                                   prior_ports(window))
     if meta.get("neural_ik.rig_fingerprint") != model.skeleton.fingerprint():
-        raise FileRefused(f"{prior_file} is the target prior of another rig's model, not {base}'s")
+        raise FileRefused(f"{prior_file} is the {what} of another rig's model, not {base}'s")
     arrays = {key: numpy_helper.to_array(init) for key, init in inits.items()}
-    target_prior = checkpoint.load_prior(prior_file, section, arrays)
+    target_prior = checkpoint.load_prior(prior_file, section, arrays, "clip_prior_" if clip else "prior_")
     if [n.op_type for n in proto.graph.node] != [n.op_type for n in build_prior_onnx(
             target_prior, meta["neural_ik.rig_fingerprint"]).graph.node]:
         raise FileRefused(f"{prior_file}: its graph is not the network its metadata describes")

@@ -17,7 +17,9 @@ A model with a target prior (model/prior.py) also gets `<name>.prior.onnx`: the 
     prior_inputs (batch, 60) -> [MatMul, Add, Tanh]* -> MatMul, Add -> prior_outputs (batch, 54)
 
 and a "neural_ik.prior" entry in the metadata and sidecar with its file name, height, reference rotations and a
-plain account of how the inputs are built and the outputs used (prior.prior_inputs and TargetPrior.complete).
+plain account of how the inputs are built and the outputs used (prior.prior_inputs and TargetPrior.complete). A model
+with a clip prior (a window over a clip, for baking) gets `<name>.clip_prior.onnx` and "neural_ik.clip_prior" the same
+way, its inputs 18 wider per offset of its window.
 """
 
 import json
@@ -29,7 +31,7 @@ from ..data.features import INPUT_NAMES, LAYOUT_VERSION, NUM_INPUTS
 from ..data.files import FileRefused, atomic_write_bytes, save_json
 from ..model.checkpoint import load_prior, prior_arrays, prior_meta
 from ..model.model import check_model
-from ..model.prior import HEADING_WEIGHTS, NUM_PRIOR_INPUTS, NUM_PRIOR_OUTPUTS, TARGETS
+from ..model.prior import HEADING_WEIGHTS, NUM_PRIOR_OUTPUTS, TARGETS, num_inputs
 from ..skeleton.roles import NUM_ROLES, ROLES
 
 OPSET = 17
@@ -42,9 +44,9 @@ UNITS = "metres and radians, character space (the armature's own space turned +Z
 OUTPUT_MEANING = ("axis-angle delta per role and axis (x, y, z), roles in the listed order; "
                   "local rotation of role j (Blender's matrix_basis of its bone) = mean_pose[j] @ exp(delta[j])")
 PRIOR_KIND = "neural_ik.prior.onnx"
+CLIP_PRIOR_KIND = "neural_ik.clip_prior.onnx"
 PRIOR_INPUT_NAME = "prior_inputs"
 PRIOR_OUTPUT_NAME = "prior_outputs"
-PRIOR_PORTS = ((PRIOR_INPUT_NAME, NUM_PRIOR_INPUTS), (PRIOR_OUTPUT_NAME, NUM_PRIOR_OUTPUTS))
 PRIOR_FRAME = (
     "F, a rotation with columns x, y, z, at origin o: o = the mean position of the pinned targets, its z set to 0; "
     "x = the sum over pinned targets k of heading_weights[k] * (first column of R_k @ transpose(references[k])), its "
@@ -65,11 +67,23 @@ PRIOR_MIRROR = (
     "place its targets, take them back through the same mirror (it is its own inverse), and average with the plain "
     "answer: positions by their mean, rotations by the rotation nearest their mean matrix (SVD)")
 
+PRIOR_WINDOW = (
+    "a clip prior places the frames of one clip: after the free mask come 18 numbers per offset of `window` (seconds; "
+    "- before, + after), per offset in that order and per target in the listed order: transpose(F) @ (p_k - q_k) / "
+    "height, q_k the target's position in the clip's frame that many seconds away (the nearest frame, clamped to the "
+    "clip's first and last); zero for a free target. For the mirror image, q_k comes from the mirrored clip")
+
+
+def prior_ports(window=()):
+    """((input name, width), (output name, width)) of a prior's graph with these window offsets."""
+    return (PRIOR_INPUT_NAME, num_inputs(window)), (PRIOR_OUTPUT_NAME, NUM_PRIOR_OUTPUTS)
+
+
 # ---- export ------------------------------------------------------------------------------------------------
 
-def metadata(model, prior_file=None):
+def metadata(model, prior_file=None, clip_file=None):
     """The strings stored in metadata_props and the sidecar: everything needed to use the deltas (and, with
-    prior_file, the target prior written there)."""
+    prior_file and clip_file, the target prior and the clip prior written there)."""
     skeleton = model.skeleton
     bone_map = {role: bone for role, bone in zip(ROLES, skeleton.bone_names)}
     info = {
@@ -94,6 +108,8 @@ def metadata(model, prior_file=None):
     }
     if prior_file is not None and model.prior is not None:
         info["neural_ik.prior"] = prior_section(model.prior, prior_file)
+    if clip_file is not None and model.clip_prior is not None:
+        info["neural_ik.clip_prior"] = prior_section(model.clip_prior, clip_file)
     return info
 
 
@@ -101,8 +117,8 @@ def prior_section(target_prior, prior_file):
     """The "neural_ik.prior" entry: where the prior's graph is and how to build its inputs and use its outputs."""
     section = {
         "file": prior_file,
-        "input": {"name": PRIOR_INPUT_NAME, "shape": ["batch", NUM_PRIOR_INPUTS], "dtype": "float32",
-                  "layout": PRIOR_INPUT_LAYOUT},
+        "input": {"name": PRIOR_INPUT_NAME, "shape": ["batch", num_inputs(target_prior.window)], "dtype": "float32",
+                  "layout": PRIOR_INPUT_LAYOUT + ("; " + PRIOR_WINDOW if target_prior.window else "")},
         "output": {"name": PRIOR_OUTPUT_NAME, "shape": ["batch", NUM_PRIOR_OUTPUTS], "dtype": "float32",
                    "meaning": PRIOR_OUTPUT_MEANING},
         "targets": list(TARGETS),
@@ -173,8 +189,9 @@ def _finish(onnx, nodes, inits, name, ports, doc, info):
     return proto
 
 
-def build_onnx(model, prior_file=None):
-    """onnx.ModelProto computing Model.predict_clamped, built with onnx.helper (prior_file: see metadata)."""
+def build_onnx(model, prior_file=None, clip_file=None):
+    """onnx.ModelProto computing Model.predict_clamped, built with onnx.helper (prior_file, clip_file: see
+    metadata)."""
     onnx = onnx_package("Export ONNX")
     from onnx import helper, numpy_helper
 
@@ -190,42 +207,52 @@ def build_onnx(model, prior_file=None):
     nodes.append(helper.make_node("Max", ["below_high", "limit_low"], [OUTPUT_NAME], name="clamp_low"))
     return _finish(onnx, nodes, inits, "neural_ik", ((INPUT_NAME, NUM_INPUTS), (OUTPUT_NAME, NUM_OUTPUTS)),
                    "Neural IK: 50 target/root/ground/task inputs -> clamped axis-angle deltas from the mean pose",
-                   metadata(model, prior_file))
+                   metadata(model, prior_file, clip_file))
+
+
+def prior_prefix(target_prior):
+    """The initializers' (and the checkpoint arrays') prefix: clip_prior_ for a clip prior, else prior_."""
+    return "clip_prior_" if target_prior.window else "prior_"
 
 
 def build_prior_onnx(target_prior, rig_fingerprint):
-    """onnx.ModelProto computing TargetPrior.predict (initializers prior_W{k}, prior_b{k}), after the checkpoint's
-    checks (layer sizes, height, references, finite weights)."""
+    """onnx.ModelProto computing TargetPrior.predict (initializers prior_W{k}, prior_b{k}; a clip prior's
+    clip_prior_W{k}, ...), after the checkpoint's checks (layer sizes, window, height, references, finite weights)."""
     onnx = onnx_package("Export ONNX")
 
-    load_prior("the target prior", prior_meta(target_prior), prior_arrays(target_prior))
+    prefix = prior_prefix(target_prior)
+    load_prior("the target prior", prior_meta(target_prior), prior_arrays(target_prior, prefix), prefix)
     nodes, inits = [], []
-    _dense_layers(target_prior.weights, PRIOR_INPUT_NAME, nodes, inits, prefix="prior_", output=PRIOR_OUTPUT_NAME)
-    info = {"neural_ik.kind": PRIOR_KIND, "neural_ik.format_version": FORMAT_VERSION,
+    _dense_layers(target_prior.weights, PRIOR_INPUT_NAME, nodes, inits, prefix=prefix, output=PRIOR_OUTPUT_NAME)
+    clip = bool(target_prior.window)
+    info = {"neural_ik.kind": CLIP_PRIOR_KIND if clip else PRIOR_KIND, "neural_ik.format_version": FORMAT_VERSION,
             "neural_ik.rig_fingerprint": rig_fingerprint}
-    return _finish(onnx, nodes, inits, "neural_ik_prior", PRIOR_PORTS,
-                   "Neural IK target prior: the pinned targets in a ground frame and the free mask -> every target "
-                   "in that frame (the sidecar's neural_ik.prior says how)", info)
+    key = "neural_ik.clip_prior" if clip else "neural_ik.prior"
+    return _finish(onnx, nodes, inits, f"neural_ik_{prefix[:-1]}", prior_ports(target_prior.window),
+                   f"Neural IK {'clip' if clip else 'target'} prior: the pinned targets in a ground frame and the free "
+                   f"mask{' and how the targets move over the clip' if clip else ''} -> every target in that frame "
+                   f"(the sidecar's {key} says how)", info)
 
 
 def sidecar_path(path):
     return os.path.splitext(os.fspath(path))[0] + ".json"
 
 
-def prior_path(path):
-    return os.path.splitext(os.fspath(path))[0] + ".prior.onnx"
+def prior_path(path, clip=False):
+    return os.path.splitext(os.fspath(path))[0] + (".clip_prior.onnx" if clip else ".prior.onnx")
 
 
 def export_onnx(model, path):
-    """Write the .onnx file, its target prior's `<name>.prior.onnx` when the model has one, and the JSON sidecar,
-    each atomically (all built and checked before the first is written); returns (onnx path, sidecar path)."""
-    prior_file = os.path.basename(prior_path(path)) if model.prior is not None else None
-    files = [(os.fspath(path), build_onnx(model, prior_file))]
-    if prior_file is not None:       # written first: the main file is what refers to it
-        files.insert(0, (prior_path(path), build_prior_onnx(model.prior, model.skeleton.fingerprint())))
+    """Write the .onnx file, its target prior's `<name>.prior.onnx` and clip prior's `<name>.clip_prior.onnx` when
+    the model has them, and the JSON sidecar, each atomically (all built and checked before the first is written);
+    returns (onnx path, sidecar path)."""
+    priors = [(clip, p) for clip, p in ((False, model.prior), (True, model.clip_prior)) if p is not None]
+    names = {clip: os.path.basename(prior_path(path, clip)) for clip, _p in priors}
+    files = [(prior_path(path, clip), build_prior_onnx(p, model.skeleton.fingerprint())) for clip, p in priors]
+    files.append((os.fspath(path), build_onnx(model, names.get(False), names.get(True))))   # last: it refers to them
     for target, proto in files:
         data = proto.SerializeToString()
         atomic_write_bytes(target, lambda handle, data=data: handle.write(data))
     side = sidecar_path(path)
-    save_json(side, metadata(model, prior_file))
+    save_json(side, metadata(model, names.get(False), names.get(True)))
     return os.fspath(path), side

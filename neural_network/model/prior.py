@@ -23,8 +23,9 @@ A Bake has the whole clip, so a second prior, the *clip prior* (a TargetPrior wi
 pinned target moves: its displacement to where it is WINDOW seconds before and after (18 more inputs per offset, zero
 where free). Where a walk's feet are is ambiguous in one frame of the head and hands; over four seconds the head's bob
 and the hands' swing say it. On the Bandai rig's 35 unseen clips the free feet of the VR case go from 17-20 cm to
-15-16 cm; its root gains nothing (docs/results.md), so a Bake takes the free effectors from the clip prior and the
-root from the plain one (runtime/free_targets.py). Live ticks have no future: they use the plain prior.
+13-15 cm; the root and a free head gain nothing that holds from run to run (docs/results.md), so a Bake takes the
+free feet from the clip prior and the rest from the plain one (runtime/free_targets.py). Live ticks have no future:
+they use the plain prior.
 
 Everything is relative to the pinned targets, so the prior holds wherever the character stands and whichever way it
 faces. It is trained on the recorded frames (mirror images included, limb mixes left out: their hands come from

@@ -2,8 +2,8 @@
 
     targets (K, 6, 4, 4), the free ones whatever they were
     -> the model's target prior (model/prior.py) places every free target from the pinned ones; in a Bake (the
-       frames of one clip) its clip prior, where it has one, places the free effectors from how the pinned targets
-       move over the clip (the root stays the plain prior's: the window does not place it better)
+       frames of one clip) its clip prior, where it has one, places the free feet from how the pinned targets move
+       over the clip (the root and the head stay the plain prior's: measured, the window does not place them better)
     -> with the root free, the hips stage (ik/hips_reach.py) moves the root so every pinned limb reaches, and the
        free effectors ride along with it
     -> the solver as always; a free effector then lands where the network puts it (Solver.step's `follow`): only
@@ -26,6 +26,7 @@ from ..geometry.rotations import orthonormalize
 from ..ik.hips_reach import HipsReach
 from ..model.prior import free_mask
 
+CLIP_PLACES = free_mask(["left_foot", "right_foot"])   # the free targets a Bake takes from the clip prior
 HEAD_SHIFTS = 2          # a pinned head the solve left off its target: this many shifts of the root toward it at most
 SMOOTH_SECONDS = 0.3     # Bake: the prior's placements averaged over this long a window of the clip (frame to frame
                          # they jitter; measured on unseen Bandai styles: the hips 6.4 -> 6.1 cm)
@@ -84,12 +85,12 @@ class FreeTargets:
 
     def complete(self, targets, sequence=False, dt=1 / 30):
         """(K, 6, 4, 4) targets with the free ones placed by the prior (a copy). sequence: the K rows are the frames
-        of one clip in order, dt seconds apart: the clip prior (where the model has one) places the free effectors."""
+        of one clip in order, dt seconds apart: the clip prior (where the model has one) places the free feet
+        (CLIP_PLACES)."""
         completed = self.prior.complete(targets, self.free)
-        effectors = np.broadcast_to(self.free, completed.shape[:2]).copy()
-        effectors[:, 0] = False
-        if sequence and self.clip_prior is not None and effectors.any():
-            completed[effectors] = self.clip_prior.complete(targets, self.free, dt)[effectors]
+        feet = np.broadcast_to(self.free & CLIP_PLACES, completed.shape[:2])
+        if sequence and self.clip_prior is not None and feet.any():
+            completed[feet] = self.clip_prior.complete(targets, self.free, dt)[feet]
         return completed
 
     def fill(self, targets, sequence=False, anchors=None):

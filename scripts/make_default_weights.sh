@@ -10,7 +10,8 @@
 #   4. evaluate on the held-out demo actions of seed 1 (next to Blender's IK constraint, 2 refinement iterations) and
 #      run the reach sweep (benchmarks/reach_sweep.py) with the new model;
 # then copy the checkpoint (with its target prior), the ONNX exports with the sidecar, and the figures into weights/.
-# (The shipped weights/demo.npz predates the prior: its prior was added by scripts/add_prior.py on the same dataset.)
+# (The shipped weights/demo.npz predates the priors: its prior and its clip prior were added by scripts/add_prior.py
+# on the same dataset, 600 s each, the clip prior with --clip; a model this script trains now has both.)
 # Needs ../shared/mocap (MOCAP=... to point elsewhere); the tests never do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,7 @@ nik evaluate --blend "$out/heldout.blend" --armature NeuralIK_Demo --model "$out
 cp "$out/model.npz" weights/demo.npz
 cp "$out/model.onnx" weights/demo.onnx
 cp "$out/model.prior.onnx" weights/demo.prior.onnx      # the target prior (#33), trained in the same run
+cp "$out/model.clip_prior.onnx" weights/demo.clip_prior.onnx   # and the clip prior (Bake's free feet)
 cp "$out/model.json" weights/demo.json
 cp "$out/metrics.json" weights/demo_metrics.json
 "$py" - "$out/evaluation.json" weights/demo_evaluation.json <<'PY'

@@ -57,6 +57,33 @@ def test_bake_with_the_root_and_head_free_lands_the_pinned_and_places_the_hips_n
     assert every < 0.08, every
 
 
+def test_bake_with_the_feet_free_places_a_walks_feet_by_how_the_head_and_hands_move(demo, monkeypatch):
+    """The VR case (head and hands pinned) baked from a walk: the shipped model's clip prior reads how the pinned
+    targets move over the clip and puts the free feet nearer the clip's than its plain prior does from one frame at a
+    time; the pinned ones land either way (read from Blender's evaluated pose)."""
+    import bpy
+
+    from neural_ik.blender import models
+
+    obj = demo
+    model = models.model_of(obj)[0]
+    assert model.clip_prior is not None                    # the shipped model has a clip prior
+    source = bpy.data.actions["walk_normal_03"]
+    obj.neural_ik.layer_root.free = obj.neural_ik.layer_left_foot.free = obj.neural_ik.layer_right_foot.free = True
+    _rig, reference = _read(obj, source)
+    feet, pinned = EFF[2:4], EFF[:2] + EFF[4:]
+    miss = {}
+    for label, clip_prior in (("clip", model.clip_prior), ("plain", None)):
+        monkeypatch.setattr(model, "clip_prior", clip_prior)
+        obj.animation_data.action = bpy.data.actions[START]
+        bpy.ops.neural_ik.bake(source_action=source.name, refine_iterations=3)
+        _rig, result = _read(obj, obj.animation_data.action)
+        landed = np.linalg.norm(result.positions[:, pinned] - reference.positions[:, pinned], axis=-1)
+        assert np.percentile(landed, 95) < 1e-3, (label, np.percentile(landed, 95))
+        miss[label] = np.linalg.norm(result.positions[:, feet] - reference.positions[:, feet], axis=-1).mean()
+    assert miss["clip"] < 0.8 * miss["plain"], miss
+
+
 def test_bake_refuses_free_settings_that_cannot_work(demo):
     import bpy
 

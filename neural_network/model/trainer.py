@@ -37,8 +37,9 @@ STATE_FILE = "training_state.npz"
 METRICS_FILE = "metrics.json"
 PLOT_FILE = "loss.svg"
 STATE_KIND = "neural_ik.training_state"
-CLIP_PRIOR_EVERY = 4     # the clip prior takes a step every this many of the network's: a step of its own costs 0.29x
-                         # the network's, and a quarter of the steps trains it as well as all (docs/results.md)
+CLIP_PRIOR_EVERY = 4     # the clip prior takes a step every this many of the network's (a step of its own costs 0.29x
+                         # the network's); so trained, its free feet came out as those of one trained alone for 480 s
+                         # on the Bandai proxy (docs/results.md)
 
 
 @dataclass
@@ -84,7 +85,7 @@ class TrainConfig:
     loss_weights: losses.LossWeights = field(default_factory=losses.LossWeights)
     role_weights: tuple = None          # 23 FK weights; None: losses.default_role_weights()
     prior_hidden: tuple = prior.DEFAULT_PRIOR_HIDDEN   # the target prior's hidden layers (prior.py); () : no prior
-    clip_window: tuple = prior.WINDOW   # the clip prior's offsets in seconds (Bake's free effectors); () : none
+    clip_window: tuple = prior.WINDOW   # the clip prior's offsets in seconds (Bake's free feet); () : none
 
     def to_json(self):
         out = asdict(self)

@@ -74,7 +74,8 @@ class FreeTargets:
                           "again to leave targets free")
         self.free = free
         self.prior = model.prior if prior is None else prior
-        self.clip_prior = getattr(model, "clip_prior", None) if prior is None else None   # another prior: its alone
+        # the clip prior (Bake's free feet), unless another prior was given to place everything (the baseline)
+        self.clip_prior = getattr(model, "clip_prior", None) if prior is None else None
         self.follow = free[..., 1:].copy()     # effectors the network places (Solver.step's follow)
         self.hips = HipsReach.for_model(model) if free[..., 0].any() else None
         self.last = None                         # the hips stage's last (K, 6) solution
@@ -93,14 +94,14 @@ class FreeTargets:
             completed[feet] = self.clip_prior.complete(targets, self.free, dt)[feet]
         return completed
 
-    def fill(self, targets, sequence=False, anchors=None):
+    def fill(self, targets, sequence=False, anchors=None, dt=1 / 30):
         """(K, 6, 4, 4) targets with the free ones placed (a copy): the prior, then the hips stage (place). sequence:
-        the K rows are frames of one character in order (Bake): the hips stage then starts each frame from the one
-        before. anchors: (K, 5, 3) the limbs' anchors in the root's frame as a solve put them (HipsReach.anchors_of),
-        else the mean pose's."""
+        the K rows are frames of one character in order (Bake), dt seconds apart: the hips stage then starts each
+        frame from the one before. anchors: (K, 5, 3) the limbs' anchors in the root's frame as a solve put them
+        (HipsReach.anchors_of), else the mean pose's."""
         if not self.any:
             return np.array(targets, np.float64)
-        return self.place(self.complete(targets, sequence), sequence, anchors)
+        return self.place(self.complete(targets, sequence, dt), sequence, anchors)
 
     def place(self, completed, sequence=False, anchors=None, tight=False, start=None, roll=True):
         """The hips stage on targets the prior completed (a copy; as is without a free root); tight, start, roll: see

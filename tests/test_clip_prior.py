@@ -102,6 +102,18 @@ def test_a_clip_prior_places_the_feet_one_frame_cannot_show():
         clip.complete(targets, VR)
 
 
+def test_a_frame_with_a_broken_target_spoils_no_other_frames_window():
+    clip = _train(_walking_clips(6, 60, seed=7), (-0.5, 0.5), steps=20)
+    targets = _walking_clips(1, 60, seed=8)[0]
+    placed = clip.complete(targets, VR, 1 / FPS)
+    broken = targets.copy()
+    broken[30, 1, :3, 3] = np.nan                       # one frame's left hand
+    again = clip.complete(broken, VR, 1 / FPS)
+    near = [15, 45]                                     # the frames whose window (0.5 s = 15 frames) reads frame 30
+    assert np.isfinite(np.delete(again, 30, axis=0)).all()
+    assert np.abs(again[near] - placed[near]).max() > 1e-6      # they read it as no motion, not as before
+
+
 def _model_with_both():
     model = random_model(humanoid_skeleton())
     clips = _walking_clips(6, 60, seed=5)

@@ -229,7 +229,11 @@ class TargetPrior:
     def place_all(self, targets, free, rows=None):
         """(N, 6, 4, 4) where the prior puts every target (the pinned ones too), given the pinned ones; rows: a clip
         prior's (N, L) window (window_rows: which of the N rows each offset reads)."""
-        window = None if rows is None else targets[rows][..., :3, 3]
+        window = None
+        if rows is not None:      # a frame whose target is not finite moves no other frame's window (it reads 0)
+            here = targets[:, :, :3, 3]
+            window = targets[rows][..., :3, 3]
+            window = np.where(np.isfinite(window), window, here[:, None])
         x, (origin, R) = prior_inputs(targets, free, self.references, self.height, window)
         out = self.predict(x).astype(np.float64).reshape(len(targets), NUM_TARGETS, PER_TARGET)
         placed = np.broadcast_to(np.eye(4), targets.shape).copy()

@@ -37,7 +37,7 @@ def save_model(path, model):
     for key, target_prior in (("prior", model.prior), ("clip_prior", model.clip_prior)):
         meta.pop(key, None)
         if target_prior is not None:
-            arrays.update(prior_arrays(target_prior, f"{key}_"))
+            arrays.update(prior_arrays(target_prior))
             meta[key] = prior_meta(target_prior)
     meta.update(
         kind=KIND, layout_version=LAYOUT_VERSION, input_layout_version=INPUT_LAYOUT_VERSION,
@@ -88,7 +88,7 @@ def load_model(path, expected_fingerprint=None):
     if np.any(arrays["limit_low"] > arrays["limit_high"]):
         raise FileRefused(f"{name}: a joint limit's low end is above its high end")
     target_prior = load_prior(name, meta.get("prior"), arrays) if "prior" in meta else None
-    clip_prior = load_prior(name, meta.get("clip_prior"), arrays, "clip_prior_") if "clip_prior" in meta else None
+    clip_prior = load_prior(name, meta.get("clip_prior"), arrays, clip=True) if "clip_prior" in meta else None
     training_meta = {k: v for k, v in meta.items() if k not in ("kind", "layout_version", "skeleton", "feature_spec",
                                                                 "rig_fingerprint", "prior", "clip_prior")}
     return Model(skeleton=skeleton, feature_spec=spec, weights=weights,
@@ -121,7 +121,13 @@ def _weights(name, meta, arrays):
 # prior's the same with clip_prior_ and "clip_prior" (its metadata also holds its window) -------------------------
 
 
-def prior_arrays(target_prior, prefix="prior_"):
+def prior_prefix(clip):
+    """The arrays' (and the ONNX initializers') prefix: clip_prior_ for a clip prior, else prior_."""
+    return "clip_prior_" if clip else "prior_"
+
+
+def prior_arrays(target_prior):
+    prefix = prior_prefix(bool(target_prior.window))
     arrays = {}
     for i in range(0, len(target_prior.weights), 2):
         arrays[f"{prefix}W{i // 2}"] = np.asarray(target_prior.weights[i], np.float32)
@@ -138,17 +144,17 @@ def prior_meta(target_prior):
             **({"window": [float(w) for w in target_prior.window]} if target_prior.window else {})}
 
 
-def load_prior(name, meta, arrays, prefix="prior_"):
-    """TargetPrior from a checkpoint's "prior" (or "clip_prior") metadata and prior_* (clip_prior_*) arrays;
+def load_prior(name, meta, arrays, clip=False):
+    """TargetPrior from a checkpoint's "prior" (clip: "clip_prior") metadata and prior_* (clip_prior_*) arrays;
     FileRefused when they do not fit."""
-    what = "clip prior" if prefix == "clip_prior_" else "target prior"
+    prefix, what = prior_prefix(clip), "clip prior" if clip else "target prior"
     if not isinstance(meta, dict):
         raise FileRefused(f"{name}: its {what}'s metadata is not an object")
     try:
         window = tuple(float(w) for w in meta.get("window", ()))
     except (TypeError, ValueError):
         raise FileRefused(f"{name}: its {what}'s window is not a list of seconds") from None
-    if not all(np.isfinite(w) and 0 < abs(w) <= 60 for w in window) or (prefix == "clip_prior_") != bool(window):
+    if not all(np.isfinite(w) and 0 < abs(w) <= 60 for w in window) or clip != bool(window):
         raise FileRefused(f"{name}: its {what}'s window {list(window)} is not usable")
     sizes = meta.get("layer_sizes")
     if (not isinstance(sizes, list) or len(sizes) < 2 or sizes[0] != num_inputs(window)

@@ -164,7 +164,7 @@ def _load_prior_file(path, section, model, clip=False):
     if meta.get("neural_ik.rig_fingerprint") != model.skeleton.fingerprint():
         raise FileRefused(f"{prior_file} is the {what} of another rig's model, not {base}'s")
     arrays = {key: numpy_helper.to_array(init) for key, init in inits.items()}
-    target_prior = checkpoint.load_prior(prior_file, section, arrays, "clip_prior_" if clip else "prior_")
+    target_prior = checkpoint.load_prior(prior_file, section, arrays, clip)
     if [n.op_type for n in proto.graph.node] != [n.op_type for n in build_prior_onnx(
             target_prior, meta["neural_ik.rig_fingerprint"]).graph.node]:
         raise FileRefused(f"{prior_file}: its graph is not the network its metadata describes")

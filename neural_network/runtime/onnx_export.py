@@ -29,7 +29,7 @@ import numpy as np
 
 from ..data.features import INPUT_NAMES, LAYOUT_VERSION, NUM_INPUTS
 from ..data.files import FileRefused, atomic_write_bytes, save_json
-from ..model.checkpoint import load_prior, prior_arrays, prior_meta
+from ..model.checkpoint import load_prior, prior_arrays, prior_meta, prior_prefix
 from ..model.model import check_model
 from ..model.prior import HEADING_WEIGHTS, NUM_PRIOR_OUTPUTS, TARGETS, num_inputs
 from ..skeleton.roles import NUM_ROLES, ROLES
@@ -210,21 +210,16 @@ def build_onnx(model, prior_file=None, clip_file=None):
                    metadata(model, prior_file, clip_file))
 
 
-def prior_prefix(target_prior):
-    """The initializers' (and the checkpoint arrays') prefix: clip_prior_ for a clip prior, else prior_."""
-    return "clip_prior_" if target_prior.window else "prior_"
-
-
 def build_prior_onnx(target_prior, rig_fingerprint):
     """onnx.ModelProto computing TargetPrior.predict (initializers prior_W{k}, prior_b{k}; a clip prior's
     clip_prior_W{k}, ...), after the checkpoint's checks (layer sizes, window, height, references, finite weights)."""
     onnx = onnx_package("Export ONNX")
 
-    prefix = prior_prefix(target_prior)
-    load_prior("the target prior", prior_meta(target_prior), prior_arrays(target_prior, prefix), prefix)
+    clip = bool(target_prior.window)
+    prefix = prior_prefix(clip)
+    load_prior("the target prior", prior_meta(target_prior), prior_arrays(target_prior), clip)
     nodes, inits = [], []
     _dense_layers(target_prior.weights, PRIOR_INPUT_NAME, nodes, inits, prefix=prefix, output=PRIOR_OUTPUT_NAME)
-    clip = bool(target_prior.window)
     info = {"neural_ik.kind": CLIP_PRIOR_KIND if clip else PRIOR_KIND, "neural_ik.format_version": FORMAT_VERSION,
             "neural_ik.rig_fingerprint": rig_fingerprint}
     key = "neural_ik.clip_prior" if clip else "neural_ik.prior"

@@ -188,6 +188,29 @@ def test_a_hand_pinned_to_an_empty_stays_on_it_while_the_rest_follows_the_action
     assert off_action.min() > 0.05
 
 
+def test_six_empties_at_influence_1_drive_a_playing_rig_wherever_the_action_goes(walking):
+    """Create Targets on a rig playing its walk sets every influence to 1: the empties, where Create Targets put them
+    at the first frame, are all the targets while the walk goes on (the tick takes them as read, with no round trip
+    through the action's). Every evaluated effector lands within 1 mm of its empty, metres from the action's."""
+    import bpy
+
+    obj, rig, model, action, sample = walking
+    first = int(sample.frames[0])
+    bpy.context.scene.frame_set(first)
+    bpy.context.view_layer.objects.active = obj
+    assert bpy.ops.neural_ik.create_targets() == {"FINISHED"}
+    frames = list(range(first + 40, first + 52))
+    heads, _, _ = _play_pinned(obj, rig, model, frames, obj.neural_ik.target_root)
+    placed = sample.positions[0, list(EFFECTOR_ROLES)]            # where the empties were made
+    on_empties = np.linalg.norm(heads[:, list(EFFECTOR_ROLES)] - placed, axis=-1)
+    off_action = np.linalg.norm(heads[:, list(EFFECTOR_ROLES)] - sample.positions[_index(sample, frames)][:, list(
+        EFFECTOR_ROLES)], axis=-1)
+    print(f"\nsix empties at influence 1: effectors within {on_empties.max() / MM:.3f} mm of them, "
+          f"{off_action.min():.2f}+ m from the action's")
+    assert on_empties.max() < 1 * MM
+    assert off_action.min() > 1.0
+
+
 def test_an_influence_keyed_from_0_to_1_over_10_frames_fades_in_without_a_pop(walking):
     """The right hand's influences keyed 0 at frame s and 1 at s + 10 in the rig's action (the action is off while
     live: the tick samples its keys): before s the hand follows the action, from s + 10 its empty (both within

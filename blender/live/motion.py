@@ -122,6 +122,7 @@ class LiveMotion:
         self.keyed &= self.present
         self.any_keyed = bool(self.keyed.any())
         self.values = np.zeros((2, 6))                         # the settings' influences (0 without an empty)
+        self.blends = self.all_empties = False                 # refresh() sets them from the influences
         self.lock_feet = False
         self.ground = None                                     # ground.Ground, or None
         self.ground_key = (None, None)
@@ -150,6 +151,7 @@ class LiveMotion:
             self.values[0, k], self.values[1, k] = layer.position, layer.rotation
         self.values[:, ~self.present] = 0.0
         self.blends = bool(self.any_keyed or self.values.any())
+        self.all_empties = not self.any_keyed and bool((self.values >= 1.0).all())   # every target is its empty
         if settings.lock_feet != self.lock_feet:
             self.lock_feet = settings.lock_feet
             self.edits.reset()
@@ -200,12 +202,12 @@ class LiveMotion:
 
     # -- per tick -----------------------------------------------------------------------------------------------------
     def tick(self, frame, empties, to_world, to_character, moved=False):
-        """(targets (6, 4, 4) character space, each foot's ground (2,) or None, contact flags (2,) or None) for scene
-        frame `frame`. empties: a callable giving the empties' targets (6, 4, 4) in character space (called only when
-        one is blended in); to_world, to_character (4, 4): character space <-> world, for the rays; moved: the
-        armature moved since the last tick. A tick on the frame of the last, with nothing blended in and nothing
-        changed (settings, ground, the armature), gives the last tick's results again (playback at 24 or 30 fps under
-        60 ticks a second: every other tick)."""
+        """(targets (6, 4, 4) character space, or None where they are the empties as read (every influence 1, no
+        Lock Feet, no ground), each foot's ground (2,) or None, contact flags (2,) or None) for scene frame `frame`.
+        empties: a callable giving the empties' targets (6, 4, 4) in character space (called only when one is blended
+        in); to_world, to_character (4, 4): character space <-> world, for the rays; moved: the armature moved since
+        the last tick. A tick on the frame of the last, with nothing blended in and nothing changed (settings, ground,
+        the armature), gives the last tick's results again (playback at 24 or 30 fps under 60 ticks a second: every other tick)."""
         index = min(max(frame - self.first, 0), self.last)
         if index == self.last_index and not (self.stale or self.blends or moved):
             return self.last_result
@@ -215,6 +217,8 @@ class LiveMotion:
             self._gone()
             self._build_ground(self.obj.neural_ik)
         if not (self.lock_feet or self.ground is not None):
+            if self.all_empties:                 # the clip plays under six empties: the reader's targets stand
+                return self._result(index, None, None)
             targets = self.targets[index]
             if self.blends:
                 targets, _position = self._blended(targets.copy(), index, empties)

@@ -541,7 +541,8 @@ class LiveGroup:
                 motion.refresh()
             targets, ground, contact = motion.tick(frame, lambda i=i: reader.empty_targets(i), reader.character_to_world[i],
                                                    reader.armature_to_character[i, 0], i in reader.moved)
-            reader.put_targets(i, targets)
+            if targets is not None:              # None: its empties, as the reader read them
+                reader.put_targets(i, targets)
             if reset or ground != grounds[i]:    # one character's ground (it moves every frame on uneven ground)
                 grounds[i] = ground
                 self.solver.set_ground_of(i, *(ground if ground is not None else self.panel_ground[i]))

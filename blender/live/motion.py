@@ -207,7 +207,8 @@ class LiveMotion:
         empties: a callable giving the empties' targets (6, 4, 4) in character space (called only when one is blended
         in); to_world, to_character (4, 4): character space <-> world, for the rays; moved: the armature moved since
         the last tick. A tick on the frame of the last, with nothing blended in and nothing changed (settings, ground,
-        the armature), gives the last tick's results again (playback at 24 or 30 fps under 60 ticks a second: every other tick)."""
+        the armature), gives the last tick's results again (playback at 24 or 30 fps under 60 ticks a second: every
+        other tick)."""
         index = min(max(frame - self.first, 0), self.last)
         if index == self.last_index and not (self.stale or self.blends or moved):
             return self.last_result

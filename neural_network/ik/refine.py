@@ -64,7 +64,7 @@ from ..geometry.quaternion_math import (
     quaternions_to_matrices,
     rotations_about,
 )
-from ..geometry.rotations import axis_angle_to_matrix, matrix_to_axis_angle, quaternion_to_axis_angle
+from ..geometry.rotations import axis_angle_to_matrix, matrix_to_axis_angle, matrix_to_quaternion, quaternion_to_axis_angle
 from ..skeleton.roles import EFFECTOR_ROLES, NUM_ROLES, ROLE_INDEX, ROLES
 from .head_reach import HeadReach
 from .reach_assist import ReachAssist
@@ -165,7 +165,9 @@ class Refiner:
         self.root_weights = np.sqrt(self.column_weights)                                                 # (3M,)
         self.jacobian_factors = (self.reach[:, None, :, None] * self.root_weights.reshape(1, 1, m, 3)).reshape(5, 1, 3 * m)
         self.damping_matrix = (self.damping ** 2) * np.eye(15)
-        mean_q = matrices_to_quaternions(self.mean_pose[self.joints])
+        # Shepperd's method, not the copysign form: a model's mean pose is stored in single precision, and the
+        # copysign form's square roots turn its 1e-7 into 1e-4 in a small component, a hair past every limit
+        mean_q = matrix_to_quaternion(self.mean_pose[self.joints])
         self.mean_quaternions, self.mean_conjugates = mean_q, mean_q * np.array([1.0, -1.0, -1.0, -1.0])  # (M, 4)
         self.joint_root_weights = self.root_weights.reshape(m, 3)
         self.joint_low, self.joint_high = self.limit_low[self.joints], self.limit_high[self.joints]

@@ -1,6 +1,6 @@
 """The live tick of this checkout against another checkout's, both in one process, their passes alternated.
 
-    .venv/bin/python benchmarks/tick_against.py OTHER_CHECKOUT [--rounds 8] [--free root,head]
+    .venv/bin/python benchmarks/tick_against.py OTHER_CHECKOUT [--rounds 8] [--free root,head] [--no-action]
 
 Issue 33 asks that the live tick with nothing free stay within 10 % of the tick when the issue was filed (e7e157c:
 `git worktree add /tmp/e7 e7e157c`, then pass /tmp/e7). Two processes of the same code differ by up to 20 % on one
@@ -70,6 +70,9 @@ def main(argv=None):
     parser.add_argument("other", help="the other checkout (a folder with the add-on's __init__.py)")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--free", default="", help="targets this checkout leaves free, e.g. root,head")
+    parser.add_argument("--no-action", action="store_true",
+                        help="take the demo rig's action away (the tick reads the empties alone; by default the rig "
+                             "keeps it and the empties at influence 1 stand in for it, as after Create Targets)")
     args = parser.parse_args(argv)
     other = os.path.abspath(args.other)
     if not os.path.isfile(os.path.join(other, "__init__.py")):
@@ -87,6 +90,8 @@ def main(argv=None):
     rig = rig_model.read_rig(obj, get_bone_map(obj))
     bpy.ops.neural_ik.create_targets()
     obj.neural_ik.refine_iterations = 2
+    if args.no_action:
+        obj.animation_data_clear()
     scene = bpy.context.scene
     with open(os.path.join(REPO, "weights", "demo_metrics.json"), encoding="utf-8") as f:
         names = [n for n in json.load(f)["validation_actions"] if n in bpy.data.actions]
@@ -107,7 +112,7 @@ def main(argv=None):
     ratios = np.array(medians["this"]) / np.array(medians["other"])
     frames = sum(len(s.frames) for s in samples)
     print(f"the refined tick (2 iterations), shipped models, {frames} ticks a pass on {', '.join(names)}"
-          f"{'; free here: ' + args.free if free else ''}")
+          f"{'; no action' if args.no_action else '; the rig keeps its action'}{'; free here: ' + args.free if free else ''}")
     print(f"  this checkout  {' '.join(f'{t:6.1f}' for t in medians['this'])} us")
     print(f"  {other:<14} {' '.join(f'{t:6.1f}' for t in medians['other'])} us")
     print(f"  ratio (median over rounds) {np.median(ratios):.3f}  (rounds {ratios.min():.3f}-{ratios.max():.3f})")

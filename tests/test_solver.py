@@ -6,7 +6,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from live_helpers import fitted_model, humanoid_skeleton, inputs_of, random_model, random_poses, targets_of
 
-from neural_ik.neural_network.runtime import solver as solver_module
 from neural_ik.neural_network.runtime.runtime_graph import PYTHON_CHECK_CHARACTERS
 from neural_ik.neural_network.runtime.solver import Solver
 from neural_ik.neural_network.runtime.status import HELD_BAD_TARGETS, MISSED, OK, describe
@@ -121,6 +120,9 @@ def test_describe_says_what_happened():
 
 
 def test_fast_quaternion_equals_the_careful_one():
+    """The copysign form (the closed form's local rotations, from double-precision products) against Shepperd's
+    method, on exact rotations (single-precision input is another matter: tests/test_refine.py)."""
+    from neural_ik.neural_network.geometry.quaternion_math import matrices_to_quaternions
     from neural_ik.neural_network.geometry.rotations import axis_angle_to_matrix, matrix_to_quaternion
 
     rng = np.random.default_rng(3)
@@ -128,7 +130,7 @@ def test_fast_quaternion_equals_the_careful_one():
     v *= (rng.uniform(0, np.pi, 2000) / np.linalg.norm(v, axis=-1))[:, None]
     v[:10] *= 1e-9
     R = axis_angle_to_matrix(v)
-    a, b = solver_module.fast_matrix_to_quaternion(R), matrix_to_quaternion(R)
+    a, b = matrices_to_quaternions(R), matrix_to_quaternion(R)
     assert np.max(np.abs(a - b)) < 1e-7
 
 

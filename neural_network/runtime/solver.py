@@ -26,7 +26,6 @@ from ..geometry.quaternion_math import (
     SKEW,
     exp_quaternions,
     left_matrices,
-    matrices_to_quaternions,
     quaternions_to_matrices,
 )
 from ..geometry.rotations import matrix_to_quaternion
@@ -39,12 +38,6 @@ from .engines import make_engine
 from .inputs import ABSURD_DISTANCE, NUM_TARGETS, InputBuilder
 from .runtime_graph import RuntimeEngine
 from .status import HELD_BAD_OUTPUT, HELD_BAD_TARGETS, MISSED, OK
-
-
-def fast_matrix_to_quaternion(R):
-    """(..., 3, 3) rotations -> (..., 4) (w, x, y, z), w >= 0: the copysign form, a handful of array operations."""
-    return matrices_to_quaternions(np.asarray(R, np.float64))
-
 
 LINK_TOLERANCE = 1e-7        # bridges/offsets entries closer than this count as equal (rest defaults, frame to frame)
 

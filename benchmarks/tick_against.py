@@ -1,6 +1,6 @@
 """The live tick of this checkout against another checkout's, both in one process, their passes alternated.
 
-    .venv/bin/python benchmarks/tick_against.py OTHER_CHECKOUT [--rounds 8] [--free root,head] [--no-action]
+    .venv/bin/python benchmarks/tick_against.py OTHER_CHECKOUT [--rounds 8] [--no-action]
 
 Issue 33 asks that the live tick with nothing free stay within 10 % of the tick when the issue was filed (e7e157c:
 `git worktree add /tmp/e7 e7e157c`, then pass /tmp/e7). Two processes of the same code differ by up to 20 % on one
@@ -13,7 +13,7 @@ each, in alternating order. Prints each pass's median tick (us) and the median r
 
 The other checkout needs `blender/live/tick.LiveTick([(obj, model, data)])` and
 `neural_network/runtime/model_files.load_model_file(path, skeleton)`, as every commit since the live tick has had.
---free leaves targets free in this checkout only (the other side pins them all, as before issue 33).
+Every target is pinned on both sides (issue 33's bar is the tick with nothing free; `tick.py` times the free ticks).
 """
 
 import argparse
@@ -69,7 +69,6 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("other", help="the other checkout (a folder with the add-on's __init__.py)")
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--free", default="", help="targets this checkout leaves free, e.g. root,head")
     parser.add_argument("--no-action", action="store_true",
                         help="take the demo rig's action away (the tick reads the empties alone; by default the rig "
                              "keeps it and the empties at influence 1 stand in for it, as after Create Targets)")
@@ -102,17 +101,15 @@ def main(argv=None):
         load = importlib.import_module(package + ".neural_network.runtime.model_files").load_model_file
         skeleton = importlib.import_module(package + ".blender.rig.rig_model").read_rig(obj, get_bone_map(obj)).skeleton
         sides[label] = (tick_class, *load(os.path.join(checkout, "weights", "demo.npz"), skeleton))
-    free = [name for name in args.free.split(",") if name]
     medians = {label: [] for label in sides}
     for round_ in range(args.rounds):
         for label in ("this", "other") if round_ % 2 == 0 else ("other", "this"):
-            for name in free:
-                getattr(obj.neural_ik, f"layer_{name}").free = label == "this"
-            medians[label].append(one_pass(*sides[label][:1], obj, rig, *sides[label][1:], samples, scene))
+            tick_class, model, data = sides[label]
+            medians[label].append(one_pass(tick_class, obj, rig, model, data, samples, scene))
     ratios = np.array(medians["this"]) / np.array(medians["other"])
     frames = sum(len(s.frames) for s in samples)
     print(f"the refined tick (2 iterations), shipped models, {frames} ticks a pass on {', '.join(names)}"
-          f"{'; no action' if args.no_action else '; the rig keeps its action'}{'; free here: ' + args.free if free else ''}")
+          f"{'; no action' if args.no_action else '; the rig keeps its action'}")
     print(f"  this checkout  {' '.join(f'{t:6.1f}' for t in medians['this'])} us")
     print(f"  {other:<14} {' '.join(f'{t:6.1f}' for t in medians['other'])} us")
     print(f"  ratio (median over rounds) {np.median(ratios):.3f}  (rounds {ratios.min():.3f}-{ratios.max():.3f})")

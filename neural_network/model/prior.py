@@ -125,9 +125,8 @@ def prior_inputs(targets, free, references, height, window=None):
 
 def window_rows(count, window, dt):
     """(count, L) for frames 0..count-1 of one clip (dt seconds apart): the frame nearest each offset of `window`,
-    clamped to the clip's first and last."""
-    steps = np.rint(np.asarray(window, np.float64) / dt).astype(np.int64)
-    return np.clip(np.arange(count)[:, None] + steps[None], 0, count - 1)
+    clamped to the clip's first and last (clip_window_rows of a single run)."""
+    return clip_window_rows(np.zeros(count, np.int64), np.arange(count), window, 1.0 / dt)
 
 
 def clip_window_rows(action, frame, window, fps):

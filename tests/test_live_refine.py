@@ -249,19 +249,22 @@ def test_least_squares_goes_on_in_the_numpy_refiner():
     np.testing.assert_allclose(got[1][untouched], expected[1][untouched], atol=1e-5)
 
 
-def assert_arm_frames_are_the_poses(refiner, q, hips):
-    """The arms' frames the mathutils refiner hands the swivel stage (no forward pass) are where the pose puts the
-    shoulder (Arm) and hand slots, to single precision."""
+def assert_arm_lines_are_the_poses(refiner, q, hips):
+    """The arms' shoulder-hand lines the mathutils refiner hands the swivel stage (no forward pass) are where the
+    pose puts the shoulder (Arm) and hand slots, in the frames the pose gives them, to single precision."""
     world = refiner.chain_forward(q, hips)[0]
-    frames = refiner.last_arm_frames
-    slots = {int(s) for c in (0, 1) for s in refiner.chain_slots[c, [1, 3]]}
-    assert set(frames) == slots
-    for slot, (rotation, position) in frames.items():
-        np.testing.assert_allclose(np.array(rotation), world[slot, :3, :3], atol=1e-5)
-        np.testing.assert_allclose(np.array(position), world[slot, :3, 3], atol=1e-5)
+    lines = refiner.last_arm_lines
+    assert set(lines) == {int(refiner.chain_slots[c, 1]) for c in (0, 1)}
+    for c in (0, 1):
+        shoulder, hand = world[refiner.chain_slots[c, [1, 3]]]
+        line = hand[:3, 3] - shoulder[:3, 3]
+        line /= np.linalg.norm(line)
+        in_shoulder, in_hand = lines[int(refiner.chain_slots[c, 1])]
+        np.testing.assert_allclose(in_shoulder, shoulder[:3, :3].T @ line, atol=1e-5)
+        np.testing.assert_allclose(in_hand, hand[:3, :3].T @ line, atol=1e-5)
 
 
-def test_the_arm_frames_are_the_refined_poses_and_unknown_after_least_squares():
+def test_the_arm_lines_are_the_refined_poses_and_unknown_after_least_squares():
     skel = humanoid_skeleton(twist=0.2)
     ref = refiner_for(skel)
     fast = MathutilsRefiner(ref)
@@ -270,18 +273,18 @@ def test_the_arm_frames_are_the_refined_poses_and_unknown_after_least_squares():
     for i in range(len(q)):                         # the closed form (some heads through the head stage)
         qi = q[i:i + 1].copy()
         fast.refine_quaternions(qi, hips[i:i + 1], tp[i:i + 1], tr[i:i + 1], iterations=0)
-        assert_arm_frames_are_the_poses(fast, qi, hips[i:i + 1])
+        assert_arm_lines_are_the_poses(fast, qi, hips[i:i + 1])
     local, hips_R, hips_p, pose = random_poses(skel, 16, seed=40, spread=0.3)
     q, hips = matrices_to_quaternions(local), hips_matrices(hips_R, hips_p)
     tp = pose.positions[:, EFF] + np.random.default_rng(41).normal(0, 0.03, (16, 5, 3))
     ran = 0
     for i in range(len(q)):
         fast.refine_quaternions(q[i:i + 1].copy(), hips[i:i + 1], tp[i:i + 1], pose.rotations[i:i + 1, EFF])
-        assert (fast.last_arm_frames is None) == (fast.last_least_squares > 0)
+        assert (fast.last_arm_lines is None) == (fast.last_least_squares > 0)
         ran += fast.last_least_squares > 0
     assert ran > 0
     fast.refine_quaternions(q[:2].copy(), hips[:2], tp[:2], pose.rotations[:2, EFF])     # two: the NumPy refiner
-    assert fast.last_arm_frames is None
+    assert fast.last_arm_lines is None
 
 
 def test_other_cases_are_the_numpy_refiners_own():
@@ -353,8 +356,8 @@ def test_the_memory_runs_the_same_in_both_refiners_and_in_bake():
             refiner.refine_quaternions(out[name][i:i + 1], hips[i:i + 1], tp[i:i + 1], tr[i:i + 1], iterations=2,
                                        memory=memories[name])
             limbs[name].append(memories[name].bones[0].copy())
-        if fast.last_arm_frames is not None:        # the arm's memory re-solves it: the frames follow
-            assert_arm_frames_are_the_poses(fast, out["mathutils"][i:i + 1], hips[i:i + 1])
+        if fast.last_arm_lines is not None:         # the arm's memory re-solves it: the lines follow
+            assert_arm_lines_are_the_poses(fast, out["mathutils"][i:i + 1], hips[i:i + 1])
     np.testing.assert_allclose(effector_positions(skel, out["mathutils"], hips), effector_positions(skel, out["numpy"], hips),
                                atol=1e-5)
     np.testing.assert_allclose(aligned(out["numpy"], out["mathutils"]), out["numpy"], atol=2e-3)

@@ -113,6 +113,21 @@ def test_limbs_within_their_limits_are_left_exactly_as_they_are(stage):
     np.testing.assert_array_equal(one, q[:1])
 
 
+@pytest.mark.parametrize("spread", [0.15, 0.25, 0.45])
+def test_the_float_check_finds_every_limb_past_its_limits_and_no_other(stage, spread):
+    """One character's check (Python floats, two shortcuts for joints plainly inside) names exactly the limbs that
+    have a joint past its limits by the array log map."""
+    skel, mean_q, low, high, end_twist = stage
+    q = poses(mean_q, 200, spread, seed=6)
+    past = excess(mean_q, low, high, q, power=1) > 0
+    found = 0
+    for i in range(len(q)):
+        expected = {limb for limb, role in zip(end_twist.check_limbs, end_twist.check_roles.tolist()) if past[i, role]}
+        assert set(end_twist._past_one(q[i])) == expected
+        found += bool(expected)
+    assert 0 < found < len(q)
+
+
 def test_one_character_gives_what_many_give(stage):
     skel, mean_q, low, high, end_twist = stage
     q = poses(mean_q, 12, 0.45, seed=5)

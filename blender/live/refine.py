@@ -16,9 +16,9 @@ takes them:
 3. the rest of the upper body's forward pass (again after a clavicle turn);
 4. the closed form per chain: the elbow/knee bends about the limb plane's normal so the end reaches |t - a|
    clipped to the limb's reach, the upper bone turns the smallest way onto the target, the end takes the target's
-   orientation; the local quaternions follow from the turns (see _solve_chain). Each arm's new shoulder and hand
-   frames follow from the same turns (_arm_frames): the arm swivel after the refinement (ik/swivel.py) reads them
-   from `last_arm_frames` instead of a forward pass.
+   orientation; the local quaternions follow from the turns (see _solve_chain). Each arm's shoulder-hand line in
+   its shoulder's and hand's frames follows from the same turns (_arm_lines): the arm swivel after the refinement
+   (ik/swivel.py) reads it from `last_arm_lines` instead of a forward pass.
 
 A character whose head the assist leaves off its target (or whose memory holds a spine of its own) goes through the
 head stage after step 2 (live/head.py: HeadReach.solve for one character in mathutils, with the refiner's memory as
@@ -125,7 +125,7 @@ class MathutilsRefiner:
     def __init__(self, refiner):
         self.numpy = refiner
         self.last_least_squares = 0
-        self.last_arm_frames = None     # the arms' slot frames after the last call (one character, no least squares)
+        self.last_arm_lines = None     # the arms' swivel lines after the last call (one character, no least squares)
         self._links = None
 
     def __getattr__(self, name):                 # chain_forward, chain_slots, set_links, ... : the NumPy refiner's
@@ -339,7 +339,7 @@ class MathutilsRefiner:
         turns by (n, phi) gets the local q @ (the same turn about R^T n), as in reach_assist, so the upper and mid
         bones' locals need neither their parents' frames nor their bridges; the end's is conj(its new world) times
         the target's rotation. Also returns the upper bone's world turn and the end's new place from the upper
-        bone's head (turn @ p) for _arm_frames."""
+        bone's head (turn @ p) for _arm_lines."""
         slots, roles, end_bridge, sum_squares, inverse, reach_max, reach_min, straight, l1 = chain
         upper, mid = world[slots[0]], world[slots[1]]
         a, b = upper.translation, mid.translation
@@ -373,15 +373,18 @@ class MathutilsRefiner:
         end_local = (turn @ bend @ R_mid.to_quaternion() @ end_bridge).conjugated() @ target_rotation
         return upper_local, mid_local, end_local, abs(d - dc), turn, turn @ p
 
-    def _arm_frames(self, frames, c, world, turn, reach, target_rotation):
-        """The arm swivel's frames (ik/swivel.py) of chain c after its closed form, with no forward pass: the upper
-        bone (the Arm slot) keeps its head and turns by `turn`; the end (the Hand slot) sits at its head + `reach`,
-        turned as its target (the closed form gave it the target's rotation). frames: slot -> (rotation, position)."""
+    def _arm_lines(self, lines, c, world, turn, reach, target_rotation):
+        """The arm swivel's shoulder-hand line (ik/swivel.py) of chain c after its closed form, with no forward pass:
+        the line is `reach` (the hand's place from the upper bone's head, which stays), in the upper bone's frame (the
+        Arm slot's, turned by `turn`) and in the hand's (its target's rotation: the closed form gave it). lines:
+        shoulder slot -> (the two as tuples), or None where the hand sits on the shoulder."""
         slots = self.chains[c].slots
-        upper = world[slots[0]]
-        head = upper.translation
-        frames[slots[0]] = (turn.to_matrix() @ upper.to_3x3(), head)
-        frames[slots[2]] = (target_rotation, head + reach)
+        length = reach.length
+        if length < 1e-9:
+            lines[slots[0]] = None
+            return
+        line = reach / length
+        lines[slots[0]] = ((line @ turn.to_matrix() @ world[slots[0]].to_3x3())[:], (line @ target_rotation)[:])
 
     def refine_quaternions(self, q, hips, target_positions, target_rotations, iterations=2, tolerance=1e-4,
                            memory=None, follow=None):
@@ -391,7 +394,7 @@ class MathutilsRefiner:
         if len(q) != 1 or not self.covers() or (r.links.per_character and len(r.link_bridges) != 1):
             result = r.refine_quaternions(q, hips, target_positions, target_rotations, iterations, tolerance, memory,
                                           follow)
-            self.last_least_squares, self.last_arm_frames = r.last_least_squares, None
+            self.last_least_squares, self.last_arm_lines = r.last_least_squares, None
             return result
         if self._links is not r.links:
             self._constants()
@@ -438,13 +441,13 @@ class MathutilsRefiner:
         rotations = target_rotations[0].tolist()
         solved = [x for role in assisted for x in quaternions[role]]           # flat: one np.put writes them all
         errors = []
-        frames = {}
+        lines = {}
         for c, chain in enumerate(self.chains):
             rotation = Matrix(rotations[c])
             upper, mid, end, error, turn, reach = self._solve_chain(chain, world, quaternions, target_vectors[c],
                                                                     rotation.to_quaternion())
             if c < 2:
-                self._arm_frames(frames, c, world, turn, reach, rotation)
+                self._arm_lines(lines, c, world, turn, reach, rotation)
             solved.extend(upper)
             solved.extend(mid)
             solved.extend(end)
@@ -461,9 +464,9 @@ class MathutilsRefiner:
             errors = r.least_squares_after_closed_form(q, hips, target_positions, target_rotations, errors,
                                                        iterations, tolerance, follow)
             self.last_least_squares = r.last_least_squares
-        self.last_arm_frames = None if self.last_least_squares else frames     # least squares moved what they show
+        self.last_arm_lines = None if self.last_least_squares else lines     # least squares moved what they show
         if memory is not None:                  # the limbs' memory: the NumPy refiner's, re-solving limbs here
-            stale = self.last_least_squares > 0    # least squares moved bones this character's frames do not show
+            stale = self.last_least_squares > 0    # least squares moved bones its lines do not show
 
             def limbs_from(q, network, hips, target_positions, target_rotations, errors, rows, jumped, start):
                 """Refiner._limbs_from for this character, in mathutils: each limb that jumped starts from the
@@ -477,7 +480,7 @@ class MathutilsRefiner:
                     upper, mid, end, errors[0, c], turn, reach = self._solve_chain(
                         self.chains[c], world, quaternions, target_vectors[c], rotation.to_quaternion())
                     if c < 2:
-                        self._arm_frames(frames, c, world, turn, reach, rotation)
+                        self._arm_lines(lines, c, world, turn, reach, rotation)
                     np.put(q, [4 * role + i for role in roles[:1] + self.written[3 * c:3 * c + 3] for i in range(4)],
                            [*quaternions[roles[0]], *upper, *mid, *end])
             r._follow_limbs(q, network, hips, target_positions, target_rotations, errors, memory,

@@ -125,7 +125,7 @@ class Refiner:
         # leg), the upper and the mid bone
         self.limb_roles = np.array([[ROLE_INDEX[chain[0]] for chain in CHAINS[:4]], *self.chain_roles[:4, :2].T]).T
         self.last_least_squares = 0
-        self.last_arm_frames = None     # the arms' frames after a call, where known without a forward pass (NumPy: never)
+        self.last_arm_lines = None      # the arms' swivel lines after a call, where known without a forward pass (NumPy: never)
 
     def _chain_layout(self, skeleton, mask, parents):
         """Constants of the run-time path: slot roles, chain slots, and the link constants (set_links)."""

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ..geometry.quaternion_math import exp_quaternions, multiply_quaternions
+from ..geometry.quaternion_math import HAMILTON_PRODUCT, exp_quaternions, multiply_quaternions
 from ..geometry.rotations import quaternion_to_axis_angle
 
 FOLLOW_SPEED = 4.0       # radians a second: how fast the refinement moves back toward the network's own pose
@@ -29,11 +29,14 @@ POP_COSINE = math.cos(POP_TURN / 6.0)   # |<c, c'>| above it: that turned by les
 
 
 CONJUGATE = np.array([1.0, -1.0, -1.0, -1.0])
+CONJUGATE_PRODUCT = (CONJUGATE[:, None, None] * HAMILTON_PRODUCT.reshape(4, 4, 4)).reshape(16, 4)   # conj(a) * b
 
 
 def corrections(network, solved):
-    """(..., 4) c with solved = network * c: what the refinement turned each bone by, in the bone's own frame."""
-    return multiply_quaternions(network * CONJUGATE, solved)
+    """(..., 4) c with solved = network * c: what the refinement turned each bone by, in the bone's own frame
+    (conj(network) * solved, as multiply_quaternions with network's vector part negated in its table)."""
+    outer = network[..., :, None] * solved[..., None, :]
+    return outer.reshape(outer.shape[:-2] + (16,)) @ CONJUGATE_PRODUCT
 
 
 def turned_toward(a, b, most):
@@ -52,7 +55,7 @@ class RefineMemory:
     (network * c = solved) (`last`, (K, 3, 4, 3, 4); arms then legs, refine.CHAINS order; `limbs_known`); the arms'
     swivel turns (`swivel`, `swivel_known`: a turn moves at most swivel.SPEED * dt a tick); the ends' rolls
     and the arms' swings, the upper arms' and thighs' rolls (`twist`, `swing`, `upper_roll`, `twist_known`:
-    twist.SPEED * dt a tick)."""
+    twist.SPEED * dt a tick; `twist_still`: all of them 0)."""
 
     @property
     def bones(self):
@@ -74,6 +77,8 @@ class RefineMemory:
         self.swing = np.zeros((k, 5))           # ... and swings
         self.upper_roll = np.zeros((k, 5))      # ... and the upper bones' rolls (arms, legs)
         self.twist_known = np.zeros(k, bool)
+        self.twist_still = np.zeros(k, bool)    # known, and every one of those turns 0: a tick with no limb past its
+        #                                         limits has nothing to turn, read or write (twist.py)
         self.dt = 1.0 / 60.0
 
     @classmethod
@@ -94,6 +99,7 @@ class RefineMemory:
         self.limbs_known[rows] = False
         self.swivel_known[rows] = False
         self.twist_known[rows] = False
+        self.twist_still[rows] = False
         self.anything_known = bool(self.limbs_known.any())
 
     def remember_head(self, rows, solved, own):
@@ -116,8 +122,8 @@ class RefineMemory:
         if not self.anything_known:
             return None, new
         last = self.last[rows]                       # (k, 3, 4, 3, 4): bones, network, corrections
-        dots = np.einsum("...i,...i->...", last[:, 2], new)
-        if (dots * dots).min() > POP_COSINE * POP_COSINE:
+        dots = last[:, 2, ..., None, :] @ new[..., :, None]       # (k, 4, 3, 1, 1)
+        if np.abs(dots).min() > POP_COSINE:
             return None, new
         # |cos| of half of how far each bone turned since last tick, and the network's own
         halves = np.einsum("kpabi,kpabi->kpab", last[:, :2], np.stack((solved, network), axis=1))

@@ -80,54 +80,44 @@ class ArmSwivel:
     def active(self):
         return bool(self.arms)
 
-    def settle(self, q, world, memory=None, frames=None):
+    def settle(self, q, world, memory=None, lines=None):
         """Turn the arms of q (K, 23, 4) local quaternions in place; world (K, 24, 4, 4) the refiner's slot transforms
         of q (Refiner.chain_forward). memory: the Solver's RefineMemory (refine_memory.py): an arm's turn moves at
         most SPEED * memory.dt from its last tick's (Bake: its last frame's), so it never flips between ticks (and
-        fades out as gradually). frames: for one character, the shoulder and hand slots' frames the refinement
-        already knows (MathutilsRefiner.last_arm_frames: slot -> (3x3 rotation, position), any indexable rows);
-        world is then not read. Returns how many arms turned."""
-        if frames is None and len(q) >= BATCH_FROM and (memory is None or not memory.sequence):
+        fades out as gradually). lines: for one character, each arm's shoulder-hand line as the refinement already
+        knows it (MathutilsRefiner.last_arm_lines: shoulder slot -> (the line in the shoulder's frame, in the hand's
+        frame), or None where the hand sits on the shoulder); world is then not read. Returns how many arms turned."""
+        if lines is None and len(q) >= BATCH_FROM and (memory is None or not memory.sequence):
             return self._settle_batch(q, world, memory)
         turned = 0
+        rate = None if memory is None else SPEED * memory.dt
         for k in range(len(q)):
             row = 0 if memory is not None and memory.sequence else k
-            known = memory is not None and memory.swivel_known[row]
+            last = memory.swivel[row].tolist() if memory is not None and memory.swivel_known[row] else None
+            turns = []
             for a, (shoulder_slot, hand_slot, joints) in enumerate(self.arms):
-                last = float(memory.swivel[row, a]) if known else None
-                if frames is None:
-                    shoulder = (world[k, shoulder_slot, :3, :3].tolist(), world[k, shoulder_slot, :3, 3].tolist())
-                    hand = (world[k, hand_slot, :3, :3].tolist(), world[k, hand_slot, :3, 3].tolist())
-                else:
-                    shoulder, hand = frames[shoulder_slot], frames[hand_slot]
-                phi = self._settle_arm(q[k], shoulder, hand, joints, last, None if memory is None else SPEED * memory.dt)
+                axes = lines[shoulder_slot] if lines is not None else _arm_lines(world[k], shoulder_slot, hand_slot)
+                phi = 0.0 if axes is None else self._settle_arm(q[k], axes, joints, None if last is None else last[a],
+                                                                rate)
                 turned += phi != 0.0
-                if memory is not None:
-                    memory.swivel[row, a] = phi
+                turns.append(phi)
             if memory is not None:
+                memory.swivel[row, :len(turns)] = turns
                 memory.swivel_known[row] = True
         return turned
 
     @staticmethod
-    def _settle_arm(q, shoulder, hand, joints, last=None, rate=None):
-        """One arm of one character: q (23, 4) in place; shoulder, hand: their world (rotation rows, position);
-        last: the arm's turn last tick (None: unknown), rate: the most it moves from there. Returns the turn.
-        Written out in floats (the quaternion product, the log map and J_r^-1 inline, as _settle_batch's array
-        functions): the live tick runs it every tick for both arms, and the calls were half its cost."""
-        (sx, sy, sz), (hx, hy, hz) = shoulder[1], hand[1]
-        lx, ly, lz = hx - sx, hy - sy, hz - sz                      # the shoulder-hand line
-        length = math.sqrt(lx * lx + ly * ly + lz * lz)
-        if length < 1e-9:
-            return 0.0
-        lx, ly, lz = lx / length, ly / length, lz / length
+    def _settle_arm(q, axes, joints, last=None, rate=None):
+        """One arm of one character: q (23, 4) in place; axes: the shoulder-hand line (unit) in the shoulder's and in
+        the hand's frame (G^T a); last: the arm's turn last tick (None: unknown), rate: the most it moves from there.
+        Returns the turn. Written out in floats (the quaternion product, the log map and J_r^-1 inline, as
+        _settle_batch's array functions): the live tick runs it every tick for both arms, and the calls were half
+        its cost."""
         parts = []       # per joint: (role, sign, local axis, the delta quaternion at phi = 0, low, high, local, delta)
         far = wrap = 0.0   # how far from the mean pose the shoulder and the wrist are (half ranges, radians; squared)
         slope, curve, margin = 0.0, STAY, math.inf
-        for (role, sign, (mw, mx, my, mz), (s0, s1, s2), low, high, (w0, w1, w2)), frame in zip(
-                joints, (shoulder[0], hand[0])):
-            r0, r1, r2 = frame
-            a0, a1, a2 = (r0[0] * lx + r1[0] * ly + r2[0] * lz, r0[1] * lx + r1[1] * ly + r2[1] * lz,
-                          r0[2] * lx + r1[2] * ly + r2[2] * lz)       # the line in the joint's frame: G^T a
+        for (role, sign, (mw, mx, my, mz), (s0, s1, s2), low, high, (w0, w1, w2)), axis in zip(joints, axes):
+            a0, a1, a2 = axis
             local = q[role].tolist()
             w, x, y, z = local
             delta0 = (mw * w - mx * x - my * y - mz * z, mw * x + mx * w + my * z - mz * y,    # M^-1 L
@@ -152,7 +142,7 @@ class ArmSwivel:
             slope += sign * (w0 * d0 * j0 + w1 * d1 * j1 + w2 * d2 * j2)    # the Gauss-Newton step's terms
             curve += w0 * j0 * j0 + w1 * j1 * j1 + w2 * j2 * j2
             margin = min(margin, d0 - low[0], d1 - low[1], d2 - low[2], high[0] - d0, high[1] - d1, high[2] - d2)
-            parts.append((role, sign, (a0, a1, a2), delta0, low, high, local, (d0, d1, d2)))
+            parts.append((role, sign, axis, delta0, low, high, local, (d0, d1, d2)))
         # the turn fades out from FADE[0] to FADE[1] of that, where the mean pose says little (a hand held at an
         # angle no clip made, or near the half turn where the deltas wrap) and the turn could flip from tick to tick
         fade = min(1.0, (FADE[1] - math.sqrt(far)) / (FADE[1] - FADE[0]),
@@ -168,8 +158,11 @@ class ArmSwivel:
             phi = _within_limits(parts, phi, least)
         if abs(phi) < 1e-7:
             return 0.0
-        for role, sign, axis, _delta0, _low, _high, local, _d in parts:
-            q[role] = quaternion_product(local, turn_quaternion(axis, sign * phi))
+        cw, sw = math.cos(0.5 * phi), math.sin(0.5 * phi)
+        for role, sign, (a0, a1, a2), _delta0, _low, _high, (w, x, y, z), _d in parts:
+            tx, ty, tz = a0 * sign * sw, a1 * sign * sw, a2 * sign * sw           # L r(axis, sign phi)
+            q[role] = (w * cw - x * tx - y * ty - z * tz, w * tx + x * cw + y * tz - z * ty,
+                       w * ty - x * tz + y * cw + z * tx, w * tz + x * ty - y * tx + z * cw)
         return phi
 
     def _settle_batch(self, q, world, memory):
@@ -230,6 +223,19 @@ class ArmSwivel:
         if memory is not None:
             memory.swivel_known[:k] = True
         return turned
+
+
+def _arm_lines(world, shoulder_slot, hand_slot):
+    """One character's shoulder-hand line (unit) in the shoulder's and the hand's frames (G^T a), from its slot
+    transforms world (24, 4, 4); None where the hand sits on the shoulder."""
+    shoulder, hand = world[shoulder_slot].tolist(), world[hand_slot].tolist()
+    line = [hand[i][3] - shoulder[i][3] for i in range(3)]
+    length = math.sqrt(line[0] * line[0] + line[1] * line[1] + line[2] * line[2])
+    if length < 1e-9:
+        return None
+    lx, ly, lz = line[0] / length, line[1] / length, line[2] / length
+    return tuple((r0[0] * lx + r1[0] * ly + r2[0] * lz, r0[1] * lx + r1[1] * ly + r2[1] * lz,
+                  r0[2] * lx + r1[2] * ly + r2[2] * lz) for r0, r1, r2 in (shoulder[:3], hand[:3]))
 
 
 def _within_limits(parts, phi, least=0.0):

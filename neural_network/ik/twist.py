@@ -125,6 +125,8 @@ class EndTwist:
 
         self.upper_checks = [None if u is None else check(u) for u in self.rolled]
         self.checks = [check(j) for j in joints] + [self.upper_checks[i] for i in self.rolled_limbs.tolist()]
+        # per checked joint and axis: half the nearer face's distance (negative where the mean lies outside)
+        self.check_reach = [tuple(0.5 * min(-lo, hi) for lo, hi in zip(low, high)) for _m, low, high, _c in self.checks]
         self.check_limbs = [i for i in range(len(self.limbs)) for _s in (0, 1)] + self.rolled_limbs.tolist()
         self.check_roles = np.concatenate([self.roles, self.rolled_roles])
         self.upper_axes = self._upper_axes(skeleton.bridges, skeleton.offsets)
@@ -161,14 +163,19 @@ class EndTwist:
     def _past_one(self, q):
         """Indices of the limbs of one character (q (23, 4)) with a joint past its limits, in Python floats (the
         product M^-1 L and its log map written out: a call costs as much as a joint's arithmetic). A joint turned
-        from the mean by less than the nearest face of its limits' box is inside: |w| of M^-1 L says so."""
+        from the mean by less than the nearest face of its limits' box is inside: |w| of M^-1 L says so. So is one
+        whose every axis i has 2 |v_i| / |w| within the nearer face (v the vector part: the log map's angle over the
+        half angle's sine is at most 1 / cos of the half angle)."""
         past = []
-        for i, ((w, x, y, z), ((mw, mx, my, mz), low, high, inside_cos2)) in enumerate(
-                zip(q[self.check_roles].tolist(), self.checks)):
+        for i, ((w, x, y, z), ((mw, mx, my, mz), low, high, inside_cos2), (r0, r1, r2)) in enumerate(
+                zip(q[self.check_roles].tolist(), self.checks, self.check_reach)):
             qw = mw * w - mx * x - my * y - mz * z
             if qw * qw >= inside_cos2:
                 continue
             qx, qy, qz = mw * x + mx * w + my * z - mz * y, mw * y - mx * z + my * w + mz * x, mw * z + mx * y - my * x + mz * w
+            aw = abs(qw)
+            if abs(qx) <= aw * r0 and abs(qy) <= aw * r1 and abs(qz) <= aw * r2:
+                continue
             s = math.sqrt(qx * qx + qy * qy + qz * qz)
             scale = math.copysign(2.0 * math.atan2(s, abs(qw)) / max(s, 1e-300), qw)
             if not (low[0] <= qx * scale <= high[0] and low[1] <= qy * scale <= high[1]
@@ -195,10 +202,12 @@ class EndTwist:
         tick, costs the float check and no NumPy call."""
         k, n = len(q), len(self.limbs)
         if k == 1:
+            past = self._past_one(q[0])
+            if not past and memory is not None and memory.twist_still[0]:
+                return 0                     # nothing past, nothing turned last tick: nothing to read or remember
             known = memory is not None and bool(memory.twist_known[0])
             last = (memory.twist[0, :n].tolist(), memory.swing[0, :n].tolist(), memory.upper_roll[0, :n].tolist()) \
                 if known else ([0.0] * n, [0.0] * n, [0.0] * n)
-            past = self._past_one(q[0])
             pairs = [(0, limb) for limb in range(n) if limb in past or any(moves[limb] != 0.0 for moves in last)]
             if not pairs and (known or memory is None):
                 return 0
@@ -255,6 +264,7 @@ class EndTwist:
         if memory is not None:
             memory.twist[:k, :n], memory.swing[:k, :n], memory.upper_roll[:k, :n] = turns
             memory.twist_known[:k] = True
+            memory.twist_still[:k] = [not any(move[row][limb] for move in turns for limb in range(n)) for row in range(k)]
         return sum(t != 0.0 for move in turns for row in move for t in row)
 
     def _chain_joints(self, q, limb, line, upper_line):

@@ -406,9 +406,9 @@ class Solver:
         errors = self.refiner.refine_quaternions(q, hips, positions, rotations, iterations=iterations,
                                                  memory=self.memory, follow=follow)
         if self.swivel.active:
-            frames = self.refiner.last_arm_frames       # one character in mathutils: known without a forward pass
-            self.swivel.settle(q, None if frames is not None else self.refiner.chain_forward(q, hips), self.memory,
-                               frames)
+            lines = self.refiner.last_arm_lines       # one character in mathutils: known without a forward pass
+            self.swivel.settle(q, None if lines is not None else self.refiner.chain_forward(q, hips), self.memory,
+                               lines)
         if self.twist.active:
             self.twist.settle(q, self.refiner.link_bridges, self.refiner.link_offsets, self.memory)
         return errors

@@ -123,7 +123,7 @@ class RefineMemory:
             return None, new
         last = self.last[rows]                       # (k, 3, 4, 3, 4): bones, network, corrections
         dots = last[:, 2, ..., None, :] @ new[..., :, None]       # (k, 4, 3, 1, 1)
-        if np.abs(dots).min() > POP_COSINE:
+        if dots.min() > POP_COSINE:     # (a correction whose sign flipped, a rare one near a half turn: checked below)
             return None, new
         # |cos| of half of how far each bone turned since last tick, and the network's own
         halves = np.einsum("kpabi,kpabi->kpab", last[:, :2], np.stack((solved, network), axis=1))

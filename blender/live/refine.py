@@ -131,6 +131,10 @@ class MathutilsRefiner:
     def __getattr__(self, name):                 # chain_forward, chain_slots, set_links, ... : the NumPy refiner's
         return getattr(self.numpy, name)
 
+    # read on every tick (the end twist's links): a property costs a tenth of the lookup that falls to __getattr__
+    link_bridges = property(lambda self: self.numpy.link_bridges)
+    link_offsets = property(lambda self: self.numpy.link_offsets)
+
     def covers(self):
         """Whether refine_quaternions of one character runs here (every chain a clean two-bone chain and written)."""
         r = self.numpy

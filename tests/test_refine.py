@@ -272,6 +272,17 @@ def test_quaternion_helpers_match_rotation_matrices():
     np.testing.assert_allclose(quaternion_to_axis_angle(small), 2e0 * small[:, 1:], rtol=1e-9)
 
 
+def test_the_memorys_corrections_turn_the_network_onto_the_solved_pose():
+    """refine_memory.corrections(n, s) is c with n * c = s (its conjugate-product table against the plain product),
+    for a limb's bones of many characters and for one quaternion."""
+    from neural_ik.neural_network.ik.refine_memory import corrections
+    rng = np.random.default_rng(17)
+    n, s = (v / np.linalg.norm(v, axis=-1, keepdims=True) for v in rng.normal(size=(2, 6, 4, 3, 4)))
+    c = corrections(n, s)
+    np.testing.assert_allclose(multiply_quaternions(n, c), s, atol=1e-12)
+    np.testing.assert_allclose(corrections(n[0, 0, 0], s[0, 0, 0]), c[0, 0, 0], atol=1e-15)
+
+
 # ---- the reach assist: a chain's parent turns so the closed form reaches, without least squares ---------------------
 
 def pushed_beyond_reach(ref, skel, n, chain, seed):

@@ -196,6 +196,9 @@ class MathutilsRefiner:
         self.places = {}                        # roles written -> their places in q[0] flattened
         assist = r.reach_assist
         self.assist = assist
+        # each assist group with its chains as a tuple and whether it is the head's (the spine's) group
+        self.assist_groups = [] if assist is None else [(group, tuple(group.chains.tolist()), int(group.chains[0]) == 4)
+                                                        for group in assist.groups]
         if assist is not None:
             self.reach_squares = assist.reach_squares[0].tolist() if assist.reach_squares.ndim > 1 \
                 else assist.reach_squares.tolist()
@@ -228,13 +231,14 @@ class MathutilsRefiner:
         upper = world[self.chains[chain].slots[0]].translation
         return (target_vectors[chain] - upper).length_squared > self.reach_squares[chain]
 
-    def _assist_group(self, group, quaternions, world, targets, target_vectors):
-        """The reach assist of one group (ReachAssist.apply's steps for one character): turns its chains' parents (or,
-        for the head, unbends the spine) in `quaternions` (lists, changed in place). Returns the roles turned, or None
-        when the head's chain stays beyond reach (least squares' job: the assist stops there, as ReachAssist.apply
-        does; an arm's clavicle turned toward its target beyond reach is kept, as there)."""
+    def _assist_group(self, group, spine, quaternions, world, targets, target_vectors):
+        """The reach assist of one group (ReachAssist.apply's steps for one character; spine: the head's group): turns
+        its chains' parents (or, for the head, unbends the spine) in `quaternions` (lists, changed in place). Returns
+        the roles turned, or None when the head's chain stays beyond reach (least squares' job: the assist stops
+        there, as ReachAssist.apply does; an arm's clavicle turned toward its target beyond reach is kept, as
+        there)."""
         new = self._assist_head(quaternions, world, target_vectors[4], self.reach[4]) \
-            if group.chains[0] == 4 and self.head is not None else None
+            if spine and self.head is not None else None
         if new is not None:
             new, reached = new
             missed = [] if reached else [4]
@@ -242,7 +246,7 @@ class MathutilsRefiner:
             frames = [[world[s][0][:], world[s][1][:], world[s][2][:]] for s in group.slots.tolist()]
             before = [quaternions[role] for role in group.roles]
             new, missed = reach_assist._turn_parents(group, frames, before, targets, self.reach)
-            if group.chains[0] == 4 and self.assist.spine is not None:
+            if spine and self.assist.spine is not None:
                 new, reached = reach_assist._straighten_spine(self.assist.spine, new, frames, before, targets[4],
                                                               self.reach[4])
                 missed = [c for c in missed if c != 4] if reached else [4]
@@ -402,7 +406,7 @@ class MathutilsRefiner:
             return result
         if self._links is not r.links:
             self._constants()
-        network = None if memory is None else q[:, r.limb_roles]       # for the limbs' memory
+        network = None if memory is None else r.limb_bones(q)          # for the limbs' memory
         quaternions = q[0].tolist()
         world = [Matrix(hips[0].tolist())] * 3 + [None] * (len(self.slots) - 3)
         targets = target_positions[0].tolist()
@@ -410,19 +414,22 @@ class MathutilsRefiner:
         assisted = []                                  # the roles the reach assist turned
         self.forward(quaternions, world, self.lower_steps)
         rest_placed = False
-        for group in (self.assist.groups if self.assist is not None else ()):
-            if group.chains[0] != 4 and not rest_placed:
+        for group, chains, spine in self.assist_groups:
+            if not spine and not rest_placed:
                 self.forward(quaternions, world, self.rest_steps)
                 rest_placed = True
-            if not any(self._beyond(world, target_vectors, c) for c in group.chains.tolist()):
-                continue
-            roles = self._assist_group(group, quaternions, world, targets, target_vectors)
+            for c in chains:
+                if self._beyond(world, target_vectors, c):
+                    break
+            else:
+                continue                               # every chain of the group within reach
+            roles = self._assist_group(group, spine, quaternions, world, targets, target_vectors)
             if roles is None:
                 break
             if not roles:
                 continue
             assisted += roles
-            if group.chains[0] == 4:           # the spine turned: its slots now, the rest before it is next read
+            if spine:                          # the spine turned: its slots now, the rest before it is next read
                 self.forward(quaternions, world, self.spine_steps)
                 rest_placed = False
             else:
@@ -460,9 +467,10 @@ class MathutilsRefiner:
         places = self.places.get(roles)
         if places is None:
             places = self.places[roles] = np.array([4 * role + i for role in roles + tuple(self.written) for i in range(4)])
-        np.put(q, places, solved)
+        q.put(places, solved)
+        total = sum(errors)                 # NaN where any error is: then no least squares, as np.max would give
+        worst = max(errors) if total == total else total
         errors = np.array([errors])
-        worst = errors.max()
         self.last_least_squares = 0
         if iterations > 0 and worst > tolerance:                # least squares: the NumPy refiner's last stage
             errors = r.least_squares_after_closed_form(q, hips, target_positions, target_rotations, errors,

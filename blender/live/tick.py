@@ -587,7 +587,7 @@ class LiveGroup:
             # the graph's own buffers hold every rig's rotations (hips included): one foreach_set and one location each
             p = rt.latest
             if solver.pending is None:          # refined: the refined rotations replace the network's there
-                np.put(rt.results(p)["pose_full"], self.refined_places, solver.q)
+                rt.results(p)["pose_full"].put(self.refined_places, solver.q)
             for set_all, row in self.pose_writes[p]:
                 set_all("rotation_quaternion", row)
             for hips, location in zip(self.hips_bones, self.pose_locations[p].tolist()):

@@ -124,6 +124,7 @@ class Refiner:
         # the memory's bones of each arm and leg: the upper bone's parent (a clavicle; the hips, which never turn, for a
         # leg), the upper and the mid bone
         self.limb_roles = np.array([[ROLE_INDEX[chain[0]] for chain in CHAINS[:4]], *self.chain_roles[:4, :2].T]).T
+        self.limb_flat = self.limb_roles.reshape(-1)
         self.last_least_squares = 0
         self.last_arm_lines = None      # the arms' swivel lines after a call, where known without a forward pass (NumPy: never)
 
@@ -385,7 +386,7 @@ class Refiner:
         (their targets are where the network put them): least squares leaves them out and they ride along with what
         it moves (their targets in target_positions follow). Returns errors (K, 5).
         """
-        network_limbs = None if memory is None else q[:, self.limb_roles]
+        network_limbs = None if memory is None else self.limb_bones(q)
         world = self.chain_forward(q, hips)
         ws = self._workspace(len(q))
         self._chain_targets(ws, world, target_positions)
@@ -420,7 +421,7 @@ class Refiner:
         it from there (in place on q and errors; limbs_from: how, _limbs_from by default). What the tick settled on is
         remembered."""
         roles, limbs_from = self.limb_roles, limbs_from or self._limbs_from
-        solved = q[:, roles]
+        solved = self.limb_bones(q)
         if not memory.sequence:
             rows = slice(None)
             follow, new = memory.follow_limbs(rows, solved, network)
@@ -441,6 +442,11 @@ class Refiner:
                 solved[i] = q[i, roles]
                 new = corrections(network[i:i + 1], solved[i:i + 1])
             memory.remember_limbs(one, solved[i:i + 1], network[i:i + 1], new)
+
+    def limb_bones(self, q):
+        """(K, 4, 3, 4) the limbs' memory's bones of q (K, 23, 4), limb_roles' order: one take (a copy, as indexing
+        q[:, limb_roles] gives, for a third of its cost: the live tick takes them twice)."""
+        return q.take(self.limb_flat, axis=1).reshape(len(q), 4, 3, 4)
 
     def _limbs_from(self, q, network, hips, target_positions, target_rotations, errors, rows, jumped, start):
         """Characters `rows`: the limbs `jumped` (len(rows), 4) take the network's clavicle, upper and mid bones times

@@ -29,14 +29,16 @@ POP_COSINE = math.cos(POP_TURN / 6.0)   # |<c, c'>| above it: that turned by les
 
 
 CONJUGATE = np.array([1.0, -1.0, -1.0, -1.0])
-CONJUGATE_PRODUCT = (CONJUGATE[:, None, None] * HAMILTON_PRODUCT.reshape(4, 4, 4)).reshape(16, 4)   # conj(a) * b
+# n -> L(conj n) flattened, L(q) p = q * p: conj(n)_i s_j H[i, j, k] summed over i and j, so L(conj n)[k, j] =
+# sum_i n_i (+-H[i, j, k]) (the Hamilton product's table, the vector part of n negated)
+CONJUGATE_LEFT = np.transpose(CONJUGATE[:, None, None] * HAMILTON_PRODUCT.reshape(4, 4, 4), (0, 2, 1)).reshape(4, 16)
 
 
 def corrections(network, solved):
     """(..., 4) c with solved = network * c: what the refinement turned each bone by, in the bone's own frame
-    (conj(network) * solved, as multiply_quaternions with network's vector part negated in its table)."""
-    outer = network[..., :, None] * solved[..., None, :]
-    return outer.reshape(outer.shape[:-2] + (16,)) @ CONJUGATE_PRODUCT
+    (conj(network) * solved as L(conj network) @ solved: two products, no broadcast outer product)."""
+    left = (network @ CONJUGATE_LEFT).reshape(network.shape[:-1] + (4, 4))
+    return (left @ solved[..., None])[..., 0]
 
 
 def turned_toward(a, b, most):

@@ -168,7 +168,7 @@ class EndTwist:
         half angle's sine is at most 1 / cos of the half angle)."""
         past = []
         for i, ((w, x, y, z), ((mw, mx, my, mz), low, high, inside_cos2), (r0, r1, r2)) in enumerate(
-                zip(q[self.check_roles].tolist(), self.checks, self.check_reach)):
+                zip(q.take(self.check_roles, axis=0).tolist(), self.checks, self.check_reach)):
             qw = mw * w - mx * x - my * y - mz * z
             if qw * qw >= inside_cos2:
                 continue

@@ -158,11 +158,8 @@ class ArmSwivel:
             phi = _within_limits(parts, phi, least)
         if abs(phi) < 1e-7:
             return 0.0
-        cw, sw = math.cos(0.5 * phi), math.sin(0.5 * phi)
-        for role, sign, (a0, a1, a2), _delta0, _low, _high, (w, x, y, z), _d in parts:
-            tx, ty, tz = a0 * sign * sw, a1 * sign * sw, a2 * sign * sw           # L r(axis, sign phi)
-            q[role] = (w * cw - x * tx - y * ty - z * tz, w * tx + x * cw + y * tz - z * ty,
-                       w * ty - x * tz + y * cw + z * tx, w * tz + x * ty - y * tx + z * cw)
+        for role, sign, axis, _delta0, _low, _high, local, _d in parts:
+            q[role] = quaternion_product(local, turn_quaternion(axis, sign * phi))
         return phi
 
     def _settle_batch(self, q, world, memory):

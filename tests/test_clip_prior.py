@@ -1,6 +1,7 @@
 """The clip prior (model/prior.py, a TargetPrior with a window): it reads how each pinned target moves over the clip,
 so it places what one frame cannot show; its windows stay inside each clip; it round-trips in checkpoints and in the
-ONNX export; a Bake (FreeTargets with sequence) takes the free effectors from it and the root from the plain prior.
+ONNX export; a Bake (FreeTargets with sequence) takes the free feet from it, and with both feet pinned the free root
+and head.
 No Blender needed."""
 
 import json
@@ -13,7 +14,7 @@ from live_helpers import HIPS_HEIGHT, humanoid_skeleton, random_model
 from neural_ik.neural_network.data.files import FileRefused
 from neural_ik.neural_network.model import checkpoint, prior
 from neural_ik.neural_network.runtime import model_files, onnx_export
-from neural_ik.neural_network.runtime.free_targets import FreeTargets
+from neural_ik.neural_network.runtime.free_targets import FreeTargets, clip_places
 
 FPS = 30.0
 VR = prior.free_mask(["root", "left_foot", "right_foot"])
@@ -124,7 +125,7 @@ def _model_with_both():
     return model, clips[0]
 
 
-def test_a_bake_takes_the_free_feet_from_the_clip_prior_and_the_rest_from_the_plain_one():
+def test_a_bake_takes_the_free_feet_from_the_clip_prior_and_with_the_feet_pinned_the_root_and_head():
     model, clip = _model_with_both()
     free = prior.free_mask(["root", "head", "left_foot", "left_hand"])
     loose = FreeTargets(model, free)
@@ -138,6 +139,17 @@ def test_a_bake_takes_the_free_feet_from_the_clip_prior_and_the_rest_from_the_pl
     # a live tick (no clip) and a baseline prior take the plain prior's answer alone
     np.testing.assert_array_equal(loose.complete(clip), from_plain)
     assert FreeTargets(model, free, prior=model.prior).clip_prior is None
+    # both feet pinned: the free root and head from the clip prior, a free hand still from the plain one
+    free = prior.free_mask(["root", "head", "right_hand"])
+    baked = FreeTargets(model, free).complete(clip, sequence=True, dt=1 / FPS)
+    from_plain, from_clip = model.prior.complete(clip, free), model.clip_prior.complete(clip, free, 1 / FPS)
+    np.testing.assert_array_equal(baked[:, [0, 5]], from_clip[:, [0, 5]])
+    np.testing.assert_array_equal(baked[:, 2], from_plain[:, 2])
+    assert np.abs(from_plain[:, [0, 5], :3, 3] - from_clip[:, [0, 5], :3, 3]).max() > 1e-3
+    # per frame: a set with a foot free keeps the plain prior's root, one with both pinned takes the clip prior's
+    sets = np.array([prior.free_mask(["root", "head"]), VR])
+    np.testing.assert_array_equal(clip_places(sets), [prior.free_mask(["root", "head"]),
+                                                      prior.free_mask(["left_foot", "right_foot"])])
 
 
 def test_checkpoints_keep_the_clip_prior_and_refuse_one_that_does_not_fit(tmp_path):

@@ -152,7 +152,7 @@ def test_reference_against_itself_is_zero(rig):
         assert result[key] == 0.0
     for key in ("effector_cm", "effector_deg", "penetration_cm", "limit_violations"):
         assert max(result[key].values()) == 0.0
-    assert max(result["per_role_cm"].values()) == 0.0
+    assert max(result["per_role_cm"].values()) == 0.0 and result["limit_violations_per_role"] == {}
 
 
 def test_rest_pose_with_hips_following_gives_large_errors_and_blender_ik_fixes_them(rig):

@@ -154,7 +154,7 @@ def test_joint_limit_excess_in_degrees():
                                  limits=(mean, low, high))
     assert result["limit_violations"]["count"] == 2
     assert result["limit_violations"]["max_deg"] == pytest.approx(12.0, abs=1e-6)
-    assert result["limit_violations"]["per_role"] == {ROLES[5]: 1, ROLES[7]: 1}
+    assert result["limit_violations_per_role"] == {ROLES[5]: 1, ROLES[7]: 1}
     assert len(ROLES) == NUM_ROLES
 
 

@@ -191,8 +191,8 @@ def summarize(frames, reference, solved, role_mask, actions, contacts, limits=No
         extra[:, ROLE_INDEX["Hips"]] = 0.0
         hit = extra > 1e-3
         out["limit_violations"] = {"count": int(hit.sum()), "mean_deg": float(extra[hit].mean()) if hit.any() else 0.0,
-                                   "max_deg": float(extra.max()) if extra.size else 0.0,
-                                   "per_role": {ROLES[j]: int(hit[:, j].sum()) for j in range(len(ROLES)) if hit[:, j].any()}}
+                                   "max_deg": float(extra.max()) if extra.size else 0.0}
+        out["limit_violations_per_role"] = {ROLES[j]: int(hit[:, j].sum()) for j in range(len(ROLES)) if hit[:, j].any()}
     return out
 
 

@@ -26,7 +26,7 @@ from ..geometry.rotations import orthonormalize
 from ..ik.hips_reach import HipsReach
 from ..model.prior import free_mask
 
-FEET, ROOT_AND_HEAD = free_mask(["left_foot", "right_foot"]), free_mask(["root", "head"])
+FEET, ROOT_AND_HEAD = free_mask(["left_foot", "right_foot"]), free_mask(["root", "head"])   # clip_places' sets
 HEAD_SHIFTS = 2          # a pinned head the solve left off its target: this many shifts of the root toward it at most
 SMOOTH_SECONDS = 0.3     # Bake: the prior's placements averaged over this long a window of the clip (frame to frame
                          # they jitter; measured on unseen Bandai styles: the hips 6.4 -> 6.1 cm)
@@ -96,7 +96,8 @@ class FreeTargets:
 
     def complete(self, targets, sequence=False, dt=1 / 30):
         """(K, 6, 4, 4) targets with the free ones placed by the prior (a copy). sequence: the K rows are the frames
-        of one clip in order, dt seconds apart: the clip prior (where the model has one) places clip_places'."""
+        of one clip in order, dt seconds apart: the clip prior (where the model has one) places those clip_places
+        picks."""
         completed = self.prior.complete(targets, self.free)
         places = np.broadcast_to(clip_places(self.free), completed.shape[:2])
         if sequence and self.clip_prior is not None and places.any():

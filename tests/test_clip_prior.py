@@ -146,6 +146,10 @@ def test_a_bake_takes_the_free_feet_from_the_clip_prior_and_with_the_feet_pinned
     np.testing.assert_array_equal(baked[:, [0, 5]], from_clip[:, [0, 5]])
     np.testing.assert_array_equal(baked[:, 2], from_plain[:, 2])
     assert np.abs(from_plain[:, [0, 5], :3, 3] - from_clip[:, [0, 5], :3, 3]).max() > 1e-3
+    # a clip prior trained before, on squares (its meta says no loss), places the feet alone
+    assert model.clip_prior.meta["loss"] == prior.LOSS
+    model.clip_prior.meta = {}
+    np.testing.assert_array_equal(FreeTargets(model, free).complete(clip, sequence=True, dt=1 / FPS), from_plain)
     # per frame: a set with a foot free keeps the plain prior's root, one with both pinned takes the clip prior's
     sets = np.array([prior.free_mask(["root", "head"]), VR])
     np.testing.assert_array_equal(clip_places(sets), [prior.free_mask(["root", "head"]),

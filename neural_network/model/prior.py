@@ -52,6 +52,7 @@ DEFAULT_PRIOR_HIDDEN = (128, 128)
 HEADING_WEIGHTS = np.array([4.0, 0.5, 0.5, 2.0, 2.0, 1.0])    # how much each pinned target says about the heading
 ROTATION_WEIGHT = 0.2 ** 0.5                     # loss weight of a 6D column's miss against a position's (lengths)
 LENGTH_FLOOR = 1e-4                              # placement_loss's lengths are sqrt(|r|^2 + this^2): smooth at 0
+LOSS = "lengths"          # what a prior trained here learned (its meta "loss"; priors trained before have none: squares)
 # Free sets drawn in training: (free targets, share of the draws); the rest are random subsets.
 MASK_PATTERNS = (
     (("root", "head"), 0.30),                    # hands and feet pinned
@@ -315,7 +316,8 @@ class PriorTraining:
         return loss
 
     def prior(self, meta=None):
-        return TargetPrior([w.copy() for w in self.weights], self.height, self.references.copy(), dict(meta or {}),
+        return TargetPrior([w.copy() for w in self.weights], self.height, self.references.copy(),
+                           {"loss": LOSS, **(meta or {})},
                            None if self.mirror_frames is None else np.array(self.mirror_frames, np.float64),
                            self.window)
 

@@ -24,7 +24,7 @@ from ..geometry import kinematics
 from ..geometry.quaternion_math import quaternions_to_matrices
 from ..geometry.rotations import orthonormalize
 from ..ik.hips_reach import HipsReach
-from ..model.prior import free_mask
+from ..model.prior import LOSS, free_mask
 
 FEET, ROOT_AND_HEAD = free_mask(["left_foot", "right_foot"]), free_mask(["root", "head"])   # clip_places' sets
 HEAD_SHIFTS = 2          # a pinned head the solve left off its target: this many shifts of the root toward it at most
@@ -53,14 +53,17 @@ def smoothed(targets, free, window):
     return out
 
 
-def clip_places(free):
+def clip_places(free, root_and_head=True):
     """(..., 6) bool: the free targets of free sets `free` (..., 6) that a Bake takes from the clip prior. The free
-    feet; and where both feet are pinned, the free root and head: their steps over the clip say where the hips and the
-    head go better than one frame does (the Bandai rig's 35 unseen clips, root and head free: all joints 4.37 -> 4.02-
-    4.17 cm). With a foot free the root stays the plain prior's (the VR case, measured: 5.22-5.40 -> 5.34-5.68)."""
+    feet; and with root_and_head, where both feet are pinned, the free root and head: their steps over the clip say
+    where the hips and the head go better than one frame does (the Bandai rig's 35 unseen clips, root and head free:
+    all joints 4.37 -> 4.02-4.17 cm; the demo rig's held-out clips 2.31 -> 2.11). With a foot free the root stays the
+    plain prior's (the VR case, measured: 5.22-5.40 -> 5.34-5.68). root_and_head is for a clip prior trained on
+    lengths (prior.LOSS); one trained before, on squares, placed them worse than the plain prior on the demo rig (the
+    shipped model: 2.40 -> 2.52 cm)."""
     free = np.asarray(free, bool)
     feet_pinned = ~(free & FEET).any(axis=-1, keepdims=True)
-    return free & (FEET | (ROOT_AND_HEAD & feet_pinned))
+    return free & (FEET | (ROOT_AND_HEAD & feet_pinned & bool(root_and_head)))
 
 
 class NoPrior(ValueError):
@@ -99,7 +102,8 @@ class FreeTargets:
         of one clip in order, dt seconds apart: the clip prior (where the model has one) places those clip_places
         picks."""
         completed = self.prior.complete(targets, self.free)
-        places = np.broadcast_to(clip_places(self.free), completed.shape[:2])
+        lengths = self.clip_prior is not None and self.clip_prior.meta.get("loss") == LOSS
+        places = np.broadcast_to(clip_places(self.free, lengths), completed.shape[:2])
         if sequence and self.clip_prior is not None and places.any():
             completed[places] = self.clip_prior.complete(targets, self.free, dt)[places]
         return completed

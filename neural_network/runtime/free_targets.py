@@ -89,6 +89,7 @@ class FreeTargets:
         self.prior = model.prior if prior is None else prior
         # the clip prior (Bake's free feet), unless another prior was given to place everything (the baseline)
         self.clip_prior = getattr(model, "clip_prior", None) if prior is None else None
+        self.clip_places = clip_places(free, self.clip_prior is not None and self.clip_prior.meta.get("loss") == LOSS)
         self.follow = free[..., 1:].copy()     # effectors the network places (Solver.step's follow)
         self.hips = HipsReach.for_model(model) if free[..., 0].any() else None
         self.last = None                         # the hips stage's last (K, 6) solution
@@ -100,11 +101,10 @@ class FreeTargets:
     def complete(self, targets, sequence=False, dt=1 / 30):
         """(K, 6, 4, 4) targets with the free ones placed by the prior (a copy). sequence: the K rows are the frames
         of one clip in order, dt seconds apart: the clip prior (where the model has one) places those clip_places
-        picks."""
+        picked when this was made."""
         completed = self.prior.complete(targets, self.free)
-        lengths = self.clip_prior is not None and self.clip_prior.meta.get("loss") == LOSS
-        places = np.broadcast_to(clip_places(self.free, lengths), completed.shape[:2])
-        if sequence and self.clip_prior is not None and places.any():
+        if sequence and self.clip_prior is not None and self.clip_places.any():
+            places = np.broadcast_to(self.clip_places, completed.shape[:2])
             completed[places] = self.clip_prior.complete(targets, self.free, dt)[places]
         return completed
 

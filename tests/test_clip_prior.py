@@ -12,9 +12,10 @@ import pytest
 from live_helpers import HIPS_HEIGHT, humanoid_skeleton, random_model
 
 from neural_ik.neural_network.data.files import FileRefused
+from neural_ik.neural_network.geometry.rotations import angle_between
 from neural_ik.neural_network.model import checkpoint, prior
 from neural_ik.neural_network.runtime import model_files, onnx_export
-from neural_ik.neural_network.runtime.free_targets import FreeTargets, clip_places
+from neural_ik.neural_network.runtime.free_targets import CLIP_SHARES, FreeTargets, clip_shares
 
 FPS = 30.0
 VR = prior.free_mask(["root", "left_foot", "right_foot"])
@@ -125,35 +126,54 @@ def _model_with_both():
     return model, clips[0]
 
 
-def test_a_bake_takes_the_free_feet_from_the_clip_prior_and_with_the_feet_pinned_the_root_and_head():
+def test_a_bake_takes_the_free_feet_from_the_clip_prior_and_the_root_and_head_between_the_two_priors():
     model, clip = _model_with_both()
     free = prior.free_mask(["root", "head", "left_foot", "left_hand"])
     loose = FreeTargets(model, free)
     baked = loose.complete(clip, sequence=True, dt=1 / FPS)
     from_plain = model.prior.complete(clip, free)
     from_clip = model.clip_prior.complete(clip, free, 1 / FPS)
-    np.testing.assert_array_equal(baked[:, [0, 1, 5]], from_plain[:, [0, 1, 5]])
-    np.testing.assert_array_equal(baked[:, 3], from_clip[:, 3])
+    np.testing.assert_array_equal(baked[:, 3], from_clip[:, 3])                 # the free foot: the clip prior's
+    np.testing.assert_array_equal(baked[:, 1], from_plain[:, 1])                # the free hand: the plain prior's
     np.testing.assert_array_equal(baked[:, ~free], clip[:, ~free])
     assert np.abs(from_plain[:, 3, :3, 3] - from_clip[:, 3, :3, 3]).max() > 1e-3   # two answers apart
+    # the root and head: a foot is free, so half way (CLIP_SHARES[1]) between the two answers
+    _assert_between(baked[:, [0, 5]], from_plain[:, [0, 5]], from_clip[:, [0, 5]], CLIP_SHARES[1])
     # a live tick (no clip) and a baseline prior take the plain prior's answer alone
     np.testing.assert_array_equal(loose.complete(clip), from_plain)
     assert FreeTargets(model, free, prior=model.prior).clip_prior is None
-    # both feet pinned: the free root and head from the clip prior, a free hand still from the plain one
+    # both feet pinned: the free root and head CLIP_SHARES[0] of the way to the clip prior's, a free hand the plain one's
     free = prior.free_mask(["root", "head", "right_hand"])
     baked = FreeTargets(model, free).complete(clip, sequence=True, dt=1 / FPS)
     from_plain, from_clip = model.prior.complete(clip, free), model.clip_prior.complete(clip, free, 1 / FPS)
-    np.testing.assert_array_equal(baked[:, [0, 5]], from_clip[:, [0, 5]])
+    _assert_between(baked[:, [0, 5]], from_plain[:, [0, 5]], from_clip[:, [0, 5]], CLIP_SHARES[0])
     np.testing.assert_array_equal(baked[:, 2], from_plain[:, 2])
     assert np.abs(from_plain[:, [0, 5], :3, 3] - from_clip[:, [0, 5], :3, 3]).max() > 1e-3
     # a clip prior trained before, on squares (its meta says no loss), places the feet alone
     assert model.clip_prior.meta["loss"] == prior.LOSS
     model.clip_prior.meta = {}
     np.testing.assert_array_equal(FreeTargets(model, free).complete(clip, sequence=True, dt=1 / FPS), from_plain)
-    # per frame: a set with a foot free keeps the plain prior's root, one with both pinned takes the clip prior's
+    # per frame: each set its own shares
     sets = np.array([prior.free_mask(["root", "head"]), VR])
-    np.testing.assert_array_equal(clip_places(sets), [prior.free_mask(["root", "head"]),
-                                                      prior.free_mask(["left_foot", "right_foot"])])
+    np.testing.assert_array_equal(clip_shares(sets), [[CLIP_SHARES[0], 0, 0, 0, 0, CLIP_SHARES[0]],
+                                                      [CLIP_SHARES[1], 0, 0, 1, 1, 0]])
+    np.testing.assert_array_equal(clip_shares(sets, root_and_head=False), [[0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 1, 0]])
+
+
+def _assert_between(baked, plain, clip, share):
+    """Positions `share` of the way from the plain prior's to the clip prior's; rotations between the two (the angle
+    to each in proportion, for a blend of two rotations about one axis)."""
+    np.testing.assert_allclose(baked[..., :3, 3], (1 - share) * plain[..., :3, 3] + share * clip[..., :3, 3],
+                               atol=1e-12)
+    to_plain, to_clip = angle_between(plain[..., :3, :3], baked[..., :3, :3]), angle_between(baked[..., :3, :3],
+                                                                                              clip[..., :3, :3])
+    total = angle_between(plain[..., :3, :3], clip[..., :3, :3])
+    np.testing.assert_allclose(to_plain + to_clip, total, atol=1e-9)          # on the shortest path between them
+    apart = total > 1e-3
+    assert apart.any()
+    # the chordal blend of two rotations: tan(angle to plain) = share sin(total) / ((1 - share) + share cos(total))
+    want = np.arctan2(share * np.sin(total), (1 - share) + share * np.cos(total))
+    np.testing.assert_allclose(to_plain[apart], want[apart], atol=1e-9)
 
 
 def test_checkpoints_keep_the_clip_prior_and_refuse_one_that_does_not_fit(tmp_path):

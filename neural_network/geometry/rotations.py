@@ -248,6 +248,17 @@ def orthonormalize(R):
     return u @ vt
 
 
+def blend_transforms(a, b, share):
+    """(..., 4, 4) rigid transforms between a and b: `share` ((...,) or a number) of the way from a to b, positions
+    on the line and rotations the nearest to the same weighted mean of the two matrices (chordal)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    t = np.asarray(share, np.float64)[..., None]
+    out = np.array(a)
+    out[..., :3, 3] = (1.0 - t) * a[..., :3, 3] + t * b[..., :3, 3]
+    out[..., :3, :3] = orthonormalize((1.0 - t[..., None]) * a[..., :3, :3] + t[..., None] * b[..., :3, :3])
+    return out
+
+
 def chordal_mean(R, axis=0):
     """Rotation closest to the arithmetic mean of rotation matrices (the chordal L2 mean)."""
     return orthonormalize(np.mean(np.asarray(R, np.float64), axis=axis))

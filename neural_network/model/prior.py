@@ -23,9 +23,9 @@ A Bake has the whole clip, so a second prior, the *clip prior* (a TargetPrior wi
 pinned target moves: its displacement to where it is WINDOW seconds before and after (18 more inputs per offset, zero
 where free). Where a walk's feet are is ambiguous in one frame of the head and hands; over four seconds the head's bob
 and the hands' swing say it. On the Bandai rig's 35 unseen clips the free feet of the VR case go from 17-20 cm to
-13-15 cm; the root and a free head gain nothing that holds from run to run (docs/results.md), so a Bake takes the
-free feet from the clip prior and the rest from the plain one (runtime/free_targets.py). Live ticks have no future:
-they use the plain prior.
+13-15 cm. A Bake takes the free feet from the clip prior, a free root and head from between the two priors' answers,
+and the rest from the plain one (runtime/free_targets.py clip_shares). Live ticks have no future: they use the plain
+prior.
 
 Everything is relative to the pinned targets, so the prior holds wherever the character stands and whichever way it
 faces. It is trained on the recorded frames (mirror images included, limb mixes left out: their hands come from
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..data.augment import MIRROR_ROLES, REFLECT
-from ..geometry.rotations import orthonormalize
+from ..geometry.rotations import blend_transforms
 from ..skeleton.roles import EFFECTOR_ROLES, ROLE_INDEX
 from . import network
 
@@ -222,9 +222,7 @@ class TargetPrior:
                               np.concatenate([free, free[:, PARTNER]]),
                               None if rows is None else np.concatenate([rows, rows + len(targets)]))
         own, image = both[:len(targets)][free], mirror_targets(both[len(targets):], self.mirror_frames)[free]
-        own[:, :3, 3] = 0.5 * (own[:, :3, 3] + image[:, :3, 3])
-        own[:, :3, :3] = orthonormalize(own[:, :3, :3] + image[:, :3, :3])    # the chordal mean
-        targets[free] = own
+        targets[free] = blend_transforms(own, image, 0.5)
         return targets
 
     def place_all(self, targets, free, rows=None):

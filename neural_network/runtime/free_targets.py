@@ -3,7 +3,7 @@
     targets (K, 6, 4, 4), the free ones whatever they were
     -> the model's target prior (model/prior.py) places every free target from the pinned ones; in a Bake (the
        frames of one clip) its clip prior, where it has one, places the free feet from how the pinned targets move
-       over the clip, and with both feet pinned the free root and head too (clip_places)
+       over the clip, and the free root and head go between the two priors' placements (clip_shares)
     -> with the root free, the hips stage (ik/hips_reach.py) moves the root so every pinned limb reaches, and the
        free effectors ride along with it
     -> the solver as always; a free effector then lands where the network puts it (Solver.step's `follow`): only
@@ -22,11 +22,13 @@ import numpy as np
 
 from ..geometry import kinematics
 from ..geometry.quaternion_math import quaternions_to_matrices
-from ..geometry.rotations import orthonormalize
+from ..geometry.rotations import blend_transforms, orthonormalize
 from ..ik.hips_reach import HipsReach
 from ..model.prior import LOSS, free_mask
 
-FEET, ROOT_AND_HEAD = free_mask(["left_foot", "right_foot"]), free_mask(["root", "head"])   # clip_places' sets
+FEET, ROOT_AND_HEAD = free_mask(["left_foot", "right_foot"]), free_mask(["root", "head"])   # clip_shares' sets
+CLIP_SHARES = (0.7, 0.5)  # Bake: a free root's and head's placement this share of the way from the plain prior's to
+                          # the clip prior's, with both feet pinned and with a foot free (clip_shares)
 HEAD_SHIFTS = 2          # a pinned head the solve left off its target: this many shifts of the root toward it at most
 SMOOTH_SECONDS = 0.3     # Bake: the prior's placements averaged over this long a window of the clip (frame to frame
                          # they jitter; measured on unseen Bandai styles: the hips 6.4 -> 6.1 cm)
@@ -53,17 +55,20 @@ def smoothed(targets, free, window):
     return out
 
 
-def clip_places(free, root_and_head=True):
-    """(..., 6) bool: the free targets of free sets `free` (..., 6) that a Bake takes from the clip prior. The free
-    feet; and with root_and_head, where both feet are pinned, the free root and head: their steps over the clip say
-    where the hips and the head go better than one frame does (the Bandai rig's 35 unseen clips, root and head free:
-    all joints 4.37 -> 4.02-4.17 cm; the demo rig's held-out clips 2.31 -> 2.11). With a foot free the root stays the
-    plain prior's (the VR case, measured: 5.22-5.40 -> 5.34-5.68). root_and_head is for a clip prior trained on
-    lengths (prior.LOSS); one trained before, on squares, placed them worse than the plain prior on the demo rig (the
-    shipped model: 2.40 -> 2.52 cm)."""
+def clip_shares(free, root_and_head=True):
+    """(..., 6) the clip prior's share of each target's placement in a Bake, for free sets `free` (..., 6) bool; the
+    plain prior's is the rest. A free foot: 1 (the clip prior alone: how the head and hands move over the clip says
+    where a walk's feet are, which one frame does not). With root_and_head, a free root and head go between the two
+    priors' answers: CLIP_SHARES[0] of the way to the clip prior's with both feet pinned, CLIP_SHARES[1] with a foot
+    free. Measured on the Bandai rig's 35 unseen clips with three clip priors (docs/results.md): root and head free,
+    all joints 4.02-4.16 cm (the clip prior alone) -> 3.98-4.09; the VR case 5.38-5.68 (the plain prior's root) ->
+    5.19-5.50. root_and_head is for a clip prior trained on lengths (prior.LOSS); one trained before, on squares,
+    placed them worse than the plain prior on the demo rig (the shipped model: 2.40 -> 2.52 cm) and is left out.
+    Anything else free: 0 (the plain prior's)."""
     free = np.asarray(free, bool)
     feet_pinned = ~(free & FEET).any(axis=-1, keepdims=True)
-    return free & (FEET | (ROOT_AND_HEAD & feet_pinned & bool(root_and_head)))
+    between = np.where(feet_pinned, CLIP_SHARES[0], CLIP_SHARES[1]) * (ROOT_AND_HEAD & bool(root_and_head))
+    return free * np.where(FEET, 1.0, between)
 
 
 class NoPrior(ValueError):
@@ -89,7 +94,7 @@ class FreeTargets:
         self.prior = model.prior if prior is None else prior
         # the clip prior (Bake's free feet), unless another prior was given to place everything (the baseline)
         self.clip_prior = getattr(model, "clip_prior", None) if prior is None else None
-        self.clip_places = clip_places(free, self.clip_prior is not None and self.clip_prior.meta.get("loss") == LOSS)
+        self.clip_shares = clip_shares(free, self.clip_prior is not None and self.clip_prior.meta.get("loss") == LOSS)
         self.follow = free[..., 1:].copy()     # effectors the network places (Solver.step's follow)
         self.hips = HipsReach.for_model(model) if free[..., 0].any() else None
         self.last = None                         # the hips stage's last (K, 6) solution
@@ -100,12 +105,15 @@ class FreeTargets:
 
     def complete(self, targets, sequence=False, dt=1 / 30):
         """(K, 6, 4, 4) targets with the free ones placed by the prior (a copy). sequence: the K rows are the frames
-        of one clip in order, dt seconds apart: the clip prior (where the model has one) places those clip_places
-        picked when this was made."""
+        of one clip in order, dt seconds apart: where the model has a clip prior, its placements take the shares
+        clip_shares gave when this was made."""
         completed = self.prior.complete(targets, self.free)
-        if sequence and self.clip_prior is not None and self.clip_places.any():
-            places = np.broadcast_to(self.clip_places, completed.shape[:2])
-            completed[places] = self.clip_prior.complete(targets, self.free, dt)[places]
+        if sequence and self.clip_prior is not None and self.clip_shares.any():
+            shares = np.broadcast_to(self.clip_shares, completed.shape[:2])
+            clip = self.clip_prior.complete(targets, self.free, dt)
+            alone, between = shares == 1.0, (shares > 0.0) & (shares < 1.0)
+            completed[alone] = clip[alone]
+            completed[between] = blend_transforms(completed[between], clip[between], shares[between])
         return completed
 
     def fill(self, targets, sequence=False, anchors=None, dt=1 / 30):

@@ -92,9 +92,9 @@ def ground_frames(targets, free, references):
     counts = pinned.sum(axis=1, keepdims=True)
     origin = (positions * pinned[..., None]).sum(axis=1) / np.maximum(counts, 1)
     origin[:, 2] = 0.0
-    # each target's estimate of the root frame: R_k @ reference_k^T; its x axis on the ground votes
-    estimates = targets[:, :, :3, :3] @ np.swapaxes(references, -1, -2)[None]
-    votes = estimates[:, :, :, 0].copy()
+    # each target's estimate of the root frame: R_k @ reference_k^T; its x axis (R_k times reference_k's first row)
+    # on the ground votes
+    votes = (targets[:, :, :3, :3] @ references[:, 0, :, None])[..., 0]
     votes[..., 2] = 0.0
     weights = HEADING_WEIGHTS[None] * pinned
     x = (votes * weights[..., None]).sum(axis=1)
@@ -116,13 +116,19 @@ def prior_inputs(targets, free, references, height, window=None):
     targets = np.asarray(targets, np.float64)
     free = np.broadcast_to(np.asarray(free, bool), targets.shape[:2])
     frames = ground_frames(targets, free, references)
-    per = target_outputs(targets, frames, height).reshape(len(targets), NUM_TARGETS, PER_TARGET) * ~free[..., None]
+    return inputs_of(targets, free, frames, target_outputs(targets, frames, height), height, window), frames
+
+
+def inputs_of(targets, free, frames, outputs, height, window=None):
+    """prior_inputs from the targets' target_outputs in their frames (a training step has those already: they are
+    what it wants the prior to answer)."""
+    per = outputs.reshape(len(targets), NUM_TARGETS, PER_TARGET) * ~free[..., None]
     parts = [per.reshape(len(targets), NUM_PRIOR_OUTPUTS), free]
-    if window is not None:
-        moves = targets[:, None, :, :3, 3] - np.asarray(window, np.float64)
-        moves = np.einsum("nba,nlkb->nlka", frames[1], moves) / height * ~free[:, None, :, None]
-        parts.append(moves.reshape(len(targets), -1))
-    return np.concatenate(parts, axis=1).astype(np.float32), frames
+    if window is not None:     # each move times the frame's rotation from the right: the move in the frame
+        moves = (targets[:, None, :, :3, 3] - np.asarray(window, np.float64)).reshape(len(targets), -1, 3)
+        moves = (moves @ frames[1]).reshape(len(targets), -1, NUM_TARGETS, 3)
+        parts.append((moves / height * ~free[:, None, :, None]).reshape(len(targets), -1))
+    return np.concatenate(parts, axis=1).astype(np.float32)
 
 
 def window_rows(count, window, dt):
@@ -151,10 +157,9 @@ def target_outputs(targets, frames, height):
     """(N, 54) every target's position / height and 6D rotation (first two columns) in the given frames: the
     prior's training target, and its inputs before the free ones are zeroed."""
     origin, R = frames
-    Rt = np.swapaxes(R, -1, -2)
     targets = np.asarray(targets, np.float64)
-    positions = np.einsum("nab,nkb->nka", Rt, targets[:, :, :3, 3] - origin[:, None]) / height
-    rotations = Rt[:, None] @ targets[:, :, :3, :3]
+    positions = (targets[:, :, :3, 3] - origin[:, None]) @ R / height      # each row times R: R^T p
+    rotations = np.swapaxes(R, -1, -2)[:, None] @ targets[:, :, :3, :3]
     per = np.concatenate([positions, rotations[:, :, :, 0], rotations[:, :, :, 1]], axis=-1)
     return per.reshape(len(targets), NUM_PRIOR_OUTPUTS).astype(np.float32)
 
@@ -304,8 +309,9 @@ class PriorTraining:
         """One Adam step on (B, 6, 4, 4) targets (a clip prior's: and their (B, L, 6, 3) window positions); returns
         the loss (placement_loss)."""
         free = draw_free_sets(self.rng, len(targets))
-        x, frames = prior_inputs(targets, free, self.references, self.height, window)
+        frames = ground_frames(targets, free, self.references)
         want = target_outputs(targets, frames, self.height)
+        x = inputs_of(targets, free, frames, want, self.height, window)
         out, cache = network.forward(self.weights, x)
         loss, grad = placement_loss(out, want, free)
         grads = network.backward(self.weights, cache, grad.astype(np.float32))

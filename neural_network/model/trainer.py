@@ -37,9 +37,6 @@ STATE_FILE = "training_state.npz"
 METRICS_FILE = "metrics.json"
 PLOT_FILE = "loss.svg"
 STATE_KIND = "neural_ik.training_state"
-CLIP_PRIOR_EVERY = 4     # the clip prior takes a step every this many of the network's (a step of its own costs 0.29x
-                         # the network's); so trained, its free feet came out as those of one trained alone for 480 s
-                         # on the Bandai proxy (docs/results.md)
 
 
 @dataclass
@@ -412,7 +409,9 @@ class Trainer:
         if start_from is not None:
             self.weights = [np.array(w, np.float32) for w in start_from.weights]
         self.optimizer = network.Adam(self.weights, lr=config.learning_rate)
-        # the target prior (prior.py) learns beside the network from the recorded rows (limb mixes come after them)
+        # the target prior (prior.py) learns beside the network from the recorded rows (limb mixes come after them),
+        # and so does the clip prior: a step each per step of the network's (the default Train run on the Bandai
+        # proxy: 887 s with both, 843 s when the clip prior stepped every fourth step, docs/results.md)
         self.recorded_rows = recorded_rows
         self.prior = self.clip = None
         if config.prior_hidden:
@@ -537,7 +536,7 @@ class Trainer:
             if len(recorded):
                 targets = prior.targets_of_rows(self.train.positions[recorded], self.train.global_rotations[recorded])
                 self.prior.step(targets, lr)
-                if self.clip is not None and self.optimizer.step_count % CLIP_PRIOR_EVERY == 0:
+                if self.clip is not None:
                     window = self.train.positions[self.clip_rows[recorded]][:, :, list(prior.TARGET_ROLES)]
                     self.clip.step(targets, lr, window)
         return result

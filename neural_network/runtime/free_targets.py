@@ -63,8 +63,8 @@ def clip_shares(free, root_and_head=True):
     free. Measured on the Bandai rig's 35 unseen clips with three clip priors (docs/results.md): root and head free,
     all joints 4.02-4.16 cm (the clip prior alone) -> 3.98-4.09; the VR case 5.38-5.68 (the plain prior's root) ->
     5.19-5.50. root_and_head is for a clip prior trained on lengths (prior.LOSS); one trained before, on squares,
-    placed them worse than the plain prior on the demo rig (the shipped model: 2.40 -> 2.52 cm) and is left out.
-    Anything else free: 0 (the plain prior's)."""
+    placed them worse than the plain prior on the demo rig (the shipped model's then: 2.40 -> 2.52 cm) and is left
+    out. Anything else free: 0 (the plain prior's)."""
     free = np.asarray(free, bool)
     feet_pinned = ~(free & FEET).any(axis=-1, keepdims=True)
     between = np.where(feet_pinned, CLIP_SHARES[0], CLIP_SHARES[1]) * (ROOT_AND_HEAD & bool(root_and_head))

@@ -11,8 +11,8 @@
 #      run the reach sweep (benchmarks/reach_sweep.py) with the new model;
 # then copy the checkpoint (with its target prior), the ONNX exports with the sidecar, and the figures into weights/.
 # (The shipped weights/demo.npz predates the priors: its prior and its clip prior were added by scripts/add_prior.py
-# on the same dataset, 600 s each, the clip prior with --clip, trained again on 2026-11-30 on lengths (prior.LOSS);
-# then `nik.py export` to weights/demo.onnx. A model this script trains now has both.)
+# on the same dataset, 600 s each, the clip prior with --clip; both trained again so on 2026-11-30, on lengths
+# (prior.LOSS), then `nik.py export` to weights/demo.onnx. A model this script trains now has both.)
 # Needs ../shared/mocap (MOCAP=... to point elsewhere); the tests never do.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -161,8 +161,8 @@ def test_a_bake_takes_the_free_feet_from_the_clip_prior_and_the_root_and_head_be
 
 
 def _assert_between(baked, plain, clip, share):
-    """Positions `share` of the way from the plain prior's to the clip prior's; rotations between the two (the angle
-    to each in proportion, for a blend of two rotations about one axis)."""
+    """Positions `share` of the way from the plain prior's to the clip prior's; rotations on the shortest path between
+    the two, at the chordal blend's angle from the plain prior's."""
     np.testing.assert_allclose(baked[..., :3, 3], (1 - share) * plain[..., :3, 3] + share * clip[..., :3, 3],
                                atol=1e-12)
     to_plain, to_clip = angle_between(plain[..., :3, :3], baked[..., :3, :3]), angle_between(baked[..., :3, :3],

@@ -411,7 +411,8 @@ class Trainer:
         self.optimizer = network.Adam(self.weights, lr=config.learning_rate)
         # the target prior (prior.py) learns beside the network from the recorded rows (limb mixes come after them),
         # and so does the clip prior: a step each per step of the network's (the default Train run on the Bandai
-        # proxy: 887 s with both, 843 s when the clip prior stepped every fourth step, docs/results.md)
+        # proxy: 887 s, against 843 s before the priors' steps got cheaper and the clip prior took every fourth one;
+        # docs/results.md)
         self.recorded_rows = recorded_rows
         self.prior = self.clip = None
         if config.prior_hidden:

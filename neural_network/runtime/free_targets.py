@@ -92,7 +92,8 @@ class FreeTargets:
                           "again to leave targets free")
         self.free = free
         self.prior = model.prior if prior is None else prior
-        # the clip prior (Bake's free feet), unless another prior was given to place everything (the baseline)
+        # the clip prior (Bake's free feet and its share of a free root and head), unless another prior was given to
+        # place everything (the baseline)
         self.clip_prior = getattr(model, "clip_prior", None) if prior is None else None
         self.clip_shares = clip_shares(free, self.clip_prior is not None and self.clip_prior.meta.get("loss") == LOSS)
         self.follow = free[..., 1:].copy()     # effectors the network places (Solver.step's follow)

@@ -75,6 +75,27 @@ def test_small_angles_keep_precision():
     assert rotations.angle_between(np.eye(3)[None], R)[0] == pytest.approx(1e-6, rel=1e-6)
 
 
+def test_blend_transforms_ends_at_either_transform_and_turns_on_the_shortest_path():
+    rng = np.random.default_rng(3)
+    a, b = np.broadcast_to(np.eye(4), (2, 50, 4, 4)).copy()
+    a[:, :3, :3], b[:, :3, :3] = (rotations.axis_angle_to_matrix(rng.normal(0.0, 1.0, (50, 3))) for _ in range(2))
+    a[:, :3, 3], b[:, :3, 3] = rng.normal(0.0, 1.0, (2, 50, 3))
+    np.testing.assert_allclose(rotations.blend_transforms(a, b, 0.0), a, atol=1e-12)
+    np.testing.assert_allclose(rotations.blend_transforms(a, b, 1.0), b, atol=1e-12)
+    share = rng.random(50)
+    mid = rotations.blend_transforms(a, b, share)
+    np.testing.assert_allclose(mid[:, :3, 3], a[:, :3, 3] + share[:, None] * (b[:, :3, 3] - a[:, :3, 3]), atol=1e-12)
+    np.testing.assert_allclose(mid[:, 3], a[:, 3], atol=0)                       # still rigid transforms
+    np.testing.assert_allclose(mid[:, :3, :3] @ np.swapaxes(mid[:, :3, :3], 1, 2), np.broadcast_to(np.eye(3), (50, 3, 3)),
+                               atol=1e-12)
+    np.testing.assert_allclose(np.linalg.det(mid[:, :3, :3]), 1.0, atol=1e-12)
+    to_a, to_b = rotations.angle_between(a[:, :3, :3], mid[:, :3, :3]), rotations.angle_between(mid[:, :3, :3],
+                                                                                                b[:, :3, :3])
+    total = rotations.angle_between(a[:, :3, :3], b[:, :3, :3])
+    near = total < 3.0                            # (rotations nearly a half turn apart have no one shortest path)
+    np.testing.assert_allclose((to_a + to_b)[near], total[near], atol=1e-9)
+
+
 def test_axis_angle_vjp_matches_finite_differences():
     rng = np.random.default_rng(3)
     v = rng.normal(size=(40, 3)) * 1.3

@@ -137,6 +137,10 @@ class NIK_SceneSettings(bpy.types.PropertyGroup):
     limb_mix: FloatProperty(name="Limb Mix", min=0.0, max=4.0, default=1.0,
                             description="Poses made of the limbs of random frames, added to training as this share of "
                                         "its frames (teaches the network that limbs move independently; 0: none)")
+    prior_members: IntProperty(name="Prior Ensemble", min=1, max=8, default=2,
+                               description="Each target prior (what places a free target) is this many trained apart "
+                                           "and averaged: better placements, a longer Train (Train Starter Model "
+                                           "trains one: its time limit goes to the network)")
     weight_fk: FloatProperty(name="FK", min=0.0, default=1.0)
     weight_pose: FloatProperty(name="Pose", min=0.0, default=0.3)
     weight_contact: FloatProperty(name="Contact", min=0.0, default=0.5)

@@ -192,6 +192,7 @@ class NEURAL_IK_PT_training(NeuralIKPanel, bpy.types.Panel):
         col.prop(settings, "own_share")
         col.prop(settings, "library")
         col.prop(settings, "limb_mix")
+        col.prop(settings, "prior_members")
         col.prop(settings, "output_directory", text="")
         draw_loss_weights(layout, settings, training.running)
         row = layout.row(align=True)

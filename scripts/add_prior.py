@@ -41,6 +41,8 @@ def main():
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--members", type=int, default=1,
+                        help="train this many priors apart and merge them into one (Train's Prior Ensemble)")
     parser.add_argument("--clip", action="store_true", help="train the clip prior (a window over the clip) instead")
     parser.add_argument("--mirror-frames-only", action="store_true",
                         help="keep the prior's weights, only fit the rig's mirror frames on the dataset")
@@ -67,7 +69,7 @@ def main():
     trained = prior.train_prior(targets[0], targets[1], prior.references_of(model.feature_spec),
                                 model.skeleton.height, args.seconds, args.seed,
                                 mirror_frames=prior.mirror_frames_of(mirror), window=window, train_rows=windows[0],
-                                val_rows=windows[1])
+                                val_rows=windows[1], members=args.members)
     if args.clip:
         model.clip_prior = trained
     else:

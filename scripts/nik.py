@@ -400,6 +400,9 @@ def _train_command(parser):
     parser.add_argument("--limb-mix", type=number(float, 0.0, 4.0), default=None,
                         help="add this share of training frames as poses mixing the limbs of random frames "
                              "(default: the scene's setting, 1.0; 0: none)")
+    parser.add_argument("--prior-members", type=number(int, 1, 8), default=None,
+                        help="train each target prior as this many apart and average them (default: the scene's "
+                             "setting, 2)")
     parser.add_argument("--resume", action="store_true", help="continue the run saved in --out")
     parser.add_argument("--blend", default="", help="open this .blend first; its armature's model becomes the result")
     parser.add_argument("--armature", help="armature name in the .blend")
@@ -430,6 +433,8 @@ def _train_command(parser):
             bpy.context.scene.neural_ik.library = args.library.upper()
         if args.limb_mix is not None:
             bpy.context.scene.neural_ik.limb_mix = args.limb_mix
+        if args.prior_members is not None:
+            bpy.context.scene.neural_ik.prior_members = args.prior_members
         run_operator(bpy.ops.neural_ik.train, filepath=dataset, directory=out, epochs=args.epochs,
                      time_limit=args.time_limit, seed=args.seed, batch_size=args.batch, learning_rate=args.lr,
                      resume=args.resume, mode="SYNC")

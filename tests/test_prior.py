@@ -447,3 +447,34 @@ def test_bake_smoothing_averages_only_the_free_targets_over_the_clip():
     R = out[:, 0, :3, :3]
     np.testing.assert_allclose(R @ np.swapaxes(R, -1, -2), np.broadcast_to(np.eye(3), R.shape), atol=1e-9)
     assert np.all(np.linalg.det(R) > 0)
+
+
+def test_an_ensemble_answers_its_members_mean_keeps_it_in_a_checkpoint_and_splits_back_into_them(trained, tmp_path):
+    tr = trained[0]
+    targets = prior.targets_of_rows(tr.train.positions[:512], tr.train.global_rotations[:512])
+    ensemble = prior.EnsembleTraining(3, trained[1].model.prior.references, trained[1].model.prior.height, seed=2,
+                                      hidden=(24, 16))
+    for start in range(0, 512, 64):
+        ensemble.step(np.arange(start, start + 64), 2e-3, lambda rows: (targets[rows], None), len(targets))
+    members = [member.prior() for member in ensemble.members]
+    merged = ensemble.prior({"note": "test"})
+    assert merged.layer_sizes == [60, 72, 48, 54] and merged.meta["members"] == 3
+    x, _frames = prior.prior_inputs(targets, prior.draw_free_sets(np.random.default_rng(1), len(targets)),
+                                    merged.references, merged.height)
+    answers = np.stack([member.predict(x) for member in members])
+    assert np.abs(answers[0] - answers[1]).mean() > 1e-3                    # trained apart, they answer apart
+    np.testing.assert_allclose(merged.predict(x), answers.mean(axis=0), atol=1e-5)
+    model = trained[1].model
+    model_path = str(tmp_path / "m.npz")
+    checkpoint.save_model(model_path, type(model)(**{**model.__dict__, "prior": merged}))
+    loaded = checkpoint.load_model(model_path).prior
+    assert loaded.meta["members"] == 3
+    np.testing.assert_array_equal(loaded.predict(x), merged.predict(x))
+    # split: each member as it was, but for the last layer's bias (the members share the mean); so their mean is the
+    # merged answer
+    parts = prior.split(loaded)
+    assert [p.layer_sizes for p in parts] == [[60, 24, 16, 54]] * 3 and "members" not in parts[0].meta
+    shifts = np.stack([part.predict(x) for part in parts]) - answers
+    np.testing.assert_allclose(shifts, np.broadcast_to(shifts[:, :1], shifts.shape), atol=1e-5)
+    np.testing.assert_allclose(shifts.sum(axis=0), 0.0, atol=1e-5)
+    assert prior.split(members[0]) == [members[0]] and prior.merge([members[0]]) is members[0]

@@ -139,3 +139,24 @@ def test_a_model_without_a_prior_exports_and_loads_as_before(model, tmp_path):
     assert "neural_ik.prior" not in {p.key for p in onnx.load(onnx_path).metadata_props}
     loaded, _data = model_files.load_model_file(onnx_path, model.skeleton)
     assert loaded.prior is None
+
+
+def test_an_ensemble_prior_exports_as_one_graph_that_answers_its_members_mean_and_loads_back_as_one(model, tmp_path):
+    import onnxruntime as ort
+
+    members = []
+    for seed in (11, 12):
+        training = prior.PriorTraining(model.prior.references, HIPS_HEIGHT, seed=seed, hidden=(32, 24))
+        for start in range(0, 320, 64):
+            training.step(_targets(model.skeleton, 64, seed=start + seed), 2e-3)
+        members.append(training.prior())
+    ensemble = type(model)(**{**model.__dict__, "prior": prior.merge(members)})
+    onnx_path, _side = onnx_export.export_onnx(ensemble, tmp_path / "e.onnx")
+    targets = _targets(model.skeleton, 80, seed=13)
+    x, _frames = prior.prior_inputs(targets, _free_sets(len(targets)), model.prior.references, HIPS_HEIGHT)
+    (out,) = ort.InferenceSession(onnx_export.prior_path(onnx_path), providers=["CPUExecutionProvider"]).run(
+        None, {"prior_inputs": x})
+    np.testing.assert_allclose(out, np.mean([m.predict(x) for m in members], axis=0), atol=1e-5)
+    loaded, _data = model_files.load_model_file(onnx_path, model.skeleton)
+    assert loaded.prior.meta["members"] == 2 and [p.layer_sizes for p in prior.split(loaded.prior)] == [
+        [60, 32, 24, 54]] * 2

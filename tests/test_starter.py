@@ -266,6 +266,10 @@ def test_a_later_run_with_own_clips_starts_from_the_starter_model_and_cancel_kee
     starter.train_starter(bpy.context, str(tmp_path / "first"), 3.0, mode="SYNC", motion_path=str(made_starter),
                           network_path=None)
     assert obj.neural_ik.model_path == str(tmp_path / "first" / "model.npz")
+    # one of each prior, whatever the scene says Train trains: the time limit goes to the network
+    first = checkpoint.load_model(obj.neural_ik.model_path)
+    assert bpy.context.scene.neural_ik.prior_members == 2 and first.prior.layer_sizes[1] == 128
+    assert "members" not in first.prior.meta and "members" not in first.clip_prior.meta
     _, imported, _ = import_bvh_files(bpy.context, other_skeletons.cmu.folder, 0.01, onto=obj)
     for name in imported:                             # the user's own clips from here on
         del bpy.data.actions[name][SOURCE_PROPERTY]

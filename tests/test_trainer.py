@@ -13,7 +13,7 @@ from synthetic import humanoid_skeleton, synthetic_dataset, with_moving_links
 
 from neural_ik.neural_network.data import files
 from neural_ik.neural_network.data.files import FileRefused
-from neural_ik.neural_network.model import checkpoint, losses, trainer
+from neural_ik.neural_network.model import checkpoint, losses, prior, trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -102,6 +102,14 @@ def test_an_interrupted_run_resumes_to_the_same_weights(data, tmp_path):
     assert first.run().stopped == "cancelled"
     resumed = trainer.Trainer(data, config, tmp_path / "b", resume=True)
     assert resumed.start_epoch == 3 and len(resumed.history) == 3
+    # every member of both priors' ensembles comes back as it was saved (their optimisers start afresh)
+    for training in ("prior", "clip"):
+        saved, back = getattr(first, training).members, getattr(resumed, training).members
+        assert len(back) == config.prior_members == 2
+        assert not np.array_equal(saved[0].weights[0], saved[1].weights[0])      # trained apart
+        for member, restored in zip(saved, back):
+            for a, b in zip(member.weights, restored.weights):
+                assert np.array_equal(a, b)
     result = resumed.run()
     assert result.stopped == "epochs" and [h["epoch"] for h in result.history] == [1, 2, 3, 4, 5]
     for a, b in zip(straight.weights, resumed.weights):
@@ -299,6 +307,11 @@ def test_a_run_started_from_a_model_begins_where_it_left_off_and_counts_time_fro
     again = trainer.Trainer(data, trainer.TrainConfig(epochs=2, batch_size=64, patience=0), tmp_path, start_from=first)
     x = np.asarray(data.inputs[:50])
     np.testing.assert_allclose(again.model().predict(x), first.predict(x), atol=1e-5)
+    # each prior member starts from its part of the merged prior: the ensemble answers what the model's prior did
+    inputs, _frames = prior.prior_inputs(prior.targets_of_rows(again.val.positions, again.val.global_rotations),
+                                         prior.free_mask(["root", "head"]), first.prior.references, first.prior.height)
+    assert first.prior.meta["members"] == 2
+    np.testing.assert_allclose(again.model().prior.predict(inputs), first.prior.predict(inputs), atol=1e-5)
     assert np.all(again.model().limit_low <= first.limit_low) and np.all(again.model().limit_high >= first.limit_high)
     other = synthetic_dataset(frames_per_action=40, actions=4, seed=2, skeleton=humanoid_skeleton(missing=("Spine2",)))
     with pytest.raises(ValueError, match="another rig"):

@@ -37,6 +37,7 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(_
 STARTER_MOTION = os.path.join(PACKAGE_ROOT, "weights", "starter_motion.npz")
 STARTER_NETWORK = os.path.join(PACKAGE_ROOT, "weights", "starter_network.npz")
 DEFAULT_TIME_LIMIT = 300.0
+PRIOR_MEMBERS = 1           # one of each prior: the time limit goes to the network (Train trains the scene's setting, 2)
 CALIBRATION_STEP = 10        # every tenth frame of every file calibrates the starter motion's skeleton
 STARTER_SOURCE = {"kind": "library", "file": "starter motion", "skeleton": "starter", "retargeted": True}
 
@@ -217,7 +218,7 @@ def train_starter(context, directory="", time_limit=DEFAULT_TIME_LIMIT, seed=0, 
     folder = output_directory(directory, obj)
     message, warning = training.start_training(context, "", folder, epochs=trainer.UNBOUNDED_EPOCHS, time_limit=time_limit,
                                                seed=seed, mode=mode, dataset=dataset, armature=obj,
-                                               start_from=start, started=started)
+                                               start_from=start, started=started, prior_members=PRIOR_MEMBERS)
     own = int(dataset.own_action_mask().sum())
     said = f"starter motion: {len(motion)} clips ({motion.frame_count} frames) retargeted onto {obj.name!r}"
     said += f", with {own} clip{'' if own == 1 else 's'} of its own" if own else ", no clips of its own"

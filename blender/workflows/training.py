@@ -49,7 +49,7 @@ def config_from_scene(settings, epochs, time_limit, seed, batch_size, learning_r
                                batch_size=batch_size or settings.batch_size,
                                learning_rate=learning_rate or settings.learning_rate, loss_weights=weights,
                                own_share=settings.own_share, limb_mix=settings.limb_mix,
-                               library=settings.library.lower())
+                               library=settings.library.lower(), prior_members=settings.prior_members)
 
 
 def armature_matches(obj, skeleton):
@@ -135,11 +135,13 @@ def is_running():
 
 
 def start_training(context, dataset_path, directory, epochs, time_limit=0.0, seed=0, batch_size=0, learning_rate=0.0,
-                   resume=False, mode="AUTO", dataset=None, armature=None, start_from=None, started=0.0):
+                   resume=False, mode="AUTO", dataset=None, armature=None, start_from=None, started=0.0,
+                   prior_members=0):
     """Train on the dataset at `dataset_path` (or the Dataset `dataset`) into `directory` (empty: a default folder).
     mode AUTO: a thread in the UI, synchronous in background mode; THREAD or SYNC force one. armature: the object
     whose model becomes the result (default: the active or chosen one); start_from: a Model to start from
-    (trainer.Trainer); started: the time.time() the time limit counts from (default: when training starts).
+    (trainer.Trainer); started: the time.time() the time limit counts from (default: when training starts);
+    prior_members: how many of each prior to train (0: the scene's setting).
     Returns (message, warning or None); raises DataError with a plain reason on bad input or a failed synchronous
     run."""
     if is_running():
@@ -156,6 +158,7 @@ def start_training(context, dataset_path, directory, epochs, time_limit=0.0, see
             raise FileRefused(f"output folder {directory} is not writable")
         config = config_from_scene(settings, epochs, time_limit, seed, batch_size, learning_rate)
         config.started = started
+        config.prior_members = prior_members or config.prior_members
         trainer.check_dataset(dataset)
         progress = state.training
         progress.reset(epochs)

@@ -27,6 +27,10 @@ and the hands' swing say it. On the Bandai rig's 35 unseen clips the free feet o
 and the rest from the plain one (runtime/free_targets.py clip_shares). Live ticks have no future: they use the plain
 prior.
 
+Train trains each prior as an ensemble (TrainConfig.prior_members, 2): members from other seeds, each stepping on rows
+of its own, err apart, and their mean errs less. merge folds them into one MLP that answers the mean (the hidden
+units side by side, block-diagonal), so the checkpoint, the ONNX graph and every caller see one prior.
+
 Everything is relative to the pinned targets, so the prior holds wherever the character stands and whichever way it
 faces. It is trained on the recorded frames (mirror images included, limb mixes left out: their hands come from
 other frames) with the free sets a user picks most often drawn more often (MASK_PATTERNS). Pure NumPy; no bpy.
@@ -49,6 +53,7 @@ NUM_PRIOR_INPUTS = NUM_TARGETS * PER_TARGET + NUM_TARGETS
 NUM_PRIOR_OUTPUTS = NUM_TARGETS * PER_TARGET
 WINDOW = (-2.0, -1.0, -0.5, -0.2, 0.2, 0.5, 1.0, 2.0)   # the clip prior's offsets, seconds (- before, + after)
 DEFAULT_PRIOR_HIDDEN = (128, 128)
+MEMBER_SEED = 15485863                           # an ensemble's member k is seeded seed + k times this
 HEADING_WEIGHTS = np.array([4.0, 0.5, 0.5, 2.0, 2.0, 1.0])    # how much each pinned target says about the heading
 ROTATION_WEIGHT = 0.2 ** 0.5                     # loss weight of a 6D column's miss against a position's (lengths)
 LENGTH_FLOOR = 1e-4                              # placement_loss's lengths are sqrt(|r|^2 + this^2): smooth at 0
@@ -326,35 +331,124 @@ class PriorTraining:
                            self.window)
 
     def validate(self, targets, units_to_cm=100.0, rows=None):
-        """{"<free set>_cm": mean position miss of its free targets} for MASK_PATTERNS' first two sets, on (N, 6, 4,
-        4) validation targets (a clip prior's: `rows` (N, L), clip_window_rows; its keys start "clip_prior")."""
-        prior = self.prior()
-        metrics = {}
-        for names, _share in MASK_PATTERNS[:2]:
-            mask = free_mask(names)
-            free = np.broadcast_to(mask, targets.shape[:2])
-            if rows is None:
-                placed = prior.complete(targets, mask)
-            else:     # frames of several clips: place every row with its own window (no mirror image: a check)
-                blank = np.array(targets, np.float64)
-                blank[free] = np.eye(4)
-                placed = prior.place_all(blank, free, rows)
-            miss = np.linalg.norm(placed[:, mask, :3, 3] - targets[:, mask, :3, 3], axis=-1)
-            metrics[f"{'clip_' if self.window else ''}prior_{'_'.join(names)}_cm"] = float(miss.mean() * units_to_cm)
-        return metrics
+        return validate(self.prior(), targets, units_to_cm, rows)
+
+
+class EnsembleTraining:
+    """`members` PriorTrainings, each with its own start, rows and free sets; prior() merges them into one TargetPrior
+    that answers their mean (merge). Answers learned apart err apart: the default Train run on the Bandai rig, 35
+    unseen clips, root and head free, 4.012 -> 3.925 cm (hips 5.03 -> 4.93) with two members, where two members on
+    the same rows gave 4.006 (5.03; docs/results.md). Member k is seeded seed + k * MEMBER_SEED (member 0 as a prior
+    of its own, on the network's rows), and starts from its part of a merged start prior (split)."""
+
+    def __init__(self, members, references, height, seed=0, hidden=DEFAULT_PRIOR_HIDDEN, learning_rate=2e-3,
+                 start=None, mirror_frames=None, window=()):
+        starts = [None] if start is None else split(start)
+        self.members = [PriorTraining(references, height, seed + k * MEMBER_SEED, hidden, learning_rate,
+                                      starts[k % len(starts)], mirror_frames, window) for k in range(max(members, 1))]
+        self.window = self.members[0].window
+
+    def step(self, rows, lr, fetch, population):
+        """One Adam step of every member: the first on `rows`, each other on as many rows of its own drawn from
+        range(population), so that they err apart; fetch(rows) -> (targets (B, 6, 4, 4), a clip prior's window (B, L,
+        6, 3) or None). Returns their mean loss."""
+        losses = []
+        for k, member in enumerate(self.members):
+            targets, window = fetch(rows if k == 0 else member.rng.integers(0, population, len(rows)))
+            losses.append(member.step(targets, lr, window))
+        return float(np.mean(losses))
+
+    def prior(self, meta=None):
+        return merge([member.prior(meta) for member in self.members])
+
+    def validate(self, targets, units_to_cm=100.0, rows=None):
+        return validate(self.prior(), targets, units_to_cm, rows)
+
+
+def validate(target_prior, targets, units_to_cm=100.0, rows=None):
+    """{"<free set>_cm": mean position miss of its free targets} for MASK_PATTERNS' first two sets, on (N, 6, 4, 4)
+    validation targets (a clip prior's: `rows` (N, L), clip_window_rows; its keys start "clip_prior")."""
+    metrics = {}
+    for names, _share in MASK_PATTERNS[:2]:
+        mask = free_mask(names)
+        free = np.broadcast_to(mask, targets.shape[:2])
+        if rows is None:
+            placed = target_prior.complete(targets, mask)
+        else:     # frames of several clips: place every row with its own window (no mirror image: a check)
+            blank = np.array(targets, np.float64)
+            blank[free] = np.eye(4)
+            placed = target_prior.place_all(blank, free, rows)
+        miss = np.linalg.norm(placed[:, mask, :3, 3] - targets[:, mask, :3, 3], axis=-1)
+        prefix = "clip_" if target_prior.window else ""
+        metrics[f"{prefix}prior_{'_'.join(names)}_cm"] = float(miss.mean() * units_to_cm)
+    return metrics
+
+
+def merge(priors):
+    """One TargetPrior from members of the same shape whose MLP answers the mean of theirs, exactly: the first layer's
+    units side by side, each hidden layer block-diagonal (a member's units see only its own), the last layer's
+    weights stacked and divided by the count, its bias their mean. Loaders, the checkpoint and ONNX see a wider MLP;
+    its meta says "members". One prior is returned as it is."""
+    if len(priors) == 1:
+        return priors[0]
+    count, layers = len(priors), len(priors[0].weights) // 2
+    weights = []
+    for layer in range(layers):
+        ws = [np.asarray(p.weights[2 * layer], np.float32) for p in priors]
+        bs = [np.asarray(p.weights[2 * layer + 1], np.float32) for p in priors]
+        if layer == layers - 1:
+            w = np.concatenate(ws, axis=0) if layer else np.sum(ws, axis=0)
+            weights += [w / count, np.mean(bs, axis=0)]
+        elif layer == 0:
+            weights += [np.concatenate(ws, axis=1), np.concatenate(bs)]
+        else:
+            block = np.zeros((sum(w.shape[0] for w in ws), sum(w.shape[1] for w in ws)), np.float32)
+            for k, w in enumerate(ws):
+                block[k * w.shape[0]:(k + 1) * w.shape[0], k * w.shape[1]:(k + 1) * w.shape[1]] = w
+            weights += [block, np.concatenate(bs)]
+    first = priors[0]
+    return TargetPrior(weights, first.height, first.references.copy(), {**first.meta, "members": count},
+                       first.mirror_frames, first.window)
+
+
+def split(target_prior):
+    """The members a merged prior was made of (merge; one prior: itself). Each gets the merged last layer's bias, so
+    their mean answer is the merged one's."""
+    count = int(target_prior.meta.get("members", 1))
+    if count == 1:
+        return [target_prior]
+    layers = len(target_prior.weights) // 2
+    meta = {k: v for k, v in target_prior.meta.items() if k != "members"}
+    members = []
+    for k in range(count):
+        weights = []
+        for layer in range(layers):
+            w, b = target_prior.weights[2 * layer], target_prior.weights[2 * layer + 1]
+            rows = slice(None) if layer == 0 else slice(k * w.shape[0] // count, (k + 1) * w.shape[0] // count)
+            cols = slice(None) if layer == layers - 1 else slice(k * w.shape[1] // count, (k + 1) * w.shape[1] // count)
+            weights += [w[rows, cols] * (count if layer == layers - 1 and layer else 1), b[cols]]
+        members.append(TargetPrior([np.array(w, np.float32) for w in weights], target_prior.height,
+                                   target_prior.references.copy(), dict(meta), target_prior.mirror_frames,
+                                   target_prior.window))
+    return members
 
 
 def train_prior(train_targets, val_targets, references, height, seconds, seed=0, hidden=DEFAULT_PRIOR_HIDDEN,
                 learning_rate=2e-3, batch=128, say=print, mirror_frames=None, window=(), train_rows=None,
-                val_rows=None):
-    """A TargetPrior trained alone for `seconds` on (N, 6, 4, 4) targets (a model trained before priors existed gets
-    one this way: scripts/add_prior.py); the learning rate decays on a cosine to 5 %. A clip prior (window: its
-    offsets) also needs each set's (N, L) clip_window_rows. Returns the prior, its validation metrics in its meta."""
+                val_rows=None, members=1):
+    """A TargetPrior (of `members` merged) trained alone for `seconds` on (N, 6, 4, 4) targets (a model trained before
+    priors existed gets one this way: scripts/add_prior.py); the learning rate decays on a cosine to 5 %. A clip prior
+    (window: its offsets) also needs each set's (N, L) clip_window_rows. Returns the prior, its validation metrics in
+    its meta."""
     import time
 
-    training = PriorTraining(references, height, seed, hidden, learning_rate, mirror_frames=mirror_frames,
-                             window=window)
+    training = EnsembleTraining(members, references, height, seed, hidden, learning_rate, mirror_frames=mirror_frames,
+                                window=window)
     rng = np.random.default_rng(seed)
+
+    def fetch(rows):
+        return train_targets[rows], None if train_rows is None else train_targets[train_rows[rows]][..., :3, 3]
+
     began = time.perf_counter()
     fraction = 0.0
     while fraction < 1.0:
@@ -364,9 +458,7 @@ def train_prior(train_targets, val_targets, references, height, seconds, seed=0,
             if fraction >= 1.0:
                 break
             lr = learning_rate * (0.05 + 0.95 * 0.5 * (1.0 + np.cos(np.pi * fraction)))
-            rows = order[start:start + batch]
-            training.step(train_targets[rows], lr,
-                          None if train_rows is None else train_targets[train_rows[rows]][..., :3, 3])
+            training.step(order[start:start + batch], lr, fetch, len(train_targets))
         say(f"prior: {time.perf_counter() - began:.0f} s, {training.validate(val_targets, rows=val_rows)}")
     metrics = training.validate(val_targets, rows=val_rows)
     return training.prior({"seconds": seconds, "frames": int(len(train_targets)), **metrics})

@@ -83,6 +83,7 @@ class TrainConfig:
     role_weights: tuple = None          # 23 FK weights; None: losses.default_role_weights()
     prior_hidden: tuple = prior.DEFAULT_PRIOR_HIDDEN   # the target prior's hidden layers (prior.py); () : no prior
     clip_window: tuple = prior.WINDOW   # the clip prior's offsets in seconds (Bake's free feet); () : none
+    prior_members: int = 2              # each prior is this many trained apart and merged (prior.EnsembleTraining)
 
     def to_json(self):
         out = asdict(self)
@@ -99,6 +100,7 @@ class TrainConfig:
         data["hidden"] = tuple(data.get("hidden", network.DEFAULT_HIDDEN))
         data["prior_hidden"] = tuple(data.get("prior_hidden", prior.DEFAULT_PRIOR_HIDDEN))
         data["clip_window"] = tuple(data.get("clip_window", prior.WINDOW))
+        data.setdefault("prior_members", 1)     # a run from before ensembles trained one of each
         data["loss_weights"] = losses.LossWeights.from_json(data.get("loss_weights", {}))
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
@@ -302,6 +304,12 @@ def score(metrics):
     return metrics["effector_cm_mean"] + metrics["inner_mpjpe_cm"]
 
 
+def _member_key(key, member, i):
+    """A prior member's weight i in the training state: prior_w0 ... for the first (as before ensembles), then
+    prior_m1_w0 ..."""
+    return f"{key}_w{i}" if member == 0 else f"{key}_m{member}_w{i}"
+
+
 def _json_rng_state(rng):
     """The generator's state with its 128-bit integers as strings (JSON numbers would lose them)."""
     state = dict(rng.bit_generator.state)
@@ -417,16 +425,16 @@ class Trainer:
         self.prior = self.clip = None
         if config.prior_hidden:
             references, frames = prior.references_of(dataset.feature_spec), prior.mirror_frames_of(mirror)
-            self.prior = prior.PriorTraining(references, skeleton.height, config.seed, config.prior_hidden,
-                                             config.learning_rate, None if start_from is None else start_from.prior,
-                                             frames)
+            self.prior = prior.EnsembleTraining(config.prior_members, references, skeleton.height, config.seed,
+                                                config.prior_hidden, config.learning_rate,
+                                                None if start_from is None else start_from.prior, frames)
             self.val_targets = prior.targets_of_rows(self.val.positions, self.val.global_rotations)
             if config.clip_window:   # the clip prior: each row's window over its clip (rows of a clip run in order)
                 fps = float(dataset.meta.get("fps") or 30.0)
-                self.clip = prior.PriorTraining(references, skeleton.height, config.seed, config.prior_hidden,
-                                                config.learning_rate,
-                                                None if start_from is None else start_from.clip_prior, frames,
-                                                config.clip_window)
+                self.clip = prior.EnsembleTraining(config.prior_members, references, skeleton.height, config.seed,
+                                                   config.prior_hidden, config.learning_rate,
+                                                   None if start_from is None else start_from.clip_prior, frames,
+                                                   config.clip_window)
                 self.clip_rows = prior.clip_window_rows(self.train.action, self.train.frame, config.clip_window, fps)
                 self.val_clip_rows = prior.clip_window_rows(self.val.action, self.val.frame, config.clip_window, fps)
         self.history = []
@@ -475,8 +483,8 @@ class Trainer:
         arrays = {f"w{i}": w for i, w in enumerate(self.weights)}
         arrays.update(self.optimizer.state_arrays())
         for key, training in (("prior", self.prior), ("clip_prior", self.clip)):   # the priors' weights resume too
-            if training is not None:                                                  # (their optimisers afresh)
-                arrays.update({f"{key}_w{i}": w for i, w in enumerate(training.weights)})
+            for m, member in enumerate(training.members if training is not None else ()):   # (optimisers afresh)
+                arrays.update({_member_key(key, m, i): w for i, w in enumerate(member.weights)})
         meta = {"kind": STATE_KIND, "layout_version": 1, "epoch": epoch, "adam_step": self.optimizer.step_count,
                 "config": self.config.to_json(), "history": self.history, "best_score": self.best_score,
                 "best_metrics": self.best_metrics, "elapsed": self._elapsed(),
@@ -497,10 +505,11 @@ class Trainer:
             w[...] = saved
         self.optimizer.load_state(arrays, meta["adam_step"])
         for key, training in (("prior", self.prior), ("clip_prior", self.clip)):
-            for i, w in enumerate(training.weights if training is not None else ()):
-                saved = arrays.get(f"{key}_w{i}")
-                if saved is not None and saved.shape == w.shape:
-                    w[...] = saved
+            for m, member in enumerate(training.members if training is not None else ()):
+                for i, w in enumerate(member.weights):
+                    saved = arrays.get(_member_key(key, m, i))
+                    if saved is not None and saved.shape == w.shape:
+                        w[...] = saved
         self.start_epoch = int(meta["epoch"])
         self.history = list(meta["history"])
         self.best_score = float(meta["best_score"])
@@ -535,12 +544,19 @@ class Trainer:
         if self.prior is not None:
             recorded = cur[cur < self.recorded_rows]
             if len(recorded):
-                targets = prior.targets_of_rows(self.train.positions[recorded], self.train.global_rotations[recorded])
-                self.prior.step(targets, lr)
+                self.prior.step(recorded, lr, self._prior_rows, self.recorded_rows)
                 if self.clip is not None:
-                    window = self.train.positions[self.clip_rows[recorded]][:, :, list(prior.TARGET_ROLES)]
-                    self.clip.step(targets, lr, window)
+                    self.clip.step(recorded, lr, self._clip_prior_rows, self.recorded_rows)
         return result
+
+    def _prior_rows(self, rows):
+        """The targets of training rows (the priors' steps fetch their rows with this), and no window."""
+        return prior.targets_of_rows(self.train.positions[rows], self.train.global_rotations[rows]), None
+
+    def _clip_prior_rows(self, rows):
+        """The targets of training rows and the clip prior's window over each row's clip."""
+        window = self.train.positions[self.clip_rows[rows]][:, :, list(prior.TARGET_ROLES)]
+        return self._prior_rows(rows)[0], window
 
     def _lr(self, fraction):
         c = self.config

@@ -12,7 +12,8 @@
 # then copy the checkpoint (with its target prior), the ONNX exports with the sidecar, and the figures into weights/.
 # (The shipped weights/demo.npz predates the priors: its prior and its clip prior were added by scripts/add_prior.py
 # on the same dataset, 600 s each, the clip prior with --clip; both trained again so on 2026-11-30, on lengths
-# (prior.LOSS), then `nik.py export` to weights/demo.onnx. A model this script trains now has both.)
+# (prior.LOSS), then `nik.py export` to weights/demo.onnx; and again as ensembles of two, `--members 2 --seconds 1200`
+# (each member as many steps as the one before). A model this script trains now has both, of two members each.)
 # Needs ../shared/mocap (MOCAP=... to point elsewhere); the tests never do.
 set -euo pipefail
 cd "$(dirname "$0")/.."

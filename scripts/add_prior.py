@@ -47,6 +47,8 @@ def main():
     parser.add_argument("--mirror-frames-only", action="store_true",
                         help="keep the prior's weights, only fit the rig's mirror frames on the dataset")
     args = parser.parse_args()
+    if args.members < 1 or args.seconds <= 0:
+        sys.exit("add_prior: error: --members must be at least 1 and --seconds above 0")
     model = checkpoint.load_model(args.model)
     dataset = Dataset.load(args.dataset)
     if dataset.skeleton.fingerprint() != model.skeleton.fingerprint():

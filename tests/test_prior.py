@@ -1,6 +1,7 @@
 """Free targets without Blender: the target prior (model/prior.py) learns where free targets go, is relative to the
-pinned ones, round-trips in checkpoints; the hips stage (ik/hips_reach.py) moves a free root only as far as the
-pinned limbs need; a free effector lands where the network puts it (Solver.step's follow)."""
+pinned ones, round-trips in checkpoints, and as an ensemble answers its members' mean; the hips stage
+(ik/hips_reach.py) moves a free root only as far as the pinned limbs need; a free effector lands where the network
+puts it (Solver.step's follow)."""
 
 import json
 

@@ -346,7 +346,6 @@ class EnsembleTraining:
         starts = [None] if start is None else split(start)
         self.members = [PriorTraining(references, height, seed + k * MEMBER_SEED, hidden, learning_rate,
                                       starts[k % len(starts)], mirror_frames, window) for k in range(max(members, 1))]
-        self.window = self.members[0].window
 
     def step(self, rows, lr, fetch, population):
         """One Adam step of every member: the first on `rows`, each other on as many rows of its own drawn from
